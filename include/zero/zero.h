@@ -1,0 +1,8 @@
+/* zero/zero.h — the umbrella header of the zero library: include this one. */
+#ifndef ZERO_ZERO_H
+#define ZERO_ZERO_H
+
+#include "zero/core.h"
+#include "zero/comm.h"
+
+#endif /* ZERO_ZERO_H */

@@ -1,0 +1,418 @@
+/* comm.c — the communicator front end shared by every backend.
+ *
+ * Checks each call's local arguments, queues it as a request, and runs requests in posting order
+ * on the communicator's progress thread (so non-blocking calls overlap the caller). Blocking calls
+ * are post + wait. After a timeout or a mismatch the communicator is failed and refuses further
+ * work, because the ranks no longer agree on where in the sequence of collectives they are.
+ */
+#include "comm_internal.h"
+
+#include <assert.h>
+#include <string.h>
+
+struct zero_comm_request {
+    zero__coll_args_t args;
+    zero_comm_t *comm;
+    zero_status_t status;
+    int done;           /* guarded by comm->lock */
+    char message[1024]; /* the failure message, copied to the waiting thread */
+    zero_comm_request_t *next;
+};
+
+static const char *const coll_names[ZERO_COLL_COUNT] = {
+    "all_reduce",  "reduce_scatter", "all_gather", "all_to_all",
+    "all_to_allv", "broadcast",      "barrier",    "split",
+};
+static_assert(ZERO_ARRAY_LEN(coll_names) == ZERO_COLL_COUNT, "collective name table");
+static const char *const op_names[ZERO_OP_COUNT] = {"sum", "max"};
+static_assert(ZERO_ARRAY_LEN(op_names) == ZERO_OP_COUNT, "op name table");
+static const char *const backend_names[ZERO_BACKEND_COUNT] = {"threads", "mpi"};
+static_assert(ZERO_ARRAY_LEN(backend_names) == ZERO_BACKEND_COUNT, "backend name table");
+
+const char *zero_coll_name(zero_coll_t coll) {
+    return (unsigned)coll < ZERO_COLL_COUNT ? coll_names[coll] : "?";
+}
+const char *zero_op_name(zero_op_t op) { return (unsigned)op < ZERO_OP_COUNT ? op_names[op] : "?"; }
+const char *zero_backend_name(zero_backend_t backend) {
+    return (unsigned)backend < ZERO_BACKEND_COUNT ? backend_names[backend] : "?";
+}
+
+zero_status_t zero_backend_parse(const char *name, zero_backend_t *out) {
+    for (int i = 0; i < ZERO_BACKEND_COUNT; i++) {
+        if (name && strcmp(name, backend_names[i]) == 0) {
+            *out = (zero_backend_t)i;
+            return ZERO_OK;
+        }
+    }
+    return zero__error(ZERO_ERR_INVALID_ARG, "unknown backend '%s' (expected threads or mpi)",
+                       name ? name : "(null)");
+}
+
+zero_comm_params_t zero_comm_params_default(void) {
+    return (zero_comm_params_t){.timeout_s = 300.0, .mem = NULL};
+}
+
+/* ------------------------------------------------------------------------------ progress */
+
+static void *progress_main(void *arg) {
+    zero_comm_t *comm = arg;
+    pthread_mutex_lock(&comm->lock);
+    for (;;) {
+        while (!comm->queue.head && !comm->stop) pthread_cond_wait(&comm->work, &comm->lock);
+        zero_comm_request_t *req = comm->queue.head;
+        if (!req) break; /* stop requested and the queue is drained */
+        zero_status_t failure = comm->failure;
+        pthread_mutex_unlock(&comm->lock);
+
+        zero__coll_traffic_t traffic = {0, 0};
+        zero_status_t status;
+        if (failure) {
+            status = zero__error(ZERO_ERR_COMM_FAILED,
+                                 "%s on rank %d: the communicator failed earlier (%s) and can no "
+                                 "longer be used",
+                                 coll_names[req->args.coll], comm->rank, zero_status_str(failure));
+        } else {
+            status = comm->backend->run(comm, &req->args, &traffic);
+        }
+
+        pthread_mutex_lock(&comm->lock);
+        if (status == ZERO_OK) {
+            comm->stats.calls[req->args.coll]++;
+            comm->stats.sent_bytes[req->args.coll] += traffic.sent_bytes;
+            comm->stats.recv_bytes[req->args.coll] += traffic.recv_bytes;
+        } else {
+            snprintf(req->message, sizeof req->message, "%s", zero_last_error());
+            if (status == ZERO_ERR_TIMEOUT || status == ZERO_ERR_MISMATCH ||
+                status == ZERO_ERR_COMM_FAILED)
+                if (!comm->failure) comm->failure = status;
+        }
+        req->status = status;
+        comm->queue.head = req->next;
+        if (!comm->queue.head) comm->queue.tail = NULL;
+        req->done = 1;
+        pthread_cond_broadcast(&comm->done);
+    }
+    pthread_mutex_unlock(&comm->lock);
+    return NULL;
+}
+
+zero_status_t zero__comm_base_init(zero_comm_t *comm, const zero__comm_backend_t *backend, int rank,
+                                   int size, double timeout_s, zero_mem_t *mem) {
+    comm->backend = backend;
+    comm->rank = rank;
+    comm->size = size;
+    comm->timeout_s = timeout_s > 0 ? timeout_s : 300.0;
+    comm->mem = mem;
+    comm->queue.head = comm->queue.tail = NULL;
+    comm->stop = 0;
+    comm->failure = ZERO_OK;
+    memset(&comm->stats, 0, sizeof comm->stats);
+    pthread_mutex_init(&comm->lock, NULL);
+    pthread_cond_init(&comm->work, NULL);
+    pthread_cond_init(&comm->done, NULL);
+    if (pthread_create(&comm->thread, NULL, progress_main, comm) != 0) {
+        pthread_cond_destroy(&comm->done);
+        pthread_cond_destroy(&comm->work);
+        pthread_mutex_destroy(&comm->lock);
+        comm->thread_started = 0;
+        return zero__error(ZERO_ERR_OUT_OF_MEMORY, "could not start the progress thread of rank %d",
+                           rank);
+    }
+    comm->thread_started = 1;
+    return ZERO_OK;
+}
+
+void zero__comm_base_stop(zero_comm_t *comm) {
+    if (!comm->thread_started) return;
+    pthread_mutex_lock(&comm->lock);
+    comm->stop = 1;
+    pthread_cond_signal(&comm->work);
+    pthread_mutex_unlock(&comm->lock);
+    pthread_join(comm->thread, NULL);
+    comm->thread_started = 0;
+    pthread_cond_destroy(&comm->done);
+    pthread_cond_destroy(&comm->work);
+    pthread_mutex_destroy(&comm->lock);
+}
+
+void zero_comm_free(zero_comm_t *comm) {
+    if (!comm) return;
+    zero__comm_base_stop(comm);
+    comm->backend->destroy(comm);
+}
+
+int zero_comm_rank(const zero_comm_t *comm) { return comm->rank; }
+int zero_comm_size(const zero_comm_t *comm) { return comm->size; }
+zero_backend_t zero_comm_backend(const zero_comm_t *comm) { return comm->backend->kind; }
+
+void zero_comm_set_timeout(zero_comm_t *comm, double timeout_s) {
+    pthread_mutex_lock(&comm->lock);
+    comm->timeout_s = timeout_s > 0 ? timeout_s : 300.0;
+    pthread_mutex_unlock(&comm->lock);
+}
+
+void zero_comm_set_mem(zero_comm_t *comm, zero_mem_t *mem) {
+    pthread_mutex_lock(&comm->lock);
+    comm->mem = mem;
+    pthread_mutex_unlock(&comm->lock);
+}
+
+void zero_comm_get_stats(const zero_comm_t *comm, zero_comm_stats_t *out) {
+    zero_comm_t *c = (zero_comm_t *)comm; /* the lock is not part of the logical state */
+    pthread_mutex_lock(&c->lock);
+    *out = c->stats;
+    pthread_mutex_unlock(&c->lock);
+}
+
+void zero_comm_reset_stats(zero_comm_t *comm) {
+    pthread_mutex_lock(&comm->lock);
+    memset(&comm->stats, 0, sizeof comm->stats);
+    pthread_mutex_unlock(&comm->lock);
+}
+
+/* ------------------------------------------------------------------------------ requests */
+
+static int ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
+    uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+    return a_bytes && b_bytes && pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+/* Local argument checks: what one rank can see is wrong without asking the others. */
+static zero_status_t check_args(const zero_comm_t *comm, const zero__coll_args_t *a) {
+    const char *name = coll_names[a->coll];
+    if (!comm) return zero__error(ZERO_ERR_INVALID_ARG, "%s: communicator is NULL", name);
+    int n = comm->size;
+    if (a->coll == ZERO_COLL_BARRIER || a->coll == ZERO_COLL_SPLIT) return ZERO_OK;
+    if ((unsigned)a->dtype >= ZERO_DTYPE_COUNT)
+        return zero__error(ZERO_ERR_INVALID_ARG, "%s: invalid dtype %d", name, (int)a->dtype);
+    if ((unsigned)a->op >= ZERO_OP_COUNT)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "%s: invalid reduction op %d (expected sum or max)", name, (int)a->op);
+    size_t es = zero_dtype_size(a->dtype);
+    size_t send_count = a->count, recv_count = a->count;
+    switch (a->coll) {
+    case ZERO_COLL_REDUCE_SCATTER: send_count = a->count * (size_t)n; break;
+    case ZERO_COLL_ALL_GATHER: recv_count = a->count * (size_t)n; break;
+    case ZERO_COLL_ALL_TO_ALL: send_count = recv_count = a->count * (size_t)n; break;
+    case ZERO_COLL_BROADCAST:
+        if (a->root < 0 || a->root >= n)
+            return zero__error(ZERO_ERR_INVALID_ARG,
+                               "broadcast: root %d is outside the communicator (size %d)", a->root,
+                               n);
+        if (comm->rank != a->root) send_count = 0; /* only the root's send buffer is read */
+        break;
+    case ZERO_COLL_ALL_TO_ALLV:
+        if (!a->send_counts || !a->send_displs || !a->recv_counts || !a->recv_displs)
+            return zero__error(ZERO_ERR_INVALID_ARG,
+                               "all_to_allv: count and displacement arrays must not be NULL");
+        send_count = recv_count = 0;
+        for (int r = 0; r < n; r++) {
+            send_count = ZERO_MAX(send_count, a->send_displs[r] + a->send_counts[r]);
+            recv_count = ZERO_MAX(recv_count, a->recv_displs[r] + a->recv_counts[r]);
+        }
+        break;
+    default: break;
+    }
+    if (send_count && !a->send)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "%s: send buffer is NULL with %zu elements to send on rank %d", name,
+                           send_count, comm->rank);
+    if (recv_count && !a->recv)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "%s: recv buffer is NULL with %zu elements to receive on rank %d", name,
+                           recv_count, comm->rank);
+    if ((a->coll == ZERO_COLL_ALL_TO_ALL || a->coll == ZERO_COLL_ALL_TO_ALLV) &&
+        ranges_overlap(a->send, send_count * es, a->recv, recv_count * es))
+        return zero__error(ZERO_ERR_INVALID_ARG, "%s: send and recv buffers overlap on rank %d",
+                           name, comm->rank);
+    if (a->coll == ZERO_COLL_REDUCE_SCATTER && a->send != a->recv &&
+        (const char *)a->recv != (const char *)a->send + (size_t)comm->rank * a->count * es &&
+        ranges_overlap(a->send, send_count * es, a->recv, recv_count * es))
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "reduce_scatter: recv overlaps send but is not the in-place block "
+                           "(send + rank * recv_count) on rank %d",
+                           comm->rank);
+    if (a->coll == ZERO_COLL_ALL_GATHER &&
+        (const char *)a->send != (const char *)a->recv + (size_t)comm->rank * a->count * es &&
+        ranges_overlap(a->send, send_count * es, a->recv, recv_count * es))
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "all_gather: send overlaps recv but is not the in-place block "
+                           "(recv + rank * send_count) on rank %d",
+                           comm->rank);
+    if ((a->coll == ZERO_COLL_ALL_REDUCE || a->coll == ZERO_COLL_BROADCAST) && a->send != a->recv &&
+        ranges_overlap(a->send, send_count * es, a->recv, recv_count * es))
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "%s: send and recv overlap without being the same buffer on rank %d",
+                           name, comm->rank);
+    return ZERO_OK;
+}
+
+static zero_status_t post(zero_comm_t *comm, const zero__coll_args_t *args,
+                          zero_comm_request_t **out) {
+    if (!out)
+        return zero__error(ZERO_ERR_INVALID_ARG, "%s: request pointer is NULL",
+                           coll_names[args->coll]);
+    *out = NULL;
+    zero_status_t st = check_args(comm, args);
+    if (st) return st;
+    zero_comm_request_t *req = calloc(1, sizeof *req);
+    if (!req)
+        return zero__error(ZERO_ERR_OUT_OF_MEMORY, "%s: out of memory for a request",
+                           coll_names[args->coll]);
+    req->args = *args;
+    req->comm = comm;
+    pthread_mutex_lock(&comm->lock);
+    if (comm->queue.tail)
+        comm->queue.tail->next = req;
+    else
+        comm->queue.head = req;
+    comm->queue.tail = req;
+    pthread_cond_signal(&comm->work);
+    pthread_mutex_unlock(&comm->lock);
+    *out = req;
+    return ZERO_OK;
+}
+
+static zero_status_t finish(zero_comm_request_t *req) {
+    zero_status_t st = req->status;
+    if (st) zero__set_error_message(req->message);
+    free(req);
+    return st;
+}
+
+zero_status_t zero_comm_test(zero_comm_request_t *req, int *done) {
+    if (!req || !done) return zero__error(ZERO_ERR_INVALID_ARG, "zero_comm_test: NULL argument");
+    zero_comm_t *comm = req->comm;
+    pthread_mutex_lock(&comm->lock);
+    *done = req->done;
+    pthread_mutex_unlock(&comm->lock);
+    return *done ? finish(req) : ZERO_OK;
+}
+
+zero_status_t zero_comm_wait(zero_comm_request_t *req) {
+    if (!req) return zero__error(ZERO_ERR_INVALID_ARG, "zero_comm_wait: request is NULL");
+    zero_comm_t *comm = req->comm;
+    pthread_mutex_lock(&comm->lock);
+    while (!req->done) pthread_cond_wait(&comm->done, &comm->lock);
+    pthread_mutex_unlock(&comm->lock);
+    return finish(req);
+}
+
+static zero_status_t run_blocking(zero_comm_t *comm, const zero__coll_args_t *args) {
+    zero_comm_request_t *req;
+    zero_status_t st = post(comm, args, &req);
+    return st ? st : zero_comm_wait(req);
+}
+
+/* ------------------------------------------------------------------------------ public calls */
+
+#define ARGS(...) (&(zero__coll_args_t){__VA_ARGS__})
+
+zero_status_t zero_comm_all_reduce_post(const void *send, void *recv, size_t count,
+                                        zero_dtype_t dtype, zero_op_t op, zero_comm_t *comm,
+                                        zero_comm_request_t **req) {
+    return post(comm,
+                ARGS(.coll = ZERO_COLL_ALL_REDUCE, .send = send, .recv = recv, .count = count,
+                     .dtype = dtype, .op = op),
+                req);
+}
+zero_status_t zero_comm_all_reduce(const void *send, void *recv, size_t count, zero_dtype_t dtype,
+                                   zero_op_t op, zero_comm_t *comm) {
+    return run_blocking(comm, ARGS(.coll = ZERO_COLL_ALL_REDUCE, .send = send, .recv = recv,
+                                   .count = count, .dtype = dtype, .op = op));
+}
+
+zero_status_t zero_comm_reduce_scatter_post(const void *send, void *recv, size_t recv_count,
+                                            zero_dtype_t dtype, zero_op_t op, zero_comm_t *comm,
+                                            zero_comm_request_t **req) {
+    return post(comm,
+                ARGS(.coll = ZERO_COLL_REDUCE_SCATTER, .send = send, .recv = recv,
+                     .count = recv_count, .dtype = dtype, .op = op),
+                req);
+}
+zero_status_t zero_comm_reduce_scatter(const void *send, void *recv, size_t recv_count,
+                                       zero_dtype_t dtype, zero_op_t op, zero_comm_t *comm) {
+    return run_blocking(comm, ARGS(.coll = ZERO_COLL_REDUCE_SCATTER, .send = send, .recv = recv,
+                                   .count = recv_count, .dtype = dtype, .op = op));
+}
+
+zero_status_t zero_comm_all_gather_post(const void *send, void *recv, size_t send_count,
+                                        zero_dtype_t dtype, zero_comm_t *comm,
+                                        zero_comm_request_t **req) {
+    return post(comm,
+                ARGS(.coll = ZERO_COLL_ALL_GATHER, .send = send, .recv = recv, .count = send_count,
+                     .dtype = dtype),
+                req);
+}
+zero_status_t zero_comm_all_gather(const void *send, void *recv, size_t send_count,
+                                   zero_dtype_t dtype, zero_comm_t *comm) {
+    return run_blocking(comm, ARGS(.coll = ZERO_COLL_ALL_GATHER, .send = send, .recv = recv,
+                                   .count = send_count, .dtype = dtype));
+}
+
+zero_status_t zero_comm_all_to_all_post(const void *send, void *recv, size_t count,
+                                        zero_dtype_t dtype, zero_comm_t *comm,
+                                        zero_comm_request_t **req) {
+    return post(comm,
+                ARGS(.coll = ZERO_COLL_ALL_TO_ALL, .send = send, .recv = recv, .count = count,
+                     .dtype = dtype),
+                req);
+}
+zero_status_t zero_comm_all_to_all(const void *send, void *recv, size_t count, zero_dtype_t dtype,
+                                   zero_comm_t *comm) {
+    return run_blocking(comm, ARGS(.coll = ZERO_COLL_ALL_TO_ALL, .send = send, .recv = recv,
+                                   .count = count, .dtype = dtype));
+}
+
+zero_status_t zero_comm_all_to_allv_post(const void *send, const size_t *send_counts,
+                                         const size_t *send_displs, void *recv,
+                                         const size_t *recv_counts, const size_t *recv_displs,
+                                         zero_dtype_t dtype, zero_comm_t *comm,
+                                         zero_comm_request_t **req) {
+    return post(comm,
+                ARGS(.coll = ZERO_COLL_ALL_TO_ALLV, .send = send, .recv = recv, .dtype = dtype,
+                     .send_counts = send_counts, .send_displs = send_displs,
+                     .recv_counts = recv_counts, .recv_displs = recv_displs),
+                req);
+}
+zero_status_t zero_comm_all_to_allv(const void *send, const size_t *send_counts,
+                                    const size_t *send_displs, void *recv,
+                                    const size_t *recv_counts, const size_t *recv_displs,
+                                    zero_dtype_t dtype, zero_comm_t *comm) {
+    return run_blocking(comm,
+                        ARGS(.coll = ZERO_COLL_ALL_TO_ALLV, .send = send, .recv = recv,
+                             .dtype = dtype, .send_counts = send_counts, .send_displs = send_displs,
+                             .recv_counts = recv_counts, .recv_displs = recv_displs));
+}
+
+zero_status_t zero_comm_broadcast_post(const void *send, void *recv, size_t count,
+                                       zero_dtype_t dtype, int root, zero_comm_t *comm,
+                                       zero_comm_request_t **req) {
+    return post(comm,
+                ARGS(.coll = ZERO_COLL_BROADCAST, .send = send, .recv = recv, .count = count,
+                     .dtype = dtype, .root = root),
+                req);
+}
+zero_status_t zero_comm_broadcast(const void *send, void *recv, size_t count, zero_dtype_t dtype,
+                                  int root, zero_comm_t *comm) {
+    return run_blocking(comm, ARGS(.coll = ZERO_COLL_BROADCAST, .send = send, .recv = recv,
+                                   .count = count, .dtype = dtype, .root = root));
+}
+
+zero_status_t zero_comm_barrier_post(zero_comm_t *comm, zero_comm_request_t **req) {
+    return post(comm, ARGS(.coll = ZERO_COLL_BARRIER), req);
+}
+zero_status_t zero_comm_barrier(zero_comm_t *comm) {
+    return run_blocking(comm, ARGS(.coll = ZERO_COLL_BARRIER));
+}
+
+zero_status_t zero_comm_split(zero_comm_t *comm, int colour, int key, zero_comm_t **out) {
+    if (!out) return zero__error(ZERO_ERR_INVALID_ARG, "split: out is NULL");
+    *out = NULL;
+    if (colour < ZERO_COMM_NO_COLOUR)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "split: colour %d is invalid (expected >= 0, or ZERO_COMM_NO_COLOUR)",
+                           colour);
+    return run_blocking(
+        comm, ARGS(.coll = ZERO_COLL_SPLIT, .colour = colour, .key = key, .split_out = out));
+}

@@ -1,0 +1,85 @@
+/* comm_internal.h — the communicator base struct and the backend vtable.
+ *
+ * A backend embeds `struct zero_comm` first (`super`) and implements `run`: one collective,
+ * executed to completion on the communicator's progress thread. The front end (comm.c) checks
+ * local arguments, queues requests, runs them in posting order and keeps the statistics, so a
+ * backend only moves and reduces data, checks that ranks agree, and enforces the timeout.
+ */
+#ifndef ZERO_COMM_INTERNAL_H
+#define ZERO_COMM_INTERNAL_H
+
+#include "core/core_internal.h"
+#include "zero/comm.h"
+
+#include <pthread.h>
+
+/* One collective call's arguments. `count` is the blocking call's count argument: all_reduce
+ * count, reduce_scatter recv_count, all_gather send_count, all_to_all per-block count, broadcast
+ * count. Unused members are zero. */
+typedef struct zero__coll_args {
+    zero_coll_t coll;
+    const void *send;
+    void *recv;
+    size_t count;
+    zero_dtype_t dtype;
+    zero_op_t op;
+    int root;
+    const size_t *send_counts, *send_displs, *recv_counts, *recv_displs; /* all_to_allv */
+    int colour, key;                                                     /* split */
+    zero_comm_t **split_out;                                             /* split */
+} zero__coll_args_t;
+
+/* Bytes moved between ranks by one collective, as the backend's algorithm moved them. */
+typedef struct zero__coll_traffic {
+    uint64_t sent_bytes;
+    uint64_t recv_bytes;
+} zero__coll_traffic_t;
+
+typedef struct zero__comm_backend {
+    zero_backend_t kind;
+    /* Run one collective on the progress thread. On failure return the status with the message
+     * set through zero__error (it travels to the waiting thread). Set *traffic on success. A
+     * split creates the child with zero__comm_base_init and stores it in *args->split_out. */
+    zero_status_t (*run)(zero_comm_t *comm, const zero__coll_args_t *args,
+                         zero__coll_traffic_t *traffic);
+    /* Release backend state and the struct itself, after the progress thread has stopped. */
+    void (*destroy)(zero_comm_t *comm);
+} zero__comm_backend_t;
+
+typedef struct zero__request_queue {
+    zero_comm_request_t *head, *tail;
+} zero__request_queue_t;
+
+struct zero_comm {
+    const zero__comm_backend_t *backend;
+    int rank, size;
+    double timeout_s;
+    zero_mem_t *mem; /* borrowed */
+
+    /* Progress thread and its queue; everything below is guarded by lock. */
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t work; /* signalled when a request is queued or stop is set */
+    pthread_cond_t done; /* broadcast when a request completes */
+    zero__request_queue_t queue;
+    int stop;
+    int thread_started;
+    zero_status_t failure; /* non-zero once a collective timed out or ranks disagreed */
+    zero_comm_stats_t stats;
+};
+
+/* Initialise the base part of a backend's communicator and start its progress thread. */
+zero_status_t zero__comm_base_init(zero_comm_t *comm, const zero__comm_backend_t *backend, int rank,
+                                   int size, double timeout_s, zero_mem_t *mem);
+/* Stop the progress thread (after draining the queue) and destroy the base part. */
+void zero__comm_base_stop(zero_comm_t *comm);
+
+/* Rank-order reduction of `n` input blocks into out: out = in[0] op in[1] op ... op in[n-1],
+ * each element accumulated left to right (fp16/bf16 in fp32, rounded once). out may alias
+ * any input exactly (each tile is read in full before it is written). `count` elements each. This
+ * is the one reduction kernel both backends use, which is what makes their results bitwise equal.
+ */
+void zero__reduce_blocks(void *out, const void *const *in, int n, size_t count, zero_dtype_t dtype,
+                         zero_op_t op);
+
+#endif /* ZERO_COMM_INTERNAL_H */

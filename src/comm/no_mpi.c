@@ -1,0 +1,18 @@
+/* no_mpi.c — the MPI entry points of a build without MPI: they say so. */
+#include "comm_internal.h"
+
+int zero_comm_mpi_available(void) { return 0; }
+
+int zero_comm_mpi_launched(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
+zero_status_t zero_comm_mpi_init(zero_comm_t **out, const zero_comm_params_t *params) {
+    (void)params;
+    if (out) *out = NULL;
+    return zero__error(ZERO_ERR_UNSUPPORTED,
+                       "this build of zero has no MPI backend (MPI was not found at configure "
+                       "time); install libopenmpi-dev and rebuild, or use --backend threads");
+}
+
+void zero_comm_mpi_finalize(void) {}

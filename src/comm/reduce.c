@@ -1,0 +1,68 @@
+/* reduce.c — the rank-order reduction kernel shared by every backend.
+ *
+ * out[i] = in[0][i] op in[1][i] op ... op in[n-1][i], left to right. Floats accumulate in their
+ * own precision except fp16/bf16, which accumulate in fp32 and round once (RNE) at the end.
+ * Integers wrap modulo 2^bits (computed in unsigned arithmetic, so no undefined overflow). Max
+ * keeps the earlier value unless a later one compares greater.
+ *
+ * Work is tiled so an accumulator tile stays in L1 while the n inputs stream through it.
+ */
+#include "comm_internal.h"
+
+#include <string.h>
+
+#define TILE 1024
+
+#define DEFINE_REDUCE(name, T, ACC, LOAD, STORE, SUM)                                              \
+    static void name(void *out, const void *const *in, int n, size_t count, zero_op_t op) {        \
+        ACC acc[TILE];                                                                             \
+        for (size_t base = 0; base < count; base += TILE) {                                        \
+            size_t len = ZERO_MIN((size_t)TILE, count - base);                                     \
+            const T *first = (const T *)in[0] + base;                                              \
+            for (size_t i = 0; i < len; i++) acc[i] = LOAD(first[i]);                              \
+            for (int k = 1; k < n; k++) {                                                          \
+                const T *src = (const T *)in[k] + base;                                            \
+                if (op == ZERO_OP_SUM) {                                                           \
+                    for (size_t i = 0; i < len; i++) acc[i] = SUM(acc[i], LOAD(src[i]));           \
+                } else {                                                                           \
+                    for (size_t i = 0; i < len; i++) {                                             \
+                        ACC v = LOAD(src[i]);                                                      \
+                        if (v > acc[i]) acc[i] = v;                                                \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+            T *dst = (T *)out + base;                                                              \
+            for (size_t i = 0; i < len; i++) dst[i] = STORE(acc[i]);                               \
+        }                                                                                          \
+    }
+
+#define IDENT(x) (x)
+#define PLUS(a, b) ((a) + (b))
+/* Wrapping integer sums: add as unsigned, convert back (implementation-defined, two's
+ * complement on every compiler we build with, never undefined). */
+#define WRAP_I8(a, b) ((int8_t)(uint8_t)((uint8_t)(a) + (uint8_t)(b)))
+#define WRAP_U8(a, b) ((uint8_t)((a) + (b)))
+#define WRAP_I32(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))
+
+DEFINE_REDUCE(reduce_fp32, float, float, IDENT, IDENT, PLUS)
+DEFINE_REDUCE(reduce_fp64, double, double, IDENT, IDENT, PLUS)
+DEFINE_REDUCE(reduce_fp16, uint16_t, float, zero_fp16_to_fp32, zero_fp32_to_fp16, PLUS)
+DEFINE_REDUCE(reduce_bf16, uint16_t, float, zero_bf16_to_fp32, zero_fp32_to_bf16, PLUS)
+DEFINE_REDUCE(reduce_int8, int8_t, int8_t, IDENT, IDENT, WRAP_I8)
+DEFINE_REDUCE(reduce_uint8, uint8_t, uint8_t, IDENT, IDENT, WRAP_U8)
+DEFINE_REDUCE(reduce_int32, int32_t, int32_t, IDENT, IDENT, WRAP_I32)
+
+void zero__reduce_blocks(void *out, const void *const *in, int n, size_t count, zero_dtype_t dtype,
+                         zero_op_t op) {
+    ZERO_ASSERT(n >= 1);
+    switch (dtype) {
+    case ZERO_DTYPE_FP32: reduce_fp32(out, in, n, count, op); break;
+    case ZERO_DTYPE_FP64: reduce_fp64(out, in, n, count, op); break;
+    case ZERO_DTYPE_FP16: reduce_fp16(out, in, n, count, op); break;
+    case ZERO_DTYPE_BF16: reduce_bf16(out, in, n, count, op); break;
+    case ZERO_DTYPE_INT8: reduce_int8(out, in, n, count, op); break;
+    case ZERO_DTYPE_UINT8: reduce_uint8(out, in, n, count, op); break;
+    case ZERO_DTYPE_INT32: reduce_int32(out, in, n, count, op); break;
+    default: ZERO_ASSERT(!"dtype checked by the front end");
+    }
+}

@@ -1,0 +1,42 @@
+/* core_internal.h — helpers shared inside the library: error setting and logging.
+ *
+ * zero__error() formats the thread-local message behind zero_last_error() and returns the
+ * status, so a failing path reads `return zero__error(ZERO_ERR_X, "what %s", name);`.
+ */
+#ifndef ZERO_CORE_INTERNAL_H
+#define ZERO_CORE_INTERNAL_H
+
+#include "zero/core.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define ZERO_PRINTF(a, b) __attribute__((format(printf, a, b)))
+
+zero_status_t zero__error(zero_status_t status, const char *fmt, ...) ZERO_PRINTF(2, 3);
+/* Set the thread-local message verbatim (used to carry a message across threads). */
+void zero__set_error_message(const char *message);
+
+void zero__log(zero_log_level_t level, int rank, int world, const char *fmt, ...) ZERO_PRINTF(4, 5);
+
+/* Always-on invariant check: our own bugs only, never user input. */
+#define ZERO_ASSERT(cond)                                                                          \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "zero: internal error at %s:%d: assertion '%s' failed\n", __FILE__,    \
+                    __LINE__, #cond);                                                              \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+#ifdef NDEBUG
+#define ZERO_DEBUG_ASSERT(cond) ((void)0)
+#else
+#define ZERO_DEBUG_ASSERT(cond) ZERO_ASSERT(cond)
+#endif
+
+#define ZERO_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define ZERO_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define ZERO_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#endif /* ZERO_CORE_INTERNAL_H */
