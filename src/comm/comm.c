@@ -52,6 +52,48 @@ zero_comm_params_t zero_comm_params_default(void) {
     return (zero_comm_params_t){.timeout_s = 300.0, .mem = NULL};
 }
 
+/* ------------------------------------------------------------------------------ traffic */
+
+void zero__block_range(size_t count, int n, int r, size_t *offset, size_t *len) {
+    /* count * r may overflow size_t only beyond 2^64 / n elements: not a real buffer. */
+    size_t begin = count / (size_t)n * (size_t)r + count % (size_t)n * (size_t)r / (size_t)n;
+    size_t end =
+        count / (size_t)n * (size_t)(r + 1) + count % (size_t)n * (size_t)(r + 1) / (size_t)n;
+    *offset = begin;
+    *len = end - begin;
+}
+
+void zero__coll_traffic(const zero__coll_args_t *a, int rank, int n, uint64_t *sent_bytes,
+                        uint64_t *recv_bytes) {
+    uint64_t es = zero_dtype_size(a->dtype), sent = 0, recvd = 0;
+    size_t off, own;
+    switch (a->coll) {
+    case ZERO_COLL_REDUCE_SCATTER:
+    case ZERO_COLL_ALL_GATHER:
+    case ZERO_COLL_ALL_TO_ALL: sent = recvd = (uint64_t)(n - 1) * a->count * es; break;
+    case ZERO_COLL_ALL_REDUCE:
+        zero__block_range(a->count, n, rank, &off, &own);
+        sent = recvd = 2 * (uint64_t)(a->count - own) * es;
+        break;
+    case ZERO_COLL_ALL_TO_ALLV:
+        for (int r = 0; r < n; r++) {
+            if (r == rank) continue;
+            sent += a->send_counts[r] * es;
+            recvd += a->recv_counts[r] * es;
+        }
+        break;
+    case ZERO_COLL_BROADCAST:
+        if (rank == a->root)
+            sent = (uint64_t)(n - 1) * a->count * es;
+        else
+            recvd = a->count * es;
+        break;
+    default: break;
+    }
+    *sent_bytes = sent;
+    *recv_bytes = recvd;
+}
+
 /* ------------------------------------------------------------------------------ progress */
 
 static void *progress_main(void *arg) {
@@ -64,7 +106,6 @@ static void *progress_main(void *arg) {
         zero_status_t failure = comm->failure;
         pthread_mutex_unlock(&comm->lock);
 
-        zero__coll_traffic_t traffic = {0, 0};
         zero_status_t status;
         if (failure) {
             status = zero__error(ZERO_ERR_COMM_FAILED,
@@ -72,14 +113,16 @@ static void *progress_main(void *arg) {
                                  "longer be used",
                                  coll_names[req->args.coll], comm->rank, zero_status_str(failure));
         } else {
-            status = comm->backend->run(comm, &req->args, &traffic);
+            status = comm->backend->run(comm, &req->args);
         }
 
         pthread_mutex_lock(&comm->lock);
         if (status == ZERO_OK) {
+            uint64_t sent, recvd;
+            zero__coll_traffic(&req->args, comm->rank, comm->size, &sent, &recvd);
             comm->stats.calls[req->args.coll]++;
-            comm->stats.sent_bytes[req->args.coll] += traffic.sent_bytes;
-            comm->stats.recv_bytes[req->args.coll] += traffic.recv_bytes;
+            comm->stats.sent_bytes[req->args.coll] += sent;
+            comm->stats.recv_bytes[req->args.coll] += recvd;
         } else {
             snprintf(req->message, sizeof req->message, "%s", zero_last_error());
             if (status == ZERO_ERR_TIMEOUT || status == ZERO_ERR_MISMATCH ||

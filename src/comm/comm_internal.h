@@ -29,19 +29,14 @@ typedef struct zero__coll_args {
     zero_comm_t **split_out;                                             /* split */
 } zero__coll_args_t;
 
-/* Bytes moved between ranks by one collective, as the backend's algorithm moved them. */
-typedef struct zero__coll_traffic {
-    uint64_t sent_bytes;
-    uint64_t recv_bytes;
-} zero__coll_traffic_t;
-
 typedef struct zero__comm_backend {
     zero_backend_t kind;
     /* Run one collective on the progress thread. On failure return the status with the message
-     * set through zero__error (it travels to the waiting thread). Set *traffic on success. A
-     * split creates the child with zero__comm_base_init and stores it in *args->split_out. */
-    zero_status_t (*run)(zero_comm_t *comm, const zero__coll_args_t *args,
-                         zero__coll_traffic_t *traffic);
+     * set through zero__error (it travels to the waiting thread). A split creates the child with
+     * zero__comm_base_init and stores it in *args->split_out. Traffic statistics are kept by the
+     * front end from the formulas of zero__coll_traffic, which every backend's algorithm must
+     * match (direct algorithms: each rank sends exactly what the others need from it). */
+    zero_status_t (*run)(zero_comm_t *comm, const zero__coll_args_t *args);
     /* Release backend state and the struct itself, after the progress thread has stopped. */
     void (*destroy)(zero_comm_t *comm);
 } zero__comm_backend_t;
@@ -81,5 +76,18 @@ void zero__comm_base_stop(zero_comm_t *comm);
  */
 void zero__reduce_blocks(void *out, const void *const *in, int n, size_t count, zero_dtype_t dtype,
                          zero_op_t op);
+
+/* The block of rank r when `count` elements are divided among n ranks (all-reduce's
+ * reduce-scatter phase): [count*r/n, count*(r+1)/n). Both backends use this partition. */
+void zero__block_range(size_t count, int n, int r, size_t *offset, size_t *len);
+
+/* Bytes rank `rank` sends to and receives from the other ranks in one collective:
+ *   reduce_scatter, all_gather, all_to_all: (n-1) * count * elem each way;
+ *   all_reduce: 2 * (count - own block) * elem each way (reduce-scatter + all-gather);
+ *   all_to_allv: the counts addressed to / coming from the other ranks;
+ *   broadcast: root sends (n-1) * count * elem, others receive count * elem;
+ *   barrier, split: 0. */
+void zero__coll_traffic(const zero__coll_args_t *args, int rank, int n, uint64_t *sent_bytes,
+                        uint64_t *recv_bytes);
 
 #endif /* ZERO_COMM_INTERNAL_H */
