@@ -89,8 +89,9 @@ ZERO_API const char *zero_dtype_name(zero_dtype_t dtype);
 /* Parse a name as printed by zero_dtype_name; returns ZERO_ERR_INVALID_ARG if unknown. */
 ZERO_API zero_status_t zero_dtype_parse(const char *name, zero_dtype_t *out);
 
-/* IEEE half and bfloat16 conversions, round-to-nearest-even; NaN stays NaN (quiet), infinities
- * and signed zeros are kept, fp16 subnormals are produced and read exactly. */
+/* IEEE half and bfloat16 conversions, round-to-nearest-even; infinities and signed zeros are
+ * kept, fp16 subnormals are produced and read exactly. Narrowing (fp32 -> 16-bit) turns any NaN
+ * into a quiet NaN of the same sign; widening is exact and keeps a NaN's payload. */
 ZERO_API uint16_t zero_fp32_to_fp16(float x);
 ZERO_API float zero_fp16_to_fp32(uint16_t h);
 ZERO_API uint16_t zero_fp32_to_bf16(float x);

@@ -249,9 +249,11 @@ static zero_status_t check_args(const zero_comm_t *comm, const zero__coll_args_t
             return zero__error(ZERO_ERR_INVALID_ARG,
                                "all_to_allv: count and displacement arrays must not be NULL");
         send_count = recv_count = 0;
-        for (int r = 0; r < n; r++) {
-            send_count = ZERO_MAX(send_count, a->send_displs[r] + a->send_counts[r]);
-            recv_count = ZERO_MAX(recv_count, a->recv_displs[r] + a->recv_counts[r]);
+        for (int r = 0; r < n; r++) { /* empty blocks touch no memory, whatever their offset */
+            if (a->send_counts[r])
+                send_count = ZERO_MAX(send_count, a->send_displs[r] + a->send_counts[r]);
+            if (a->recv_counts[r])
+                recv_count = ZERO_MAX(recv_count, a->recv_displs[r] + a->recv_counts[r]);
         }
         break;
     default: break;
