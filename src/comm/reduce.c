@@ -5,7 +5,9 @@
  * Integers wrap modulo 2^bits (computed in unsigned arithmetic, so no undefined overflow). Max
  * keeps the earlier value unless a later one compares greater.
  *
- * Work is tiled so an accumulator tile stays in L1 while the n inputs stream through it.
+ * Work is tiled so an accumulator tile stays in L1 while the n inputs stream through it. Types
+ * that accumulate in their own precision use the output itself as the accumulator (one pass fewer
+ * over memory) unless the output is one of the later inputs, which the first pass would clobber.
  */
 #include "comm_internal.h"
 
@@ -36,6 +38,29 @@
         }                                                                                          \
     }
 
+/* Same order as DEFINE_REDUCE, accumulating in out: out = in0 op in1, then out = out op in_k. */
+#define DEFINE_REDUCE_IN_OUT(name, T, SUM)                                                         \
+    static void name(void *out, const void *const *in, int n, size_t count, zero_op_t op) {        \
+        for (size_t base = 0; base < count; base += TILE) {                                        \
+            size_t len = ZERO_MIN((size_t)TILE, count - base);                                     \
+            T *dst = (T *)out + base;                                                              \
+            const T *a = (const T *)in[0] + base;                                                  \
+            if (n == 1) {                                                                          \
+                if (dst != a) memcpy(dst, a, len * sizeof(T));                                     \
+                continue;                                                                          \
+            }                                                                                      \
+            for (int k = 1; k < n; k++) {                                                          \
+                const T *src = (const T *)in[k] + base;                                            \
+                if (op == ZERO_OP_SUM) {                                                           \
+                    for (size_t i = 0; i < len; i++) dst[i] = SUM(a[i], src[i]);                   \
+                } else {                                                                           \
+                    for (size_t i = 0; i < len; i++) dst[i] = src[i] > a[i] ? src[i] : a[i];       \
+                }                                                                                  \
+                a = dst;                                                                           \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
 #define IDENT(x) (x)
 #define PLUS(a, b) ((a) + (b))
 /* Wrapping integer sums: add as unsigned, convert back (implementation-defined, two's
@@ -51,10 +76,36 @@ DEFINE_REDUCE(reduce_bf16, uint16_t, float, zero_bf16_to_fp32, zero_fp32_to_bf16
 DEFINE_REDUCE(reduce_int8, int8_t, int8_t, IDENT, IDENT, WRAP_I8)
 DEFINE_REDUCE(reduce_uint8, uint8_t, uint8_t, IDENT, IDENT, WRAP_U8)
 DEFINE_REDUCE(reduce_int32, int32_t, int32_t, IDENT, IDENT, WRAP_I32)
+DEFINE_REDUCE_IN_OUT(reduce_out_fp32, float, PLUS)
+DEFINE_REDUCE_IN_OUT(reduce_out_fp64, double, PLUS)
+DEFINE_REDUCE_IN_OUT(reduce_out_int8, int8_t, WRAP_I8)
+DEFINE_REDUCE_IN_OUT(reduce_out_uint8, uint8_t, WRAP_U8)
+DEFINE_REDUCE_IN_OUT(reduce_out_int32, int32_t, WRAP_I32)
+
+/* Accumulating in out is safe unless out is (inside) one of the inputs after the first: the
+ * first pass of a tile would overwrite that input's values before they are added. */
+static int out_is_safe_accumulator(const void *out, const void *const *in, int n, size_t bytes) {
+    uintptr_t o = (uintptr_t)out;
+    for (int k = 1; k < n; k++) {
+        uintptr_t p = (uintptr_t)in[k];
+        if (bytes && o < p + bytes && p < o + bytes) return 0;
+    }
+    return 1;
+}
 
 void zero__reduce_blocks(void *out, const void *const *in, int n, size_t count, zero_dtype_t dtype,
                          zero_op_t op) {
     ZERO_ASSERT(n >= 1);
+    if (out_is_safe_accumulator(out, in, n, count * zero_dtype_size(dtype))) {
+        switch (dtype) {
+        case ZERO_DTYPE_FP32: reduce_out_fp32(out, in, n, count, op); return;
+        case ZERO_DTYPE_FP64: reduce_out_fp64(out, in, n, count, op); return;
+        case ZERO_DTYPE_INT8: reduce_out_int8(out, in, n, count, op); return;
+        case ZERO_DTYPE_UINT8: reduce_out_uint8(out, in, n, count, op); return;
+        case ZERO_DTYPE_INT32: reduce_out_int32(out, in, n, count, op); return;
+        default: break; /* fp16 and bf16 accumulate in fp32 */
+        }
+    }
     switch (dtype) {
     case ZERO_DTYPE_FP32: reduce_fp32(out, in, n, count, op); break;
     case ZERO_DTYPE_FP64: reduce_fp64(out, in, n, count, op); break;
