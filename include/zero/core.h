@@ -155,6 +155,24 @@ ZERO_API size_t zero_peak_rss_bytes(void);
 /* Monotonic wall-clock seconds. */
 ZERO_API double zero_time_now(void);
 
+/* ------------------------------------------------------------------------------ conversions */
+
+/* Convert `count` elements, out and in as for memcpy (they must not overlap). Bitwise identical
+ * to the scalar conversions above for every input (round-to-nearest-even, NaN handling,
+ * subnormals), vectorised with AVX-512 / AVX512-BF16 / F16C where the CPU has them (chosen once,
+ * at run time) and portable C elsewhere. Thread-safe; pointers borrowed for the call. */
+ZERO_API void zero_fp32_to_bf16_array(uint16_t *out, const float *in, size_t count);
+ZERO_API void zero_bf16_to_fp32_array(float *out, const uint16_t *in, size_t count);
+ZERO_API void zero_fp32_to_fp16_array(uint16_t *out, const float *in, size_t count);
+ZERO_API void zero_fp16_to_fp32_array(float *out, const uint16_t *in, size_t count);
+/* Name of the implementation the array conversions use ("avx512bf16", "avx512", "f16c",
+ * "scalar"). Static string. */
+ZERO_API const char *zero_convert_impl(void);
+/* Force an implementation by name (for tests and benchmarks), NULL for the automatic choice.
+ * Returns ZERO_ERR_UNSUPPORTED if this CPU lacks it, ZERO_ERR_INVALID_ARG for an unknown name.
+ * Takes effect for later calls on every thread. */
+ZERO_API zero_status_t zero_convert_set_impl(const char *name);
+
 #ifdef __cplusplus
 }
 #endif

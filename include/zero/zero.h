@@ -4,5 +4,8 @@
 
 #include "zero/core.h"
 #include "zero/comm.h"
+#include "zero/engine.h"
+#include "zero/ckpt.h"
+#include "zero/optim.h"
 
 #endif /* ZERO_ZERO_H */

@@ -5,6 +5,7 @@
 #define ZERO_CLI_H
 
 int zero__cli_bench(int argc, char **argv);
+int zero__cli_convert(int argc, char **argv);
 int zero__cli_train(int argc, char **argv);
 
 #endif /* ZERO_CLI_H */

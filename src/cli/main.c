@@ -13,6 +13,7 @@ static const struct {
 } commands[] = {
     {"train", zero__cli_train, "train a model (threads or MPI ranks, ZeRO stages 0-3)"},
     {"bench", zero__cli_bench, "benchmarks: `zero bench comm` (collectives)"},
+    {"convert", zero__cli_convert, "export a checkpoint to safetensors (Hugging Face GPT-2 names)"},
 };
 
 static void usage(FILE *out) {

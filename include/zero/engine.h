@@ -1,0 +1,304 @@
+/* zero/engine.h — the model-agnostic training engine: owns parameters, gradients and optimizer
+ * state, and runs the optimizer step (ARCHITECTURE.md section 2, "the engine contract").
+ *
+ * A model declares units (a transformer block, the embeddings, the final norm); each unit is a
+ * list of named tensors with flags and an initialisation rule, stored in one flat buffer that the
+ * engine allocates and owns. Per micro-step the model calls, for each unit in the order it uses
+ * them: zero_unit_fetch before forward, zero_unit_release after forward, zero_unit_fetch before
+ * backward, zero_unit_grads_done after backward. At the end of the global batch it calls
+ * zero_engine_step.
+ *
+ * Stages (ARCHITECTURE.md section 3), fp32 compute, one padded layout: every unit is padded to a
+ * multiple of world x 16 elements and rank r owns [r*S, (r+1)*S) of it (S = padded / world).
+ *   0: params, grads, Adam m/v full on every rank; gradients reduce-scattered per micro-step and
+ *      all-gathered at the step (= all-reduce); AdamW on the full buffers.
+ *   1: params full; the model's gradient buffers full; Adam m/v on the shard; params all-gathered
+ *      after the step.
+ *   2: as 1, but a unit's full gradient buffer lives only from zero_unit_grads to
+ *      zero_unit_grads_done (then it is packed into a bucket and freed).
+ *   3: as 2, and parameters are kept as shards: zero_unit_fetch all-gathers the unit just in
+ *      time into a buffer lent by a pool of gather buffers (keyed by padded size), and
+ *      zero_unit_release gives the buffer back (units of <= persistence_threshold_elems stay
+ *      full). Prefetch follows a fetch sequence seen in two consecutive steps, and only while
+ *      the current step's fetches match its prefix, so evaluation forwards between steps do not
+ *      make it gather units that are then dropped unused.
+ * Determinism: every stage follows one canonical order, so the weights are bitwise identical
+ * across stages for a given world size and accumulation: each micro-step's gradient of a unit is
+ * reduce-scattered (rank-order sums, done by the comm layer), the reduced shards are accumulated
+ * in fp32 in micro-step order, the global norm is a sum of float64 per-rank partials over the
+ * owned shards combined in rank order. Unlike DeepSpeed, stage 1 therefore communicates per
+ * micro-step (its traffic is that of stage 2), and stages 0/1 keep an fp32 shard accumulator
+ * beside the full gradient buffer (counted in the memory theory).
+ * Not implemented: bf16/fp16 compute (ZERO_ERR_UNSUPPORTED).
+ *
+ * Collectives: with world > 1, zero_engine_init (it splits a private communicator so the
+ * engine's traffic is counted apart), zero_unit_fetch / _release / _grads_done (they post
+ * collectives in call order), zero_engine_step and zero_engine_fingerprint must be called by
+ * every rank in the same order. A rank whose sequence of fetch / grads_done calls differs gets
+ * ZERO_ERR_MISMATCH (or the comm layer's timeout) naming the unit and step, on every rank.
+ *
+ * Threading: an engine belongs to one rank and is used by one thread at a time.
+ */
+#ifndef ZERO_ENGINE_H
+#define ZERO_ENGINE_H
+
+#include "zero/comm.h"
+#include "zero/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------ tensors */
+
+/* Roles of a tensor, as flags (never positions in a list). */
+typedef enum {
+    ZERO_TENSOR_NO_DECAY = 1u << 0, /* AdamW skips weight decay (biases, norms, positions) */
+    ZERO_TENSOR_TIED = 1u << 1,     /* used in two places (GPT's token embedding and head); the
+                                       model accumulates both gradients into the one tensor */
+} zero_tensor_flag_t;
+
+/* How the engine fills a tensor at declaration. Initialisation depends only on the engine seed,
+ * the unit index and the tensor index, so every stage and world size starts from the same
+ * weights. */
+typedef enum {
+    ZERO_INIT_ZEROS,
+    ZERO_INIT_ONES,
+    ZERO_INIT_NORMAL, /* N(0, init_std^2), Box-Muller over a counter-based generator */
+    ZERO_INIT_COUNT
+} zero_init_t;
+
+ZERO_API const char *zero_init_name(zero_init_t init);
+
+#define ZERO_TENSOR_MAX_DIMS 4
+
+typedef struct zero_tensor_desc {
+    const char *name; /* borrowed during zero_engine_add_unit; the engine keeps a copy */
+    int ndim;         /* 1 .. ZERO_TENSOR_MAX_DIMS */
+    size_t shape[ZERO_TENSOR_MAX_DIMS];
+    unsigned flags; /* zero_tensor_flag_t bits */
+    zero_init_t init;
+    float init_std; /* ZERO_INIT_NORMAL only */
+} zero_tensor_desc_t;
+
+/* ------------------------------------------------------------------------------ parameters */
+
+/* DeepSpeed's scheduler names map onto these: WarmupLR -> constant, WarmupDecayLR -> linear,
+ * WarmupCosineLR -> cosine (zero_lr_schedule_parse accepts both spellings). */
+typedef enum {
+    ZERO_LR_CONSTANT, /* lr after warm-up */
+    ZERO_LR_COSINE,   /* lr -> min_lr along half a cosine over [warmup, total) */
+    ZERO_LR_LINEAR,   /* lr -> min_lr linearly over [warmup, total) */
+    ZERO_LR_SCHEDULE_COUNT
+} zero_lr_schedule_t;
+
+ZERO_API const char *zero_lr_schedule_name(zero_lr_schedule_t schedule);
+/* Parse "constant", "cosine" or "linear", or DeepSpeed's "WarmupLR", "WarmupDecayLR",
+ * "WarmupCosineLR"; ZERO_ERR_INVALID_ARG otherwise. */
+ZERO_API zero_status_t zero_lr_schedule_parse(const char *name, zero_lr_schedule_t *out);
+
+/* Shape of the warm-up (DeepSpeed's scheduler.params.warmup_type). */
+typedef enum {
+    ZERO_WARMUP_LINEAR, /* lr = min + (lr - min) * (step + 1) / warmup_steps */
+    ZERO_WARMUP_LOG,    /* lr = min + (lr - min) * log(step + 1) / log(warmup_steps) (DeepSpeed's
+                           default for WarmupLR / WarmupDecayLR) */
+    ZERO_WARMUP_TYPE_COUNT
+} zero_warmup_type_t;
+
+typedef struct zero_engine_params {
+    int stage;                  /* ZeRO stage 0-3 (zero_optimization.stage) */
+    zero_comm_t *comm;          /* borrowed; NULL = one rank. The engine splits its own copy. */
+    zero_mem_t *mem;            /* borrowed accounting domain; NULL: the engine makes its own */
+    zero_dtype_t compute_dtype; /* ZERO_DTYPE_FP32 (bf16/fp16 later) */
+    uint64_t seed;              /* parameter initialisation */
+    int threads;                /* cores the optimizer step may use (>= 1) */
+
+    /* AdamW with decoupled weight decay (Loshchilov & Hutter): p -= lr * (m^/(sqrt(v^)+eps)
+     * + wd * p), wd skipped for ZERO_TENSOR_NO_DECAY tensors. */
+    float lr, min_lr, beta1, beta2, eps, weight_decay;
+    zero_lr_schedule_t schedule;
+    int warmup_steps;    /* scheduler.params.warmup_num_steps */
+    int total_steps;     /* scheduler.params.total_num_steps: decay ends here, then min_lr */
+    float warmup_min_lr; /* scheduler.params.warmup_min_lr: warm-up starts here (default 0) */
+    zero_warmup_type_t warmup_type; /* scheduler.params.warmup_type (default linear) */
+    float grad_clip;      /* gradient_clipping: > 0 clips to this global L2 norm; 0 disables */
+    int grad_accum_steps; /* gradient_accumulation_steps: zero_engine_step averages over them */
+
+    /* zero_optimization.reduce_bucket_size, in BYTES of fp32 gradient (DeepSpeed counts
+     * elements; the trainer converts): gradients of finished units are packed into a bucket of
+     * this size whose reduce-scatter is posted when full (raised to the largest unit). */
+    int reduce_bucket_bytes;
+    /* Stage 3 (elements): stage3_prefetch_bucket_size (parameters being prefetched at once;
+     * 0 disables prefetch), stage3_param_persistence_threshold (units of at most this many
+     * parameters stay gathered), stage3_max_live_parameters (prefetch never makes the gathered,
+     * non-persistent parameters exceed this; a fetch the model asks for always proceeds). */
+    int64_t prefetch_bucket_elems, persistence_threshold_elems, max_live_elems;
+} zero_engine_params_t;
+
+/* Defaults: stage 0, one rank, fp32, seed 1337, 1 thread, lr 3e-4, min_lr 3e-5, betas (0.9, 0.95),
+ * eps 1e-8, weight_decay 0.1, cosine, warm-up 0 (linear, from 0), total 1, clip 1.0, one
+ * micro-step; DeepSpeed's ZeRO defaults: reduce bucket 5e8 elements (2e9 bytes, capped at
+ * INT_MAX), prefetch 5e7, persistence 1e5, max live 1e9 elements. */
+ZERO_API zero_engine_params_t zero_engine_params_default(void);
+
+typedef struct zero_engine zero_engine_t;
+
+/* Create an engine. Returns ZERO_ERR_UNSUPPORTED for a compute dtype other than fp32 (with a
+ * message naming what was asked), ZERO_ERR_CONFIG for invalid values. *out is owned by the
+ * caller: zero_engine_free. Collective over params->comm when it has more than one rank. */
+ZERO_API zero_status_t zero_engine_init(zero_engine_t **out, const zero_engine_params_t *params);
+/* Free the engine and every buffer it owns. NULL is accepted. */
+ZERO_API void zero_engine_free(zero_engine_t *eng);
+
+/* Declare a unit of `count` tensors; allocates its parameter, gradient and Adam buffers
+ * (ZERO_MEM_PARAMS / _GRADS / _OPTIM, sized by the stage) and initialises the parameters. Every
+ * rank must declare the same units (not collective: nothing is exchanged). Units are numbered from
+ * 0 in declaration order; *unit_out receives the index (may be NULL). Tensor names must be unique
+ * within the unit. Each tensor starts at an offset that is a multiple of 16 elements. */
+ZERO_API zero_status_t zero_engine_add_unit(zero_engine_t *eng, const char *name,
+                                            const zero_tensor_desc_t *tensors, int count,
+                                            int *unit_out);
+
+/* ------------------------------------------------------------------------------ per step */
+
+/* Full parameters of unit u for compute (compute dtype), valid until the matching
+ * zero_unit_release (stage 3 then gives the buffer back to its pool of gather buffers unless the
+ * unit is persistent; stages 0-2 keep them until zero_engine_free). Fetches nest (a counter).
+ * Tensor t starts at element zero_engine_tensor_offset(eng, u, t). Returns NULL with
+ * zero_last_error() set for a bad unit or a failed gather (the message names the unit and step; the
+ * engine is then failed and zero_engine_step returns the status). The model must not write the
+ * memory. Collective in stage 3 (all-gather, possibly prefetches). */
+ZERO_API const float *zero_unit_fetch(zero_engine_t *eng, int u);
+/* The model is done with unit u's parameters for now. */
+ZERO_API void zero_unit_release(zero_engine_t *eng, int u);
+/* Gradient buffer of unit u for this micro-step (same layout as the parameters, zero-filled at
+ * the start of each micro-step). The model ADDS its gradient into it (+=) during backward, then
+ * calls zero_unit_grads_done. In stages 2-3 the buffer exists only between the two calls.
+ * NULL for a bad unit or out of memory. */
+ZERO_API float *zero_unit_grads(zero_engine_t *eng, int u);
+/* The gradient of unit u for this micro-step is complete: it joins the reduce bucket (whose
+ * reduce-scatter is posted when full) and the buffer from zero_unit_grads is recycled (stages
+ * 0-1: zeroed; 2-3: freed). Collective (may post a reduce-scatter). A unit whose buffer was taken
+ * but not handed back is handed back by zero_engine_step, in unit order. */
+ZERO_API zero_status_t zero_unit_grads_done(zero_engine_t *eng, int u);
+
+typedef struct zero_step_stats {
+    int64_t step;     /* optimizer steps completed, this one included */
+    float lr;         /* learning rate used by this step */
+    double grad_norm; /* global L2 norm of the averaged gradient before clipping (-1: non-finite) */
+    int clipped;      /* 1 if the gradient was scaled down to grad_clip */
+    int skipped;      /* 1 if the step was skipped (non-finite gradient): weights unchanged */
+    double step_s;    /* seconds spent in zero_engine_step */
+} zero_step_stats_t;
+
+/* End of a global batch: wait for the reduce-scatters, average the accumulated gradient over
+ * ranks x grad_accum_steps, compute its global norm (float64), check the fetch schedule across
+ * ranks, clip, run AdamW with the scheduled learning rate on this rank's shard (stage 0: on the
+ * full buffers), all-gather the updated parameters (stages 1-2; stage 3 persistent units) and
+ * zero the gradients. A non-finite gradient skips the update (stats->skipped = 1) and returns
+ * ZERO_OK on every rank. Ranks that called units differently get ZERO_ERR_MISMATCH naming the
+ * step, the first differing call and the units. stats may be NULL. Collective. */
+ZERO_API zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats);
+
+/* Zero all gradients (e.g. after an evaluation pass that ran backward by mistake). */
+ZERO_API void zero_engine_zero_grads(zero_engine_t *eng);
+
+/* Learning rate the schedule gives at (0-based) step `step`. */
+ZERO_API float zero_engine_lr_at(const zero_engine_t *eng, int64_t step);
+
+/* ------------------------------------------------------------------------------ queries */
+
+ZERO_API int zero_engine_unit_count(const zero_engine_t *eng);
+ZERO_API const char *zero_engine_unit_name(const zero_engine_t *eng, int u);
+/* Elements of unit u (sum of its tensors, without padding) and of the whole model. */
+ZERO_API size_t zero_engine_unit_param_count(const zero_engine_t *eng, int u);
+ZERO_API size_t zero_engine_param_count(const zero_engine_t *eng);
+ZERO_API int zero_engine_tensor_count(const zero_engine_t *eng, int u);
+/* Element offset of tensor t inside unit u's buffer; (size_t)-1 for a bad index. */
+ZERO_API size_t zero_engine_tensor_offset(const zero_engine_t *eng, int u, int t);
+ZERO_API const zero_tensor_desc_t *zero_engine_tensor_desc(const zero_engine_t *eng, int u, int t);
+/* Accounting domain of the engine (borrowed from params or owned by the engine). */
+ZERO_API zero_mem_t *zero_engine_mem(const zero_engine_t *eng);
+ZERO_API const zero_engine_params_t *zero_engine_params(const zero_engine_t *eng);
+
+/* Copy `count` parameter (or gradient) elements of unit u starting at `offset` out of / into the
+ * engine: for checkpoints and tests (finite differences). Writing parameters keeps the optimizer
+ * state. ZERO_ERR_INVALID_ARG when the range leaves the unit. Parameters: every rank may read
+ * and write the whole unit in stages 0-2 (writes must then be the same on every rank); stage 3
+ * reads and writes the owned shard only (or the whole unit if it is persistent). Gradients: the
+ * reduced (summed over ranks, not averaged) gradient accumulated so far this step, owned shard
+ * only when world > 1; reading first flushes the partly filled bucket and waits for the posted
+ * reduce-scatters (collective when world > 1: call it on every rank). */
+ZERO_API zero_status_t zero_engine_params_read(const zero_engine_t *eng, int u, size_t offset,
+                                               size_t count, float *out);
+ZERO_API zero_status_t zero_engine_params_write(zero_engine_t *eng, int u, size_t offset,
+                                                size_t count, const float *in);
+ZERO_API zero_status_t zero_engine_grads_read(const zero_engine_t *eng, int u, size_t offset,
+                                              size_t count, float *out);
+
+/* The range [*offset, *offset + *count) of unit u owned by this rank (padded layout). */
+ZERO_API zero_status_t zero_engine_shard_range(const zero_engine_t *eng, int u, size_t *offset,
+                                               size_t *count);
+/* Padded element count of unit u (a multiple of world x 16). */
+ZERO_API size_t zero_engine_unit_padded_count(const zero_engine_t *eng, int u);
+
+/* ------------------------------------------------------------------------------ reports */
+
+/* 64-bit FNV-1a hash of the bytes of the full fp32 weights in canonical order: units in
+ * declaration order, tensors in order, unpadded, little-endian floats. Identical however the
+ * weights are sharded and the same on every rank. Collective (stage 3 gathers each unit; its
+ * traffic is not counted in the step's communication). */
+ZERO_API zero_status_t zero_engine_fingerprint(zero_engine_t *eng, uint64_t *out);
+
+/* Memory (bytes, this rank): live and peak by category in the engine's accounting domain (the
+ * model's activations appear under ZERO_MEM_ACTIVATIONS when it allocates them there), and the
+ * theory for params / grads / optimizer states / communication buffers of this engine's padded
+ * layout between steps (other categories 0 = no theory). With P = padded model, S = P / world,
+ * A_s = padded elements of stage-3 persistent units, S_n = shard elements of the other units:
+ *   params  stage 0-2: 4P            stage 3: 4(S_n + A_s)
+ *   grads   stage 0-1: 4P + 4S       stage 2-3: 4S (the fp32 shard accumulator; the per-unit
+ *                                    working buffers live only during backward)
+ *   optim   stage 0: 8P (Adam m, v)  stage 1-3: 8S (fp32 compute: the params are the master)
+ *   comm    2 x 4(B + B/N) for the two reduce-bucket slots once a gradient was reduced with
+ *           N > 1 ranks (B = the bucket's elements: reduce_bucket_bytes / 4 rounded down to a
+ *           multiple of 16N, raised to the largest unit, capped at P), plus, stage 3, the pool of
+ *           gather buffers: 4 sum_p p K_p, K_p = the most non-persistent units of padded size p
+ *           gathered (held or prefetched) at the same time so far. The pool lends a buffer of
+ *           exactly a unit's padded size to each gather and takes it back at release; it frees
+ *           them only in zero_engine_free. gather_pool_bytes reports it, gather_pool_idle_bytes
+ *           the part not lent now (the rest are the units gathered now).
+ * Communication (bytes SENT by this rank in the last completed optimizer step, every collective
+ * the engine issued; N = world, M = micro-steps (grads_done rounds) of that step, control = one
+ * all-gather of 32 bytes per rank per step (norm partial + schedule hash)):
+ *   stage 0-2: (N-1) * 4S * M (reduce-scatter per micro-step) + (N-1) * 4S (all-gather of
+ *              grads (0) or params (1, 2)) + (N-1) * 32
+ *   stage 3:   (N-1) * 4S * M + sum over non-persistent units u of G_u * (N-1) * 4 S_u, where G_u
+ *              is the number of fetch windows of u in the step (fetches with u not held: twice
+ *              per micro-step for a forward + backward use), + (N-1) * 4 S_pers (persistent
+ *              units all-gathered after the step) + (N-1) * 32. Prefetch changes when a
+ *              window's gather is posted, not how many: it follows a confirmed fetch sequence
+ *              only while the calls match it, so no gather is dropped unused (if one ever is, the
+ *              engine logs a warning and the step sends that much more than this theory).
+ * Before the first step the theory assumes M = grad_accum_steps and G_u = 2M. */
+typedef struct zero_engine_report {
+    size_t memory_bytes[ZERO_MEM_CATEGORY_COUNT];
+    size_t memory_peak_bytes[ZERO_MEM_CATEGORY_COUNT];
+    size_t memory_theory_bytes[ZERO_MEM_CATEGORY_COUNT];
+    uint64_t comm_bytes_per_step;
+    uint64_t comm_theory_bytes_per_step;
+    uint64_t comm_sent_bytes_per_step_by_coll[ZERO_COLL_COUNT];
+    size_t param_count;        /* unpadded */
+    size_t padded_param_count; /* P */
+    int stage, world_size, rank;
+    /* Stage 3 (ZERO_MEM_COMM, included in memory_bytes): the pool of gather buffers, in all
+     * (4 sum_p p K_p) and the part not lent to a unit now. */
+    size_t gather_pool_bytes, gather_pool_idle_bytes;
+} zero_engine_report_t;
+
+/* Fill *out (not collective). */
+ZERO_API void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZERO_ENGINE_H */

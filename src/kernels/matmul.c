@@ -1,0 +1,187 @@
+/* matmul.c — linear layer forward/backward and a row-major SGEMM on the chosen library.
+ *
+ * The library is oneDNN (dnnl_sgemm), chosen by bench/bench_matmul.c (docs/kernels-matmul.md):
+ * it is as fast as the alternatives on 1 thread, the steadiest on 2, and it reads its thread
+ * count from the calling thread's OpenMP ICV (omp_get_max_threads), so every rank thread of one
+ * process can run its own thread count. OpenBLAS's count is process-global
+ * (openblas_set_num_threads) and would make ranks fight; it is only a build fallback.
+ * Not here: attention's small per-head GEMMs (attention.c calls zero__sgemm) and bf16.
+ * Invariants: every dimension fits the library's 64-bit (dnnl) or int (cblas) index type.
+ */
+#include "kernels.h"
+
+#include "core/core_internal.h"
+
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(ZERO_HAVE_DNNL)
+#include <dnnl.h>
+#elif defined(ZERO_HAVE_CBLAS)
+#include <cblas.h>
+#endif
+
+/* Make the calling thread's next library call use `threads` threads. Inside an OpenMP
+ * parallel region (attention's per-head loop) the call must stay on the calling thread. */
+static void set_threads(int threads) {
+    ZERO_ASSERT(threads >= 1);
+#if defined(_OPENMP)
+    if (omp_in_parallel()) threads = 1;
+    /* nthreads-var is a per-task ICV: this changes only the calling thread's later regions. */
+    if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+#endif
+#if defined(ZERO_HAVE_CBLAS) && !defined(ZERO_HAVE_DNNL)
+    openblas_set_num_threads(threads); /* process-global: see the file comment */
+#endif
+}
+
+#if !defined(ZERO_HAVE_DNNL) && !defined(ZERO_HAVE_CBLAS)
+/* Plain-loop fallback when no library was found at configure time. */
+static void naive_sgemm(int ta, int tb, size_t M, size_t N, size_t K, float alpha, const float *A,
+                        size_t lda, const float *B, size_t ldb, float beta, float *C, size_t ldc) {
+    for (size_t i = 0; i < M; i++) {
+        for (size_t j = 0; j < N; j++) {
+            float acc = 0.0f;
+            for (size_t p = 0; p < K; p++) {
+                float a = ta ? A[p * lda + i] : A[i * lda + p];
+                float b = tb ? B[j * ldb + p] : B[p * ldb + j];
+                acc += a * b;
+            }
+            C[i * ldc + j] = alpha * acc + (beta == 0.0f ? 0.0f : beta * C[i * ldc + j]);
+        }
+    }
+}
+#endif
+
+void zero__sgemm(int trans_a, int trans_b, size_t M, size_t N, size_t K, float alpha,
+                 const float *A, size_t lda, const float *B, size_t ldb, float beta, float *C,
+                 size_t ldc, int threads) {
+    if (M == 0 || N == 0) return;
+    if (K == 0) {
+        /* Libraries differ on K == 0; BLAS semantics: C = beta * C. */
+        for (size_t i = 0; i < M; i++)
+            for (size_t j = 0; j < N; j++)
+                C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+        return;
+    }
+    set_threads(threads);
+#if defined(ZERO_HAVE_DNNL)
+    dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', (dnnl_dim_t)M,
+                                  (dnnl_dim_t)N, (dnnl_dim_t)K, alpha, A, (dnnl_dim_t)lda, B,
+                                  (dnnl_dim_t)ldb, beta, C, (dnnl_dim_t)ldc);
+    /* Only bad arguments (our bug) or an internal scratchpad allocation failure can fail here. */
+    ZERO_ASSERT(st == dnnl_success);
+#elif defined(ZERO_HAVE_CBLAS)
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, A, (int)lda, B,
+                (int)ldb, beta, C, (int)ldc);
+#else
+    naive_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
+}
+
+#define ZERO_STR_(x) #x
+#define ZERO_STR(x) ZERO_STR_(x)
+
+const char *zero__matmul_library(void) {
+#if defined(ZERO_HAVE_DNNL)
+    /* the headers' version: Debian ships headers and library from one source package */
+    return "oneDNN " ZERO_STR(DNNL_VERSION_MAJOR) "." ZERO_STR(DNNL_VERSION_MINOR) "." ZERO_STR(
+        DNNL_VERSION_PATCH) " (dnnl_sgemm)";
+#elif defined(ZERO_HAVE_CBLAS)
+    return "OpenBLAS (cblas_sgemm)";
+#else
+    return "plain loops";
+#endif
+}
+
+void zero__matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
+                          size_t BT, size_t C, size_t OC, int threads) {
+    ZERO_ASSERT(out && inp && weight && threads >= 1);
+    float beta = 0.0f;
+    if (bias) {
+        /* Seed out with the bias and let the GEMM accumulate (beta = 1): the bias is then added
+         * while each C tile is in cache instead of in a second pass over out. */
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (size_t i = 0; i < BT; i++) memcpy(out + i * OC, bias, OC * sizeof(float));
+        beta = 1.0f;
+    }
+    /* out(BT, OC) = inp(BT, C) · weight(OC, C)ᵀ: NT. */
+    zero__sgemm(0, 1, BT, OC, C, 1.0f, inp, C, weight, C, beta, out, OC, threads);
+}
+
+void zero__matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight, size_t BT, size_t C, size_t OC,
+                           int threads) {
+    ZERO_ASSERT(dout && threads >= 1);
+    if (dinp) {
+        ZERO_ASSERT(weight);
+        /* dinp(BT, C) += dout(BT, OC) · weight(OC, C): NN. */
+        zero__sgemm(0, 0, BT, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C, threads);
+    }
+    if (dweight) {
+        ZERO_ASSERT(inp);
+        /* dweight(OC, C) += dout(BT, OC)ᵀ · inp(BT, C): TN. */
+        zero__sgemm(1, 0, OC, C, BT, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, threads);
+    }
+    if (dbias) {
+        /* Column sums: each thread owns a slice of columns and walks all rows, so the sum order
+         * per column is fixed (rows 0..BT-1) whatever the thread count. Rows are read once per
+         * slice; slices are contiguous in a row, so each row's cache lines are read by one
+         * thread only. */
+#pragma omp parallel num_threads(threads)
+        {
+            int nt = 1, id = 0;
+#ifdef _OPENMP
+            nt = omp_get_num_threads();
+            id = omp_get_thread_num();
+#endif
+            /* slice boundaries on 16-float (64-byte) granularity */
+            size_t blocks = (OC + 15) / 16;
+            size_t j0 = ZERO_MIN(OC, blocks * (size_t)id / (size_t)nt * 16);
+            size_t j1 = ZERO_MIN(OC, blocks * (size_t)(id + 1) / (size_t)nt * 16);
+            if (j1 > j0) {
+                float acc[256];
+                for (size_t jb = j0; jb < j1; jb += 256) {
+                    size_t w = ZERO_MIN((size_t)256, j1 - jb);
+                    for (size_t j = 0; j < w; j++) acc[j] = 0.0f;
+                    for (size_t i = 0; i < BT; i++) {
+                        const float *row = dout + i * OC + jb;
+                        for (size_t j = 0; j < w; j++) acc[j] += row[j];
+                    }
+                    for (size_t j = 0; j < w; j++) dbias[jb + j] += acc[j];
+                }
+            }
+        }
+    }
+}
+
+double zero__matmul_peak_flops(int threads) {
+    const size_t n = 2048;
+    float *a = zero_mem_alloc(NULL, ZERO_MEM_OTHER, n * n * sizeof(float), 64);
+    float *b = zero_mem_alloc(NULL, ZERO_MEM_OTHER, n * n * sizeof(float), 64);
+    float *c = zero_mem_alloc(NULL, ZERO_MEM_OTHER, n * n * sizeof(float), 64);
+    double best = 0.0;
+    if (a && b && c) {
+        for (size_t i = 0; i < n * n; i++) {
+            a[i] = (float)(i % 7) * 0.125f;
+            b[i] = (float)(i % 5) * 0.25f;
+        }
+        zero__sgemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, threads); /* warm-up */
+        /* Best of a few calls: the peak is what the library can do, noise only slows it. */
+        double t_start = zero_time_now();
+        for (int r = 0; r < 8; r++) {
+            double t0 = zero_time_now();
+            zero__sgemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, threads);
+            double t1 = zero_time_now();
+            double f = 2.0 * (double)n * (double)n * (double)n / (t1 - t0);
+            if (f > best) best = f;
+            if (r >= 1 && t1 - t_start > 0.3) break;
+        }
+    }
+    zero_mem_free(a);
+    zero_mem_free(b);
+    zero_mem_free(c);
+    return best;
+}

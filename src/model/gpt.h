@@ -1,0 +1,70 @@
+/* gpt.h — the GPT-2 reference model (internal API): pre-LayerNorm blocks, learned positions, tied
+ * token embedding and output head, biases, final LayerNorm (Radford et al. 2019; llm.c layout).
+ *
+ * The model declares its parameters to an engine as units (ARCHITECTURE.md section 2):
+ *   unit 0          "embeddings": wte (V, C) [TIED with the head], wpe (maxT, C)
+ *   unit 1 + l      "block.<l>":  ln1 w/b, qkv w (3C, C)/b, attn proj w (C, C)/b, ln2 w/b,
+ *                                 fc w (4C, C)/b, fc proj w (C, 4C)/b
+ *   unit 1 + L      "final":      lnf w/b
+ * and asks the engine for parameters unit by unit (fetch/release/grads_done), so it never knows
+ * which ZeRO stage runs. Activations are sized for (batch, seq) and allocated once at init under
+ * ZERO_MEM_ACTIVATIONS; forward/backward allocate nothing.
+ *
+ * Activation checkpointing keeps only each block's input and one block's activations, and
+ * recomputes a block's forward just before its backward.
+ *
+ * Threading: a model belongs to one rank; calls are not concurrent.
+ */
+#ifndef ZERO_MODEL_GPT_H
+#define ZERO_MODEL_GPT_H
+
+#include "zero/engine.h"
+
+#include <stdint.h>
+
+typedef struct zero_gpt_config {
+    int layers; /* L */
+    int heads;  /* NH, divides dim */
+    int dim;    /* C */
+    int vocab;  /* V */
+    int seq;    /* maxT: the model's context length */
+} zero_gpt_config_t;
+
+/* Check a config; ZERO_ERR_CONFIG naming the key ("model.heads"), the value and what is allowed. */
+zero_status_t zero__gpt_config_check(const zero_gpt_config_t *cfg);
+
+/* Parameter count of a config (tied embedding counted once). */
+size_t zero__gpt_param_count(const zero_gpt_config_t *cfg);
+
+/* Training FLOPs per token: 6 * params + 12 * L * maxT * C (attention scores and values, PaLM
+ * appendix B). Recomputation of checkpointed blocks is not counted (MFU convention). */
+double zero__gpt_flops_per_token(const zero_gpt_config_t *cfg);
+
+typedef struct zero_gpt zero_gpt_t;
+
+/* Declare the model's units to `eng` (borrowed: it must outlive the model) and allocate the
+ * activations for `batch` sequences of up to cfg->seq tokens. threads: cores for the kernels. */
+zero_status_t zero__gpt_init(zero_gpt_t **out, const zero_gpt_config_t *cfg, zero_engine_t *eng,
+                             int batch, int checkpointing, int threads);
+void zero__gpt_free(zero_gpt_t *gpt);
+
+/* Forward over tokens (B, T), B <= batch, T <= seq. targets (B, T) may be NULL (inference: logits
+ * only); a target < 0 is ignored. With targets, *loss (may be NULL) receives the mean
+ * cross-entropy over the non-ignored positions. Errors (token or target out of range, T too
+ * long) name the value and what was expected. */
+zero_status_t zero__gpt_forward(zero_gpt_t *gpt, const int32_t *tokens, const int32_t *targets,
+                                int B, int T, float *loss);
+
+/* Backward of the last forward (which must have had targets): accumulates the gradient of the
+ * mean loss into the engine's gradient buffers and calls zero_unit_grads_done per unit. */
+zero_status_t zero__gpt_backward(zero_gpt_t *gpt);
+
+/* Logits (B, T, V) of the last forward; valid until the next forward or backward (backward
+ * overwrites them with their gradient). */
+const float *zero__gpt_logits(const zero_gpt_t *gpt);
+
+/* Bytes of activation memory allocated at init. */
+size_t zero__gpt_activation_bytes(const zero_gpt_t *gpt);
+const zero_gpt_config_t *zero__gpt_config(const zero_gpt_t *gpt);
+
+#endif /* ZERO_MODEL_GPT_H */

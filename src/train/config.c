@@ -1,0 +1,715 @@
+/* config.c — the table of training keys and the JSON reader (cJSON).
+ *
+ * Not here: what the values do (the trainer maps them onto the engine and the model). DeepSpeed
+ * keys we know but do not support yet (fp16, bf16, offload, aio, ...) are listed in `ignored` and
+ * warned about by name rather than silently accepted. Invariant: every field of
+ * zero_train_config_t that a user can set appears exactly once in `keys`, so defaults, parsing,
+ * flags, printing and docs/config.md agree; keys are grouped by JSON section so that printing can
+ * nest them by common prefix.
+ */
+#include "train/config.h"
+
+#include "core/core_internal.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+#include <strings.h>
+
+typedef enum { K_INT, K_I64, K_FLOAT, K_BOOL, K_STR, K_PAIR, K_TYPE_COUNT } key_type_t;
+static const char *const type_names[] = {"integer", "integer", "number",
+                                         "boolean", "string",  "[number, number]"};
+_Static_assert(sizeof type_names / sizeof type_names[0] == K_TYPE_COUNT, "type name table");
+
+typedef struct key {
+    const char *name; /* dotted path in the JSON document */
+    key_type_t type;
+    size_t offset;
+    double def, min, max; /* numbers (K_PAIR: both elements) */
+    const char *def_str;  /* K_STR default */
+    const char *allowed;  /* K_STR: '|'-separated allowed values (case-insensitive), or NULL */
+    const char *flag;     /* command-line flag that sets it ("--stage"), or NULL */
+    const char *doc;
+} cfg_key_t;
+
+/* DeepSpeed's defaults for the bucket and stage-3 sizes (elements), so a ds_config.json that
+ * leaves them out means what it means under DeepSpeed. */
+#define DS_BUCKET 5e8
+#define DS_PREFETCH 5e7
+#define DS_PERSIST 1e5
+#define DS_LIVE 1e9
+#define I64_MAX 9.0e18
+
+#define OFF(f) offsetof(zero_train_config_t, f)
+static const cfg_key_t keys[] = {
+    {"model.layers", K_INT, OFF(model.layers), 4, 1, 1024, NULL, NULL, NULL, "transformer blocks"},
+    {"model.heads", K_INT, OFF(model.heads), 4, 1, 65536, NULL, NULL, NULL,
+     "attention heads (divides model.dim)"},
+    {"model.dim", K_INT, OFF(model.dim), 128, 1, 65536, NULL, NULL, NULL, "embedding width C"},
+    {"model.vocab", K_INT, OFF(model.vocab), 256, 2, 16777216, NULL, NULL, NULL,
+     "vocabulary size (256 for byte-level text)"},
+    {"model.seq", K_INT, OFF(model.seq), 128, 1, 1048576, NULL, NULL, NULL,
+     "context length (max sequence)"},
+    {"model.activation_checkpointing", K_BOOL, OFF(checkpointing), 0, 0, 1, NULL, NULL, NULL,
+     "recompute each block's forward in backward"},
+    {"data.path", K_STR, OFF(data_path), 0, 0, 0, "", NULL, "--data",
+     "text, nanoGPT .bin or llm.c token file; empty = built-in corpus"},
+    {"data.val_fraction", K_FLOAT, OFF(val_fraction), 0.1, 1e-6, 0.999999, NULL, NULL, NULL,
+     "tail fraction held out for validation"},
+    {"data.builtin_bytes", K_INT, OFF(builtin_bytes), 1 << 20, 4096, 1 << 30, NULL, NULL, NULL,
+     "size of the generated built-in corpus"},
+    {"train_batch_size", K_INT, OFF(train_batch_size), 0, 0, INT_MAX, NULL, NULL, NULL,
+     "global sequences per optimizer step = micro x accumulation x world size (0 or absent: "
+     "computed from the other two)"},
+    {"train_micro_batch_size_per_gpu", K_INT, OFF(micro_batch), 16, 1, 1 << 20, NULL, NULL, NULL,
+     "sequences per rank per micro-step"},
+    {"gradient_accumulation_steps", K_INT, OFF(grad_accum), 1, 1, 1 << 20, NULL, NULL, NULL,
+     "micro-steps per optimizer step"},
+    {"gradient_clipping", K_FLOAT, OFF(grad_clip), 1.0, 0, 1e30, NULL, NULL, NULL,
+     "global L2 norm clip (0 disables)"},
+    {"steps_per_print", K_INT, OFF(steps_per_print), 10, 1, INT_MAX, NULL, NULL, NULL,
+     "steps between progress lines when output is not a terminal"},
+    {"seed", K_INT, OFF(seed), 1337, 0, INT_MAX, NULL, NULL, "--seed",
+     "seed of initialisation, batches and sampling"},
+    {"optimizer.type", K_STR, OFF(optimizer), 0, 0, 0, "AdamW", "AdamW|Adam", NULL,
+     "AdamW (Adam means AdamW: decoupled decay, DeepSpeed's adam_w_mode)"},
+    {"optimizer.params.lr", K_FLOAT, OFF(lr), 1e-3, 0, 10, NULL, NULL, NULL, "peak learning rate"},
+    {"optimizer.params.betas", K_PAIR, OFF(beta), 0.9, 0, 0.999999, NULL, NULL, NULL,
+     "Adam betas (default [0.9, 0.95])"},
+    {"optimizer.params.eps", K_FLOAT, OFF(eps), 1e-8, 1e-30, 1, NULL, NULL, NULL, "Adam epsilon"},
+    {"optimizer.params.weight_decay", K_FLOAT, OFF(weight_decay), 0.1, 0, 10, NULL, NULL, NULL,
+     "decoupled weight decay (not on biases, norms, positions)"},
+    {"scheduler.type", K_STR, OFF(scheduler), 0, 0, 0, "WarmupCosineLR",
+     "WarmupCosineLR|WarmupDecayLR|WarmupLR", NULL,
+     "after warm-up: cosine decay, linear decay or constant"},
+    {"scheduler.params.warmup_min_lr", K_FLOAT, OFF(warmup_min_lr), 0, 0, 10, NULL, NULL, NULL,
+     "WarmupLR, WarmupDecayLR: where the warm-up starts (and WarmupDecayLR's final lr)"},
+    {"scheduler.params.warmup_max_lr", K_FLOAT, OFF(warmup_max_lr), 0, 0, 10, NULL, NULL, NULL,
+     "WarmupLR, WarmupDecayLR: peak learning rate (0: optimizer.params.lr)"},
+    {"scheduler.params.warmup_min_ratio", K_FLOAT, OFF(warmup_min_ratio), 0, 0, 1, NULL, NULL, NULL,
+     "WarmupCosineLR: where the warm-up starts, as a fraction of the peak"},
+    {"scheduler.params.warmup_num_steps", K_INT, OFF(warmup_steps), 20, 0, INT_MAX, NULL, NULL,
+     NULL, "warm-up steps"},
+    {"scheduler.params.warmup_type", K_STR, OFF(warmup_type), 0, 0, 0, "linear", "linear|log", NULL,
+     "warm-up shape: linear, or log (DeepSpeed's default)"},
+    {"scheduler.params.total_num_steps", K_INT, OFF(total_steps), 0, 0, INT_MAX, NULL, NULL, NULL,
+     "end of the decay (0: train.steps)"},
+    {"scheduler.params.cos_min_ratio", K_FLOAT, OFF(min_lr_ratio), 0.1, 0, 1, NULL, NULL, NULL,
+     "WarmupCosineLR: final learning rate as a fraction of the peak"},
+    {"zero_optimization.stage", K_INT, OFF(stage), 0, 0, 3, NULL, NULL, "--stage",
+     "ZeRO stage: 0 data parallel, 1 optimizer states, 2 + gradients, 3 + parameters sharded"},
+    {"zero_optimization.reduce_bucket_size", K_I64, OFF(reduce_bucket_elems), DS_BUCKET, 1, I64_MAX,
+     NULL, NULL, NULL, "gradient elements per reduce-scatter bucket"},
+    {"zero_optimization.allgather_bucket_size", K_I64, OFF(allgather_bucket_elems), DS_BUCKET, 1,
+     I64_MAX, NULL, NULL, NULL, "accepted; stages 1-2 all-gather updated parameters per unit"},
+    {"zero_optimization.overlap_comm", K_BOOL, OFF(overlap_comm), 1, 0, 1, NULL, NULL, NULL,
+     "accepted; bucket reduce-scatters always overlap backward"},
+    {"zero_optimization.contiguous_gradients", K_BOOL, OFF(contiguous_gradients), 1, 0, 1, NULL,
+     NULL, NULL, "accepted; gradients are always contiguous (one flat buffer per unit)"},
+    {"zero_optimization.reduce_scatter", K_BOOL, OFF(reduce_scatter), 1, 0, 1, NULL, NULL, NULL,
+     "accepted; gradients are always reduce-scattered (false warns)"},
+    {"zero_optimization.stage3_prefetch_bucket_size", K_I64, OFF(prefetch_bucket_elems),
+     DS_PREFETCH, 0, I64_MAX, NULL, NULL, NULL, "stage 3: parameter elements fetched ahead of use"},
+    {"zero_optimization.stage3_param_persistence_threshold", K_I64,
+     OFF(persistence_threshold_elems), DS_PERSIST, 0, I64_MAX, NULL, NULL, NULL,
+     "stage 3: units with fewer elements stay gathered"},
+    {"zero_optimization.stage3_max_live_parameters", K_I64, OFF(max_live_elems), DS_LIVE, 1,
+     I64_MAX, NULL, NULL, NULL, "stage 3: cap on gathered parameter elements alive at once"},
+    {"zero_optimization.stage3_max_reuse_distance", K_I64, OFF(max_reuse_distance_elems), DS_LIVE,
+     0, I64_MAX, NULL, NULL, NULL, "accepted; released units are re-gathered when used again"},
+    {"train.steps", K_INT, OFF(steps), 600, 0, INT_MAX, NULL, NULL, "--steps", "optimizer steps"},
+    {"train.eval_interval", K_INT, OFF(eval_interval), 100, 0, INT_MAX, NULL, NULL, NULL,
+     "steps between validation losses (0: only at the end)"},
+    {"train.eval_batches", K_INT, OFF(eval_batches), 8, 1, 1 << 20, NULL, NULL, NULL,
+     "micro-batches per rank per validation loss"},
+    {"train.samples", K_INT, OFF(samples), 2, 0, 100, NULL, NULL, NULL, "text samples at the end"},
+    {"train.sample_tokens", K_INT, OFF(sample_tokens), 200, 1, 1 << 20, NULL, NULL, NULL,
+     "tokens per sample"},
+    {"train.temperature", K_FLOAT, OFF(temperature), 0.8, 0, 100, NULL, NULL, NULL,
+     "sampling temperature (0: greedy)"},
+    {"train.top_k", K_INT, OFF(top_k), 40, 0, 16777216, NULL, NULL, NULL,
+     "sample among the k likeliest tokens (0: all)"},
+    {"train.prompt", K_STR, OFF(prompt), 0, 0, 0, "", NULL, NULL,
+     "sample prompt (byte-level models; empty: a newline)"},
+    {"train.threads", K_INT, OFF(threads), 0, 0, 4096, NULL, NULL, "--threads",
+     "compute threads per rank (0: cores / ranks, at least 1)"},
+    {"train.ranks", K_INT, OFF(ranks), 1, 1, 4096, NULL, NULL, "--ranks",
+     "ranks of the threads backend (under mpirun: the MPI job's size)"},
+    {"train.backend", K_STR, OFF(backend), 0, 0, 0, "auto", "auto|threads|mpi", "--backend",
+     "auto: MPI when started by mpirun, else threads"},
+};
+#undef OFF
+_Static_assert(sizeof keys / sizeof keys[0] <= ZERO_CONFIG_MAX_KEYS, "key_set is too small");
+
+/* DeepSpeed keys (whole subtrees) we know but do not implement yet: warned about by name as
+ * "ignored: not supported yet", so a user's ds_config.json runs and says what it dropped. */
+static const char *const ignored[] = {
+    "fp16",
+    "bf16",
+    "amp",
+    "aio",
+    "activation_checkpointing",
+    "flops_profiler",
+    "wall_clock_breakdown",
+    "memory_breakdown",
+    "tensorboard",
+    "wandb",
+    "csv_monitor",
+    "comet",
+    "comms_logger",
+    "communication_data_type",
+    "prescale_gradients",
+    "gradient_predivide_factor",
+    "sparse_gradients",
+    "zero_allow_untested_optimizer",
+    "zero_force_ds_cpu_optimizer",
+    "elasticity",
+    "autotuning",
+    "checkpoint",
+    "data_types",
+    "data_efficiency",
+    "curriculum_learning",
+    "compression_training",
+    "dump_state",
+    "pipeline",
+    "sparse_attention",
+    "nebula",
+    "weight_quantization",
+    "hybrid_engine",
+    "train_monitor",
+    "zero_optimization.offload_optimizer",
+    "zero_optimization.offload_param",
+    "zero_optimization.cpu_offload",
+    "zero_optimization.cpu_offload_params",
+    "zero_optimization.cpu_offload_use_pin_memory",
+    "zero_optimization.sub_group_size",
+    "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+    "zero_optimization.stage3_gather_fp16_weights_on_model_save",
+    "zero_optimization.gather_16bit_weights_on_model_save",
+    "zero_optimization.round_robin_gradients",
+    "zero_optimization.allgather_partitions",
+    "zero_optimization.ignore_unused_parameters",
+    "zero_optimization.elastic_checkpoint",
+    "zero_optimization.load_from_fp32_weights",
+    "zero_optimization.zero_hpz_partition_size",
+    "zero_optimization.zero_quantized_weights",
+    "zero_optimization.zero_quantized_gradients",
+    "zero_optimization.mics_shard_size",
+    "zero_optimization.mics_hierarchical_params_gather",
+    "zero_optimization.memory_efficient_linear",
+    "zero_optimization.use_multi_rank_bucket_allreduce",
+    "zero_optimization.legacy_stage1",
+    "zero_optimization.stage3_module_granularity_threshold",
+    "zero_optimization.stage3_use_all_reduce_for_fetch_params",
+    "optimizer.params.torch_adam",
+    "optimizer.params.adam_w_mode",
+    "optimizer.params.amsgrad",
+    "optimizer.params.bias_correction",
+    "scheduler.params.last_batch_iteration",
+};
+
+static void *field(zero_train_config_t *cfg, const cfg_key_t *k) { return (char *)cfg + k->offset; }
+static const void *cfield(const zero_train_config_t *cfg, const cfg_key_t *k) {
+    return (const char *)cfg + k->offset;
+}
+/* Capacity of a K_STR field: the short enumerations are small arrays, the rest paths. */
+static size_t str_cap(const cfg_key_t *k) {
+    size_t o = k->offset;
+    if (o == offsetof(zero_train_config_t, optimizer) ||
+        o == offsetof(zero_train_config_t, scheduler))
+        return sizeof((zero_train_config_t *)0)->optimizer;
+    if (o == offsetof(zero_train_config_t, warmup_type) ||
+        o == offsetof(zero_train_config_t, backend))
+        return sizeof((zero_train_config_t *)0)->backend;
+    return ZERO_CONFIG_STR_MAX;
+}
+static void mark_set(zero_train_config_t *cfg, const cfg_key_t *k) { cfg->key_set[k - keys] = 1; }
+
+void zero__train_config_default(zero_train_config_t *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(keys); i++) {
+        const cfg_key_t *k = &keys[i];
+        void *f = field(cfg, k);
+        switch (k->type) {
+        case K_INT:
+        case K_BOOL: *(int *)f = (int)k->def; break;
+        case K_I64: *(int64_t *)f = (int64_t)k->def; break;
+        case K_FLOAT: *(float *)f = (float)k->def; break;
+        case K_STR: snprintf((char *)f, str_cap(k), "%s", k->def_str); break;
+        case K_PAIR: break;
+        default: ZERO_ASSERT(0);
+        }
+    }
+    cfg->beta[0] = 0.9f;
+    cfg->beta[1] = 0.95f;
+}
+
+static const cfg_key_t *find_key(const char *name) {
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(keys); i++)
+        if (!strcmp(keys[i].name, name)) return &keys[i];
+    return NULL;
+}
+
+int zero__train_config_is_set(const zero_train_config_t *cfg, const char *name) {
+    const cfg_key_t *k = find_key(name);
+    return k && cfg->key_set[k - keys];
+}
+
+const char *zero__train_config_flag_key(const char *flag) {
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(keys); i++)
+        if (keys[i].flag && !strcmp(keys[i].flag, flag)) return keys[i].name;
+    return NULL;
+}
+
+/* True if some key lives under `prefix` (an object path). */
+static int is_section(const char *prefix) {
+    size_t n = strlen(prefix);
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(keys); i++)
+        if (!strncmp(keys[i].name, prefix, n) && keys[i].name[n] == '.') return 1;
+    return 0;
+}
+
+static int is_ignored(const char *path) {
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(ignored); i++)
+        if (!strcmp(ignored[i], path)) return 1;
+    return 0;
+}
+
+static zero_status_t range_error(const char *src, const cfg_key_t *k, double v) {
+    return zero__error(ZERO_ERR_CONFIG, "%s: %s = %g is out of range (expected %s in [%g, %g])",
+                       src, k->name, v, type_names[k->type], k->min, k->max);
+}
+
+static zero_status_t set_number(zero_train_config_t *cfg, const cfg_key_t *k, double v, int idx,
+                                const char *src) {
+    if (!isfinite(v) || v < k->min || v > k->max) return range_error(src, k, v);
+    void *f = field(cfg, k);
+    switch (k->type) {
+    case K_INT:
+    case K_I64:
+        if (v != floor(v))
+            return zero__error(ZERO_ERR_CONFIG,
+                               "%s: %s = %g is not an integer (expected an "
+                               "integer in [%g, %g])",
+                               src, k->name, v, k->min, k->max);
+        if (k->type == K_INT)
+            *(int *)f = (int)v;
+        else
+            *(int64_t *)f = (int64_t)v;
+        break;
+    case K_BOOL: *(int *)f = v != 0.0; break;
+    case K_FLOAT: *(float *)f = (float)v; break;
+    case K_PAIR: ((float *)f)[idx] = (float)v; break;
+    default: ZERO_ASSERT(0);
+    }
+    mark_set(cfg, k);
+    return ZERO_OK;
+}
+
+static zero_status_t set_string(zero_train_config_t *cfg, const cfg_key_t *k, const char *v,
+                                const char *src) {
+    size_t cap = str_cap(k);
+    if (k->allowed) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", k->allowed);
+        for (char *save = NULL, *tok = strtok_r(buf, "|", &save); tok;
+             tok = strtok_r(NULL, "|", &save))
+            if (!strcasecmp(tok, v)) {
+                /* store the canonical spelling */
+                snprintf((char *)field(cfg, k), cap, "%s", tok);
+                mark_set(cfg, k);
+                return ZERO_OK;
+            }
+        return zero__error(ZERO_ERR_CONFIG,
+                           "%s: %s = \"%s\" is not allowed (expected one "
+                           "of %s)",
+                           src, k->name, v, k->allowed);
+    }
+    if (strlen(v) >= cap)
+        return zero__error(ZERO_ERR_CONFIG, "%s: %s is %zu characters long (expected < %zu)", src,
+                           k->name, strlen(v), cap);
+    snprintf((char *)field(cfg, k), cap, "%s", v);
+    mark_set(cfg, k);
+    return ZERO_OK;
+}
+
+static zero_status_t type_error(const char *src, const cfg_key_t *k, const cJSON *item) {
+    char *text = cJSON_PrintUnformatted(item);
+    zero_status_t st = zero__error(ZERO_ERR_CONFIG, "%s: %s = %s has the wrong type (expected %s)",
+                                   src, k->name, text ? text : "?", type_names[k->type]);
+    cJSON_free(text);
+    return st;
+}
+
+static zero_status_t apply_item(zero_train_config_t *cfg, const cfg_key_t *k, const cJSON *item,
+                                const char *src) {
+    /* Hugging Face's DeepSpeed integration writes "auto" for values it fills in itself; under
+     * zero they keep our default, and say so. */
+    if (k->type != K_STR && cJSON_IsString(item) && !strcmp(item->valuestring, "auto")) {
+        zero__log(ZERO_LOG_WARN, -1, 0, "%s: %s = \"auto\": the default is used", src, k->name);
+        return ZERO_OK;
+    }
+    switch (k->type) {
+    case K_INT:
+    case K_I64:
+    case K_FLOAT:
+        if (!cJSON_IsNumber(item)) return type_error(src, k, item);
+        return set_number(cfg, k, item->valuedouble, 0, src);
+    case K_BOOL:
+        if (!cJSON_IsBool(item)) return type_error(src, k, item);
+        return set_number(cfg, k, cJSON_IsTrue(item) ? 1.0 : 0.0, 0, src);
+    case K_STR:
+        if (!cJSON_IsString(item)) return type_error(src, k, item);
+        return set_string(cfg, k, item->valuestring, src);
+    case K_PAIR: {
+        if (!cJSON_IsArray(item) || cJSON_GetArraySize(item) != 2) return type_error(src, k, item);
+        for (int i = 0; i < 2; i++) {
+            const cJSON *e = cJSON_GetArrayItem(item, i);
+            if (!cJSON_IsNumber(e)) return type_error(src, k, item);
+            zero_status_t st = set_number(cfg, k, e->valuedouble, i, src);
+            if (st) return st;
+        }
+        return ZERO_OK;
+    }
+    default: ZERO_ASSERT(0);
+    }
+    return ZERO_ERR_INTERNAL;
+}
+
+static zero_status_t walk(zero_train_config_t *cfg, const cJSON *obj, const char *prefix,
+                          const char *src) {
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        char path[256];
+        if (prefix[0])
+            snprintf(path, sizeof path, "%s.%s", prefix, it->string);
+        else
+            snprintf(path, sizeof path, "%s", it->string);
+        const cfg_key_t *k = find_key(path);
+        if (k) {
+            zero_status_t st = apply_item(cfg, k, it, src);
+            if (st) return st;
+        } else if (is_ignored(path)) {
+            /* "fp16": {"enabled": false} or "wall_clock_breakdown": false drop nothing. */
+            const cJSON *en =
+                cJSON_IsObject(it) ? cJSON_GetObjectItemCaseSensitive(it, "enabled") : NULL;
+            if (!cJSON_IsFalse(it) && !cJSON_IsFalse(en))
+                zero__log(ZERO_LOG_WARN, -1, 0, "%s: '%s' ignored: not supported yet", src, path);
+        } else if (cJSON_IsObject(it) && is_section(path)) {
+            zero_status_t st = walk(cfg, it, path, src);
+            if (st) return st;
+        } else if (!strcmp(path, "zero_optimization") && cJSON_IsBool(it)) {
+            /* DeepSpeed's first releases (and some of its documentation examples) wrote
+             * "zero_optimization": true for what is now stage 1. */
+            cfg->stage = cJSON_IsTrue(it) ? 1 : 0;
+            mark_set(cfg, find_key("zero_optimization.stage"));
+            zero__log(ZERO_LOG_WARN, -1, 0,
+                      "%s: zero_optimization = %s is DeepSpeed's old form: stage %d used (write "
+                      "{\"stage\": %d})",
+                      src, cJSON_IsTrue(it) ? "true" : "false", cfg->stage, cfg->stage);
+        } else if (is_section(path)) {
+            char *text = cJSON_PrintUnformatted(it);
+            zero_status_t st =
+                zero__error(ZERO_ERR_CONFIG, "%s: %s = %s has the wrong type (expected an object)",
+                            src, path, text ? text : "?");
+            cJSON_free(text);
+            return st;
+        } else {
+            zero__log(ZERO_LOG_WARN, -1, 0, "%s: unknown key '%s' ignored", src, path);
+        }
+    }
+    return ZERO_OK;
+}
+
+zero_status_t zero__train_config_parse(zero_train_config_t *cfg, const char *json,
+                                       const char *name) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(json, &end, 1);
+    if (!root) {
+        const char *at = end ? end : cJSON_GetErrorPtr();
+        int line = 1, col = 1;
+        for (const char *p = json; at && p < at && *p; p++) {
+            if (*p == '\n') {
+                line++;
+                col = 1;
+            } else {
+                col++;
+            }
+        }
+        return zero__error(ZERO_ERR_CONFIG,
+                           "%s:%d:%d: JSON syntax error near '%.20s' (expected a valid JSON "
+                           "object)",
+                           name, line, col, at && *at ? at : "end of file");
+    }
+    zero_status_t st;
+    if (!cJSON_IsObject(root))
+        st = zero__error(ZERO_ERR_CONFIG,
+                         "%s: the top level is not a JSON object (expected "
+                         "{...})",
+                         name);
+    else
+        st = walk(cfg, root, "", name);
+    cJSON_Delete(root);
+    return st;
+}
+
+zero_status_t zero__train_config_load(zero_train_config_t *cfg, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return zero__error(ZERO_ERR_IO, "cannot open config file '%s': %s (expected a JSON file)",
+                           path, strerror(errno));
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            cap = cap ? 2 * cap : 8192;
+            char *nt = realloc(text, cap);
+            if (!nt) {
+                free(text);
+                fclose(f);
+                return zero__error(ZERO_ERR_OUT_OF_MEMORY, "cannot read config '%s'", path);
+            }
+            text = nt;
+        }
+        size_t got = fread(text + len, 1, 4096, f);
+        len += got;
+        if (got < 4096) break;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (err) {
+        free(text);
+        return zero__error(ZERO_ERR_IO, "cannot read config file '%s'", path);
+    }
+    text[len] = 0;
+    zero_status_t st = zero__train_config_parse(cfg, text, path);
+    free(text);
+    return st;
+}
+
+zero_status_t zero__train_config_set(zero_train_config_t *cfg, const char *name,
+                                     const char *value) {
+    const cfg_key_t *k = find_key(name);
+    if (!k)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "unknown configuration key '%s' (see `zero train --help-config`)", name);
+    if (k->type == K_STR) return set_string(cfg, k, value, "command line");
+    if (k->type == K_BOOL) {
+        if (!strcmp(value, "true") || !strcmp(value, "1"))
+            return set_number(cfg, k, 1, 0, "command line");
+        if (!strcmp(value, "false") || !strcmp(value, "0"))
+            return set_number(cfg, k, 0, 0, "command line");
+        return zero__error(ZERO_ERR_CONFIG,
+                           "command line: %s = '%s' is not a boolean (expected true or false)",
+                           name, value);
+    }
+    if (k->type == K_PAIR) {
+        char *end;
+        double a = strtod(value, &end);
+        if (*end != ',')
+            return zero__error(ZERO_ERR_CONFIG,
+                               "command line: %s = '%s' (expected two numbers: a,b)", name, value);
+        double b = strtod(end + 1, &end);
+        if (*end)
+            return zero__error(ZERO_ERR_CONFIG,
+                               "command line: %s = '%s' (expected two numbers: a,b)", name, value);
+        zero_status_t st = set_number(cfg, k, a, 0, "command line");
+        return st ? st : set_number(cfg, k, b, 1, "command line");
+    }
+    char *end;
+    errno = 0;
+    double v = strtod(value, &end);
+    if (end == value || *end || errno)
+        return zero__error(ZERO_ERR_CONFIG, "command line: %s = '%s' is not a number (expected %s)",
+                           name, value, type_names[k->type]);
+    return set_number(cfg, k, v, 0, "command line");
+}
+
+zero_status_t zero__train_config_check(zero_train_config_t *cfg, int world) {
+    zero_status_t st = zero__gpt_config_check(&cfg->model);
+    if (st) return st;
+    if (world < 1)
+        return zero__error(ZERO_ERR_CONFIG, "world size %d is invalid (expected >= 1 ranks)",
+                           world);
+    /* DeepSpeed's rule: train_batch_size = micro x accumulation x world; any two of the three
+     * determine the third (train_batch_size alone keeps the accumulation at its value, 1 by
+     * default, as DeepSpeed does). */
+    int tb_set = zero__train_config_is_set(cfg, "train_batch_size") && cfg->train_batch_size > 0;
+    int mb_set = zero__train_config_is_set(cfg, "train_micro_batch_size_per_gpu");
+    int ga_set = zero__train_config_is_set(cfg, "gradient_accumulation_steps");
+    int64_t tb = cfg->train_batch_size, mb = cfg->micro_batch, ga = cfg->grad_accum, w = world;
+    if (tb_set && !(mb_set && ga_set)) {
+        int64_t known = (mb_set ? mb : ga) * w;
+        const char *name =
+            mb_set ? "train_micro_batch_size_per_gpu" : "gradient_accumulation_steps";
+        if (tb % known != 0)
+            return zero__error(ZERO_ERR_CONFIG,
+                               "train_batch_size = %lld is not divisible by %s (%lld) x world "
+                               "size (%d) (expected a multiple of %lld)",
+                               (long long)tb, name, (long long)(mb_set ? mb : ga), world,
+                               (long long)known);
+        if (mb_set)
+            ga = tb / known;
+        else
+            mb = tb / known;
+    }
+    if (tb_set && tb != mb * ga * w)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "train_batch_size = %lld does not equal "
+                           "train_micro_batch_size_per_gpu (%lld) x gradient_accumulation_steps "
+                           "(%lld) x world size (%d) = %lld (expected any two of the three, or "
+                           "three that agree)",
+                           (long long)tb, (long long)mb, (long long)ga, world,
+                           (long long)(mb * ga * w));
+    if (mb * ga * w > INT_MAX || mb > (1 << 20) || ga > (1 << 20))
+        return zero__error(ZERO_ERR_CONFIG,
+                           "train_micro_batch_size_per_gpu (%lld) x gradient_accumulation_steps "
+                           "(%lld) x world size (%d) is too large (expected <= %d)",
+                           (long long)mb, (long long)ga, world, INT_MAX);
+    cfg->micro_batch = (int)mb;
+    cfg->grad_accum = (int)ga;
+    cfg->train_batch_size = (int)(mb * ga * w);
+    if (!cfg->reduce_scatter)
+        zero__log(ZERO_LOG_WARN, -1, 0,
+                  "zero_optimization.reduce_scatter = false ignored: gradients are always "
+                  "reduce-scattered (same result, less traffic)");
+    return ZERO_OK;
+}
+
+/* The shortest decimal that reads back as the same float (0.1, not 0.100000001). */
+static void print_float(float v, FILE *out) {
+    char buf[64];
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)v);
+        if (strtof(buf, NULL) == v) break;
+    }
+    fputs(buf, out);
+}
+
+static void print_value(const zero_train_config_t *cfg, const cfg_key_t *k, FILE *out) {
+    const void *f = cfield(cfg, k);
+    switch (k->type) {
+    case K_INT: fprintf(out, "%d", *(const int *)f); break;
+    case K_I64: fprintf(out, "%lld", (long long)*(const int64_t *)f); break;
+    case K_BOOL: fprintf(out, "%s", *(const int *)f ? "true" : "false"); break;
+    case K_FLOAT: print_float(*(const float *)f, out); break;
+    case K_PAIR:
+        fputc('[', out);
+        print_float(((const float *)f)[0], out);
+        fputs(", ", out);
+        print_float(((const float *)f)[1], out);
+        fputc(']', out);
+        break;
+    case K_STR: {
+        fputc('"', out);
+        for (const char *s = (const char *)f; *s; s++) {
+            if (*s == '"' || *s == '\\')
+                fprintf(out, "\\%c", *s);
+            else if ((unsigned char)*s < 0x20)
+                fprintf(out, "\\u%04x", (unsigned char)*s);
+            else
+                fputc(*s, out);
+        }
+        fputc('"', out);
+        break;
+    }
+    default: ZERO_ASSERT(0);
+    }
+}
+
+/* Keys in the table are grouped by section, so nesting follows from common prefixes. */
+void zero__train_config_print(const zero_train_config_t *cfg, FILE *out) {
+    char open[4][64]; /* currently open objects */
+    int depth = 0;
+    int first[5] = {1, 1, 1, 1, 1};
+    fprintf(out, "{");
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(keys); i++) {
+        char parts[5][64];
+        int n = 0;
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", keys[i].name);
+        for (char *save = NULL, *tok = strtok_r(buf, ".", &save); tok && n < 5;
+             tok = strtok_r(NULL, ".", &save))
+            snprintf(parts[n++], sizeof parts[0], "%s", tok);
+        int common = 0;
+        while (common < depth && common < n - 1 && !strcmp(open[common], parts[common])) common++;
+        while (depth > common) {
+            depth--;
+            fprintf(out, "\n%*s}", 2 * (depth + 1), "");
+        }
+        while (depth < n - 1) {
+            fprintf(out, "%s\n%*s\"%s\": {", first[depth] ? "" : ",", 2 * (depth + 1), "",
+                    parts[depth]);
+            first[depth] = 0;
+            snprintf(open[depth], sizeof open[0], "%s", parts[depth]);
+            depth++;
+            first[depth] = 1;
+        }
+        fprintf(out, "%s\n%*s\"%s\": ", first[depth] ? "" : ",", 2 * (depth + 1), "", parts[n - 1]);
+        first[depth] = 0;
+        print_value(cfg, &keys[i], out);
+    }
+    while (depth > 0) {
+        depth--;
+        fprintf(out, "\n%*s}", 2 * (depth + 1), "");
+    }
+    fprintf(out, "\n}\n");
+}
+
+static void print_default(const cfg_key_t *k, FILE *out) {
+    zero_train_config_t def;
+    zero__train_config_default(&def);
+    print_value(&def, k, out);
+}
+
+void zero__train_config_print_keys(FILE *out) {
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(keys); i++) {
+        fprintf(out, "  %-36s ", keys[i].name);
+        print_default(&keys[i], out);
+        fprintf(out, "\n      %s (%s", keys[i].doc, type_names[keys[i].type]);
+        if (keys[i].allowed) fprintf(out, ": %s", keys[i].allowed);
+        if (keys[i].flag) fprintf(out, "; flag %s", keys[i].flag);
+        fprintf(out, ")\n");
+    }
+    fprintf(out, "  ignored with a warning (not supported yet):");
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(ignored); i++) fprintf(out, "\n    %s", ignored[i]);
+    fprintf(out, "\n");
+}
+
+void zero__train_config_print_markdown(FILE *out) {
+    fprintf(out, "| key | type | default | flag | meaning |\n|---|---|---|---|---|\n");
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(keys); i++) {
+        const cfg_key_t *k = &keys[i];
+        fprintf(out, "| `%s` | %s | `", k->name, type_names[k->type]);
+        print_default(k, out);
+        fprintf(out, "` | %s%s%s | %s", k->flag ? "`" : "", k->flag ? k->flag : "",
+                k->flag ? "`" : "", k->doc);
+        if (k->allowed) {
+            fprintf(out, " (one of");
+            for (const char *p = k->allowed; *p;) {
+                size_t n = strcspn(p, "|");
+                fprintf(out, " `%.*s`", (int)n, p);
+                p += n + (p[n] == '|');
+            }
+            fprintf(out, ")");
+        }
+        fprintf(out, " |\n");
+    }
+    fprintf(out, "\nDeepSpeed keys accepted with the warning \"ignored: not supported yet\" (a "
+                 "section set to `false` or with `\"enabled\": false` is accepted silently):\n\n");
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(ignored); i++) fprintf(out, "- `%s`\n", ignored[i]);
+}
+
+void zero__train_config_print_flags(FILE *out) {
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(keys); i++) {
+        const cfg_key_t *k = &keys[i];
+        if (!k->flag) continue;
+        char left[64];
+        snprintf(left, sizeof left, "%s %s", k->flag,
+                 k->type == K_STR ? (k->allowed ? "NAME" : "FILE") : "N");
+        fprintf(out, "  %-20s %s (%s)\n", left, k->doc, k->name);
+    }
+}

@@ -1,0 +1,99 @@
+/* config.h — the training configuration (internal API): DeepSpeed's JSON keys plus our `model`,
+ * `data` and `train` sections, declared once in a table (key, type, default, range, flag, doc)
+ * that drives defaults, parsing, command-line flags and overrides, --print-config, --help-config
+ * and docs/config.md.
+ *
+ * Parsing rules: a JSON syntax error names the file, line and column; an unknown key is a warning
+ * naming it; a DeepSpeed key we know but do not support yet (fp16, bf16, offload, aio, ...) warns
+ * "ignored: not supported yet"; a value of the wrong type or out of range fails naming the key,
+ * the value and what is allowed.
+ *
+ * Batch sizes follow DeepSpeed's rule train_batch_size = train_micro_batch_size_per_gpu x
+ * gradient_accumulation_steps x world size: any two of the three determine the third, and
+ * zero__train_config_check resolves them once the world size is known.
+ */
+#ifndef ZERO_TRAIN_CONFIG_H
+#define ZERO_TRAIN_CONFIG_H
+
+#include "model/gpt.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define ZERO_CONFIG_STR_MAX 512
+#define ZERO_CONFIG_MAX_KEYS 96
+
+typedef struct zero_train_config {
+    /* model */
+    zero_gpt_config_t model;
+    int checkpointing;
+    /* data */
+    char data_path[ZERO_CONFIG_STR_MAX]; /* "" = built-in corpus */
+    float val_fraction;
+    int builtin_bytes;
+    /* DeepSpeed keys */
+    int train_batch_size; /* global sequences per step */
+    int micro_batch;      /* train_micro_batch_size_per_gpu */
+    int grad_accum;       /* gradient_accumulation_steps */
+    float grad_clip;      /* gradient_clipping */
+    int steps_per_print;
+    int seed;
+    char optimizer[32]; /* optimizer.type */
+    float lr, beta[2], eps, weight_decay;
+    char scheduler[32]; /* scheduler.type */
+    float warmup_min_lr, warmup_max_lr, warmup_min_ratio;
+    int warmup_steps, total_steps; /* total 0 = train.steps */
+    char warmup_type[16];
+    float min_lr_ratio; /* cos_min_ratio */
+    /* zero_optimization */
+    int stage;
+    int64_t reduce_bucket_elems, allgather_bucket_elems;
+    int overlap_comm, contiguous_gradients, reduce_scatter;
+    int64_t prefetch_bucket_elems, persistence_threshold_elems, max_live_elems,
+        max_reuse_distance_elems;
+    /* train */
+    int steps, eval_interval, eval_batches;
+    int samples, sample_tokens, top_k;
+    float temperature;
+    char prompt[ZERO_CONFIG_STR_MAX];
+    int threads, ranks;
+    char backend[16]; /* auto | threads | mpi */
+    /* Which keys the file or the command line set (index = position in the key table), for rules
+     * that depend on what the user gave (the batch-size triple, warmup_max_lr). */
+    unsigned char key_set[ZERO_CONFIG_MAX_KEYS];
+} zero_train_config_t;
+
+/* Defaults from the table (threads 0 = cores / ranks). */
+void zero__train_config_default(zero_train_config_t *cfg);
+
+/* Read a JSON file over the current values. ZERO_ERR_IO (missing file), ZERO_ERR_CONFIG (syntax,
+ * type, range) with a message naming file, key/line and what was expected. */
+zero_status_t zero__train_config_load(zero_train_config_t *cfg, const char *path);
+/* Parse JSON text (`name` is used in messages). */
+zero_status_t zero__train_config_parse(zero_train_config_t *cfg, const char *json,
+                                       const char *name);
+/* Set one key from a string, as `--set key=value` does ("model.layers", "4"). */
+zero_status_t zero__train_config_set(zero_train_config_t *cfg, const char *key, const char *value);
+/* True if the key (by name) was set by the file or the command line. */
+int zero__train_config_is_set(const zero_train_config_t *cfg, const char *key);
+
+/* The config key a command-line flag sets ("--stage" -> "zero_optimization.stage"), or NULL. */
+const char *zero__train_config_flag_key(const char *flag);
+/* Help lines for the flags that set keys ("  --stage S   ZeRO stage ..."). */
+void zero__train_config_print_flags(FILE *out);
+
+/* Cross-key checks for a run over `world` ranks (heads divide dim, stage range, ...), and
+ * resolution of the batch-size triple: the missing one of train_batch_size,
+ * train_micro_batch_size_per_gpu and gradient_accumulation_steps is computed; an inconsistent
+ * triple fails naming the three values and the world size. Warns about accepted values that have
+ * no effect (reduce_scatter false). */
+zero_status_t zero__train_config_check(zero_train_config_t *cfg, int world);
+
+/* Write the effective configuration as JSON (nested like the input). */
+void zero__train_config_print(const zero_train_config_t *cfg, FILE *out);
+/* Write the table of keys: name, type, default and documentation. */
+void zero__train_config_print_keys(FILE *out);
+/* Write the table of keys as Markdown (the reference part of docs/config.md). */
+void zero__train_config_print_markdown(FILE *out);
+
+#endif /* ZERO_TRAIN_CONFIG_H */

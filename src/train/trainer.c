@@ -1,0 +1,745 @@
+/* trainer.c — the training loop over ranks: data -> engine + model per rank -> steps with
+ * progress and a metrics log -> validation -> samples -> a report gathered on rank 0.
+ *
+ * Not here: checkpoints, mixed precision (later issues extend this loop through the engine).
+ * Invariants: every allocation of a rank happens before its first step (engine buffers,
+ * activations, batch buffers); every rank makes the same sequence of model calls (training,
+ * validation, samples), because under stage 3 each forward gathers parameters collectively;
+ * validation batches are the same fixed windows at every evaluation, so validation losses are
+ * comparable across a run. The trainer's own collectives (loss averages, the report gather) share
+ * the rank's communicator; the engine counts its traffic on a private split of it.
+ */
+#include "train/trainer.h"
+
+#include "core/core_internal.h"
+#include "kernels/kernels.h"
+#include "train/data.h"
+#include "train/sample.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Shared by the ranks of one process. */
+typedef struct job {
+    zero_train_config_t *cfg;
+    const zero_train_io_t *io;
+    int world, threads;
+    zero_backend_t backend;
+    zero_dataset_t data; /* read-only once loaded: the rank threads share it */
+    double unigram_entropy, ln_vocab, t_start;
+} job_t;
+
+/* One rank. */
+typedef struct run {
+    job_t *job;
+    const zero_train_config_t *cfg;
+    int rank, world;
+    FILE *out;         /* rank 0: io->out; others NULL */
+    FILE *metrics;     /* rank 0 only */
+    zero_comm_t *comm; /* borrowed: this rank's communicator (NULL: one rank) */
+    zero_engine_t *eng;
+    zero_gpt_t *gpt;
+    int32_t *x, *y; /* (B, T) */
+} run_t;
+
+static void say(const run_t *r, const char *fmt, ...) ZERO_PRINTF(2, 3);
+static void say(const run_t *r, const char *fmt, ...) {
+    if (!r->out) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(r->out, fmt, ap);
+    va_end(ap);
+    fflush(r->out);
+}
+
+/* Sum over ranks in rank order (the comm layer's guarantee), so every rank gets the same bits. */
+static zero_status_t sum_ranks(run_t *r, double *v, size_t n) {
+    if (!r->comm || r->world == 1) return ZERO_OK;
+    return zero_comm_all_reduce(v, v, n, ZERO_DTYPE_FP64, ZERO_OP_SUM, r->comm);
+}
+
+/* Mean loss over `batches` micro-batches per rank: validation windows (rank r takes global batch
+ * i * world + r), or (split_train) training windows drawn from a fixed seed so the figure is
+ * repeatable. */
+static zero_status_t evaluate(run_t *r, int split_train, float *loss) {
+    const int B = r->cfg->micro_batch, T = r->cfg->model.seq;
+    double sum = 0.0;
+    uint64_t rng = 0x5eedull + (uint64_t)r->cfg->seed;
+    for (int i = 0; i < r->cfg->eval_batches; i++) {
+        if (split_train)
+            zero__data_train_batch_shard(&r->job->data, &rng, B, T, r->rank, r->world, r->x, r->y);
+        else
+            zero__data_val_batch(&r->job->data, (size_t)i * (size_t)r->world + (size_t)r->rank, B,
+                                 T, r->x, r->y);
+        float l = 0.0f;
+        zero_status_t st = zero__gpt_forward(r->gpt, r->x, r->y, B, T, &l);
+        if (st) return st;
+        sum += l;
+    }
+    zero_status_t st = sum_ranks(r, &sum, 1);
+    if (st) return st;
+    *loss = (float)(sum / ((double)r->cfg->eval_batches * r->world));
+    return ZERO_OK;
+}
+
+static void fmt_duration(char *buf, size_t n, double s) {
+    if (!(s >= 0) || s > 1e7) {
+        snprintf(buf, n, "--:--");
+        return;
+    }
+    int t = (int)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, n, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(buf, n, "%d:%02d", t / 60, t % 60);
+}
+
+static void progress(const run_t *r, int step, int steps, float loss, double tok_s, double eta,
+                     float lr, double norm) {
+    char etas[32];
+    fmt_duration(etas, sizeof etas, eta);
+    if (r->job->io->tty) {
+        const int width = 24;
+        int filled = steps ? (int)((double)step * width / steps) : width;
+        char bar[64];
+        for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
+        bar[width] = 0;
+        say(r, "\r\033[K[%s] step %d/%d | loss %.4f | %.1fk tok/s | ETA %s", bar, step, steps,
+            (double)loss, tok_s / 1e3, etas);
+    } else {
+        say(r, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1fk tok/s | ETA %s\n", step,
+            steps, (double)loss, (double)lr, norm, tok_s / 1e3, etas);
+    }
+}
+
+static void print_sample(const run_t *r, const int32_t *toks, int n) {
+    say(r, "----\n");
+    for (int i = 0; i < n; i++) {
+        int t = toks[i];
+        if (r->cfg->model.vocab <= 256) {
+            unsigned char ch = (unsigned char)t;
+            if (ch == '\n' || ch == '\t' || (ch >= 32 && ch < 127))
+                say(r, "%c", ch);
+            else
+                say(r, "\\x%02x", ch);
+        } else {
+            say(r, "%s%d", i ? " " : "", t);
+        }
+    }
+    say(r, "\n");
+}
+
+/* Every rank generates (the same tokens: same weights, same seed), rank 0 prints. */
+static zero_status_t samples(run_t *r) {
+    const zero_train_config_t *c = r->cfg;
+    if (c->samples <= 0) return ZERO_OK;
+    int plen = 0;
+    int total = c->sample_tokens + (int)strlen(c->prompt) + 1;
+    int32_t *toks = malloc((size_t)total * sizeof *toks);
+    if (!toks) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "cannot allocate sample buffer");
+    if (c->prompt[0] && c->model.vocab >= 256) {
+        for (const char *p = c->prompt; *p; p++) toks[plen++] = (unsigned char)*p;
+    } else {
+        toks[plen++] = c->model.vocab > '\n' ? '\n' : 0;
+    }
+    uint64_t rng = 0xa11ce5ull + (uint64_t)c->seed;
+    say(r, "samples (temperature %.2f, top-k %d):\n", (double)c->temperature, c->top_k);
+    zero_status_t st = ZERO_OK;
+    for (int s = 0; s < c->samples && !st; s++) {
+        st = zero__generate(r->gpt, toks, plen, plen + c->sample_tokens, c->temperature, c->top_k,
+                            &rng);
+        if (!st) print_sample(r, toks, plen + c->sample_tokens);
+    }
+    say(r, "----\n");
+    free(toks);
+    return st;
+}
+
+static void rank_report(run_t *r, zero_train_rank_report_t *rr) {
+    memset(rr, 0, sizeof *rr);
+    rr->rank = r->rank;
+    rr->world = r->world;
+    rr->stage = r->cfg->stage;
+    rr->threads = r->job->threads;
+    rr->peak_rss_bytes = zero_peak_rss_bytes();
+    zero_engine_report_t er;
+    zero_engine_get_report(r->eng, &er);
+    for (int c = 0; c < ZERO_MEM_CATEGORY_COUNT; c++) {
+        rr->memory_bytes[c] = er.memory_bytes[c];
+        rr->memory_peak_bytes[c] = er.memory_peak_bytes[c];
+        rr->memory_theory_bytes[c] = er.memory_theory_bytes[c];
+    }
+    rr->comm_bytes_per_step = er.comm_bytes_per_step;
+    rr->comm_theory_bytes_per_step = er.comm_theory_bytes_per_step;
+    for (int c = 0; c < ZERO_COLL_COUNT; c++)
+        rr->comm_sent_bytes_per_step_by_coll[c] = er.comm_sent_bytes_per_step_by_coll[c];
+    rr->padded_params = er.padded_param_count;
+}
+
+static const zero_mem_category_t table_cats[] = {ZERO_MEM_PARAMS, ZERO_MEM_GRADS, ZERO_MEM_OPTIM,
+                                                 ZERO_MEM_ACTIVATIONS, ZERO_MEM_COMM};
+
+static void print_tables(const run_t *r, const zero_train_rank_report_t *all) {
+    const double MiB = 1048576.0;
+    say(r, "report: memory per rank in MiB, measured / theory (theory 0: not modelled)\n");
+    say(r, "  rank");
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(table_cats); i++)
+        say(r, " %17s", zero_mem_category_name(table_cats[i]));
+    say(r, " %10s\n", "peak RSS");
+    for (int k = 0; k < r->world; k++) {
+        say(r, "  %4d", (int)all[k].rank);
+        for (size_t i = 0; i < ZERO_ARRAY_LEN(table_cats); i++) {
+            char cell[64];
+            snprintf(cell, sizeof cell, "%.2f / %.2f",
+                     (double)all[k].memory_bytes[table_cats[i]] / MiB,
+                     (double)all[k].memory_theory_bytes[table_cats[i]] / MiB);
+            say(r, " %17s", cell);
+        }
+        say(r, " %10.1f\n", (double)all[k].peak_rss_bytes / MiB);
+    }
+    if (r->job->backend == ZERO_BACKEND_THREADS && r->world > 1)
+        say(r, "  (peak RSS is the whole process: the ranks are its threads)\n");
+    say(r, "report: communication per rank per step, measured / theory\n");
+    for (int k = 0; k < r->world; k++) {
+        say(r, "  rank %d: %.3f / %.3f MiB", (int)all[k].rank,
+            (double)all[k].comm_bytes_per_step / MiB,
+            (double)all[k].comm_theory_bytes_per_step / MiB);
+        int any = 0;
+        for (int c = 0; c < ZERO_COLL_COUNT; c++)
+            if (all[k].comm_sent_bytes_per_step_by_coll[c]) {
+                say(r, "%s%s %.3f", any ? ", " : " (sent: ", zero_coll_name((zero_coll_t)c),
+                    (double)all[k].comm_sent_bytes_per_step_by_coll[c] / MiB);
+                any = 1;
+            }
+        say(r, "%s\n", any ? ")" : "");
+    }
+}
+
+static void metrics_line(run_t *r, int step, float loss, const zero_step_stats_t *ss, double tokens,
+                         double tok_s, double step_s, float val_loss) {
+    if (!r->metrics) return;
+    fprintf(r->metrics,
+            "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"clipped\": %s, "
+            "\"skipped\": %s, \"tokens\": %.0f, \"tokens_per_s\": %.6g, \"step_s\": %.6g, "
+            "\"elapsed_s\": %.6g",
+            step, (double)loss, (double)ss->lr, ss->grad_norm, ss->clipped ? "true" : "false",
+            ss->skipped ? "true" : "false", tokens, tok_s, step_s,
+            zero_time_now() - r->job->t_start);
+    if (!isnan(val_loss)) fprintf(r->metrics, ", \"val_loss\": %.9g", (double)val_loss);
+    fprintf(r->metrics, "}\n");
+    fflush(r->metrics);
+}
+
+static zero_status_t engine_params(const run_t *r, zero_engine_params_t *ep) {
+    const zero_train_config_t *cfg = r->cfg;
+    *ep = zero_engine_params_default();
+    ep->seed = (uint64_t)cfg->seed;
+    ep->threads = r->job->threads;
+    ep->stage = cfg->stage;
+    ep->comm = r->comm;
+    /* DeepSpeed: WarmupLR and WarmupDecayLR take their peak from warmup_max_lr and decay to
+     * warmup_min_lr; WarmupCosineLR scales the optimizer's lr by cos_min_ratio at the end. */
+    int warmup_family = strcmp(cfg->scheduler, "WarmupCosineLR") != 0;
+    float peak = cfg->lr;
+    if (warmup_family && cfg->warmup_max_lr > 0) peak = cfg->warmup_max_lr;
+    ep->lr = peak;
+    ep->schedule = !strcmp(cfg->scheduler, "WarmupLR")        ? ZERO_LR_CONSTANT
+                   : !strcmp(cfg->scheduler, "WarmupDecayLR") ? ZERO_LR_LINEAR
+                                                              : ZERO_LR_COSINE;
+    ep->min_lr = warmup_family ? cfg->warmup_min_lr : peak * cfg->min_lr_ratio;
+    float warmup_start = warmup_family ? cfg->warmup_min_lr : peak * cfg->warmup_min_ratio;
+    if (ep->min_lr > peak)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "scheduler.params.warmup_min_lr = %g is above the peak learning rate "
+                           "%g (expected <= the peak)",
+                           (double)cfg->warmup_min_lr, (double)peak);
+    ep->beta1 = cfg->beta[0];
+    ep->beta2 = cfg->beta[1];
+    ep->eps = cfg->eps;
+    ep->weight_decay = cfg->weight_decay;
+    ep->warmup_steps = cfg->warmup_steps;
+    ep->total_steps = cfg->total_steps > 0 ? cfg->total_steps : (cfg->steps > 0 ? cfg->steps : 1);
+    ep->grad_clip = cfg->grad_clip;
+    ep->grad_accum_steps = cfg->grad_accum;
+    ep->warmup_min_lr = warmup_start;
+    ep->warmup_type = !strcmp(cfg->warmup_type, "log") ? ZERO_WARMUP_LOG : ZERO_WARMUP_LINEAR;
+    /* DeepSpeed sizes buckets in elements; our gradients are fp32. */
+    int64_t bucket_bytes = cfg->reduce_bucket_elems * (int64_t)sizeof(float);
+    ep->reduce_bucket_bytes = bucket_bytes > INT32_MAX ? INT32_MAX : (int)bucket_bytes;
+    ep->prefetch_bucket_elems = cfg->prefetch_bucket_elems;
+    ep->persistence_threshold_elems = cfg->persistence_threshold_elems;
+    ep->max_live_elems = cfg->max_live_elems;
+    return ZERO_OK;
+}
+
+/* The whole run of one rank. rep is filled on every rank; rep->ranks only on rank 0. */
+static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_train_report_t *rep) {
+    const zero_train_config_t *cfg = job->cfg;
+    run_t r;
+    memset(&r, 0, sizeof r);
+    r.job = job;
+    r.cfg = cfg;
+    r.rank = rank;
+    r.world = job->world;
+    r.comm = comm;
+    r.out = rank == 0 ? job->io->out : NULL;
+    memset(rep, 0, sizeof *rep);
+    rep->rank = rank;
+    rep->world = job->world;
+    rep->stage = cfg->stage;
+    rep->backend = zero_backend_name(job->backend);
+    rep->unigram_entropy = job->unigram_entropy;
+    rep->ln_vocab = job->ln_vocab;
+    const int B = cfg->micro_batch, T = cfg->model.seq, W = job->world;
+    zero_train_rank_report_t *all = NULL;
+    zero_status_t st = ZERO_OK;
+
+    /* Rank 0 alone opens the metrics log, but every rank must learn that it failed: the others
+     * would otherwise wait for it in their first collective until the timeout. */
+    double bad = 0.0;
+    if (rank == 0 && job->io->metrics_path) {
+        r.metrics = fopen(job->io->metrics_path, "w");
+        if (!r.metrics) {
+            st = zero__error(ZERO_ERR_IO, "cannot write the metrics log '%s': %s",
+                             job->io->metrics_path, strerror(errno));
+            bad = 1.0;
+        }
+    }
+    zero_status_t agree = sum_ranks(&r, &bad, 1);
+    if (!st && agree) st = agree;
+    if (!st && bad > 0)
+        st = zero__error(ZERO_ERR_IO, "rank 0 cannot write the metrics log '%s'",
+                         job->io->metrics_path);
+    if (st) goto done;
+
+    /* engine + model */
+    zero_engine_params_t ep;
+    st = engine_params(&r, &ep);
+    if (st) goto done;
+    st = zero_engine_init(&r.eng, &ep);
+    if (st) goto done;
+    st = zero__gpt_init(&r.gpt, &cfg->model, r.eng, B, cfg->checkpointing, job->threads);
+    if (st) goto done;
+    r.x = malloc((size_t)B * T * sizeof *r.x);
+    r.y = malloc((size_t)B * T * sizeof *r.y);
+    if (!r.x || !r.y) {
+        st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "cannot allocate batch buffers");
+        goto done;
+    }
+    rep->params = zero_engine_param_count(r.eng);
+    rep->threads = job->threads;
+    rep->flops_per_token = zero__gpt_flops_per_token(&cfg->model);
+    rep->activation_bytes = zero__gpt_activation_bytes(r.gpt);
+    zero_mem_get_stats(zero_engine_mem(r.eng), &rep->mem);
+
+    say(&r, "zero train: GPT %d layers, %d heads, dim %d, vocab %d, seq %d: %.3fM parameters\n",
+        cfg->model.layers, cfg->model.heads, cfg->model.dim, cfg->model.vocab, cfg->model.seq,
+        (double)rep->params / 1e6);
+    say(&r,
+        "data: %s (%s), %zu tokens: %zu train, %zu validation; unigram entropy %.3f nats "
+        "(ln vocab %.3f)\n",
+        job->data.source, zero__data_format_name(job->data.format), job->data.count,
+        job->data.train_count, job->data.count - job->data.train_count, rep->unigram_entropy,
+        rep->ln_vocab);
+    say(&r,
+        "batch %d = %d x %d accumulation x %d ranks, of %d tokens; %d steps; lr %.2e (%s, "
+        "warm-up %d)\n",
+        cfg->train_batch_size, B, cfg->grad_accum, W, T, cfg->steps, (double)ep.lr, cfg->scheduler,
+        cfg->warmup_steps);
+    say(&r, "ZeRO stage %d on %d rank%s (%s backend), %d compute thread%s per rank\n", cfg->stage,
+        W, W == 1 ? "" : "s", zero_backend_name(job->backend), job->threads,
+        job->threads == 1 ? "" : "s");
+    say(&r,
+        "memory (rank 0): params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, activations "
+        "%.1f MiB%s\n",
+        rep->mem.live_bytes[ZERO_MEM_PARAMS] / 1048576.0,
+        rep->mem.live_bytes[ZERO_MEM_GRADS] / 1048576.0,
+        rep->mem.live_bytes[ZERO_MEM_OPTIM] / 1048576.0,
+        rep->mem.live_bytes[ZERO_MEM_ACTIVATIONS] / 1048576.0,
+        cfg->checkpointing ? " (checkpointing)" : "");
+    double my_peak = 0.0;
+    if (job->io->measure_peak) {
+        /* All ranks measure at once: the sum is what the machine gives this run's layout. */
+        my_peak = zero__matmul_peak_flops(job->threads);
+        rep->peak_flops_per_s = my_peak;
+        st = sum_ranks(&r, &rep->peak_flops_per_s, 1);
+        if (st) goto done;
+        say(&r, "matmul peak: %.1f GFLOP/s over %d rank%s x %d thread%s (%s)\n",
+            rep->peak_flops_per_s / 1e9, W, W == 1 ? "" : "s", job->threads,
+            job->threads == 1 ? "" : "s", zero__matmul_library());
+    }
+
+    st = evaluate(&r, 0, &rep->init_val_loss);
+    if (st) goto done;
+    say(&r, "step %5d | val loss %.4f\n", 0, (double)rep->init_val_loss);
+    rep->final_val_loss = rep->init_val_loss;
+
+    uint64_t rng = 0xda7aull + (uint64_t)cfg->seed;
+    double train_s = 0.0;
+    double smooth = -1.0;
+    const double tokens_per_step = (double)B * T * cfg->grad_accum * W;
+    for (int step = 0; step < cfg->steps; step++) {
+        double t0 = zero_time_now();
+        double loss_sum = 0.0;
+        for (int micro = 0; micro < cfg->grad_accum; micro++) {
+            zero__data_train_batch_shard(&job->data, &rng, B, T, rank, W, r.x, r.y);
+            float l = 0.0f;
+            st = zero__gpt_forward(r.gpt, r.x, r.y, B, T, &l);
+            if (!st) st = zero__gpt_backward(r.gpt);
+            if (st) goto done;
+            loss_sum += l;
+        }
+        zero_step_stats_t ss;
+        st = zero_engine_step(r.eng, &ss);
+        if (!st) st = sum_ranks(&r, &loss_sum, 1);
+        if (st) goto done;
+        double step_s = zero_time_now() - t0;
+        train_s += step_s;
+        float loss = (float)(loss_sum / ((double)cfg->grad_accum * W));
+        rep->last_step_loss = loss;
+        smooth = smooth < 0 ? loss : 0.9 * smooth + 0.1 * loss;
+        rep->tokens += tokens_per_step;
+        double tok_s = rep->tokens / train_s;
+        double eta = train_s / (step + 1) * (cfg->steps - step - 1);
+        int last = step + 1 == cfg->steps;
+        if (job->io->tty || (step + 1) % cfg->steps_per_print == 0 || step == 0 || last)
+            progress(&r, step + 1, cfg->steps, (float)smooth, tok_s, eta, ss.lr, ss.grad_norm);
+        float val = NAN;
+        if ((cfg->eval_interval > 0 && (step + 1) % cfg->eval_interval == 0) || last) {
+            st = evaluate(&r, 0, &rep->final_val_loss);
+            if (st) goto done;
+            val = rep->final_val_loss;
+            if (job->io->tty) say(&r, "\r\033[K");
+            say(&r, "step %5d | val loss %.4f | train loss %.4f | %.1fk tok/s\n", step + 1,
+                (double)rep->final_val_loss, smooth, tok_s / 1e3);
+        }
+        metrics_line(&r, step + 1, loss, &ss, rep->tokens, tok_s, step_s, val);
+    }
+    rep->steps = cfg->steps;
+    rep->train_s = train_s;
+    st = evaluate(&r, 1, &rep->final_train_loss);
+    if (st) goto done;
+    rep->tokens_per_s = train_s > 0 ? rep->tokens / train_s : 0.0;
+    rep->flops_per_s = rep->tokens_per_s * rep->flops_per_token;
+    rep->mfu = rep->peak_flops_per_s > 0 ? rep->flops_per_s / rep->peak_flops_per_s : 0.0;
+
+    st = samples(&r);
+    if (!st) st = zero_engine_fingerprint(r.eng, &rep->weights_fingerprint);
+    if (st) goto done;
+    zero_mem_get_stats(zero_engine_mem(r.eng), &rep->mem);
+
+    /* Gather every rank's figures on every rank (a fixed-size struct as bytes). */
+    zero_train_rank_report_t mine;
+    rank_report(&r, &mine);
+    mine.peak_flops_per_s = my_peak;
+    all = calloc((size_t)W, sizeof *all);
+    if (!all) {
+        st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "cannot gather %d rank reports", W);
+        goto done;
+    }
+    if (r.comm)
+        st = zero_comm_all_gather(&mine, all, sizeof mine, ZERO_DTYPE_UINT8, r.comm);
+    else
+        all[0] = mine;
+    if (st) goto done;
+    rep->elapsed_s = zero_time_now() - job->t_start;
+
+    say(&r, "report: train loss %.4f, val loss %.4f (start %.4f, unigram %.4f, ln V %.4f)\n",
+        (double)rep->final_train_loss, (double)rep->final_val_loss, (double)rep->init_val_loss,
+        rep->unigram_entropy, rep->ln_vocab);
+    say(&r, "report: %.0f tokens in %.1f s: %.1fk tok/s, %.2f GFLOP/s", rep->tokens, rep->train_s,
+        rep->tokens_per_s / 1e3, rep->flops_per_s / 1e9);
+    if (rep->peak_flops_per_s > 0)
+        say(&r, " = %.1f%% of the %.1f GFLOP/s matmul peak (MFU)%s", 100.0 * rep->mfu,
+            rep->peak_flops_per_s / 1e9,
+            rep->mfu > 1.0 ? "; above 100%: the start-up peak was measured while other work ran"
+                           : "");
+    say(&r, "\n");
+    print_tables(&r, all);
+    say(&r, "report: weights fingerprint %016llx; %.1f s in all\n",
+        (unsigned long long)rep->weights_fingerprint, rep->elapsed_s);
+    if (rank == 0) {
+        rep->ranks = all;
+        all = NULL;
+    }
+done:
+    free(all);
+    if (r.metrics) fclose(r.metrics);
+    free(r.x);
+    free(r.y);
+    zero__gpt_free(r.gpt);
+    zero_engine_free(r.eng);
+    if (st) zero__train_report_free(rep);
+    return st;
+}
+
+void zero__train_report_free(zero_train_report_t *rep) {
+    if (!rep) return;
+    free(rep->ranks);
+    rep->ranks = NULL;
+}
+
+/* Which backend a config runs on; ZERO_ERR_UNSUPPORTED for MPI in a build without it. */
+static zero_status_t choose_backend(const zero_train_config_t *cfg, zero_backend_t *out) {
+    if (!strcmp(cfg->backend, "threads")) {
+        *out = ZERO_BACKEND_THREADS;
+    } else if (!strcmp(cfg->backend, "mpi")) {
+        if (!zero_comm_mpi_available())
+            return zero__error(ZERO_ERR_UNSUPPORTED,
+                               "train.backend = \"mpi\" but this build has no MPI backend "
+                               "(expected \"threads\", or rebuild with Open MPI)");
+        *out = ZERO_BACKEND_MPI;
+    } else {
+        *out = zero_comm_mpi_available() && zero_comm_mpi_launched() ? ZERO_BACKEND_MPI
+                                                                     : ZERO_BACKEND_THREADS;
+    }
+    return ZERO_OK;
+}
+
+static int env_int(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : 0;
+}
+
+int zero__train_world_size(const zero_train_config_t *cfg) {
+    zero_backend_t b;
+    if (choose_backend(cfg, &b) || b == ZERO_BACKEND_THREADS) return cfg->ranks;
+    /* Before MPI_Init: the launcher's environment (Open MPI, then PMI). */
+    int n = env_int("OMPI_COMM_WORLD_SIZE");
+    if (n <= 0) n = env_int("PMI_SIZE");
+    return n > 0 ? n : 1;
+}
+
+typedef struct rank_thread {
+    job_t *job;
+    int rank;
+    zero_comm_t *comm;
+    zero_train_report_t rep;
+    zero_status_t st;
+    char err[1024];
+    pthread_t tid;
+} rank_thread_t;
+
+static void *rank_thread_main(void *p) {
+    rank_thread_t *t = p;
+    t->st = rank_main(t->job, t->rank, t->comm, &t->rep);
+    if (t->st) snprintf(t->err, sizeof t->err, "%s", zero_last_error());
+    return NULL;
+}
+
+/* Ranks as threads: rank 0 on the calling thread (it owns the output), the others on new ones. */
+static zero_status_t run_threads(job_t *job, zero_train_report_t *rep) {
+    const int n = job->world;
+    if (n == 1) return rank_main(job, 0, NULL, rep);
+    zero_comm_t **comms = calloc((size_t)n, sizeof *comms);
+    rank_thread_t *t = calloc((size_t)n, sizeof *t);
+    if (!comms || !t) {
+        free(comms);
+        free(t);
+        return zero__error(ZERO_ERR_OUT_OF_MEMORY, "cannot set up %d ranks", n);
+    }
+    int started = 1;
+    zero_status_t st = zero_comm_threads_init_all(n, comms, NULL);
+    if (st) goto done;
+    for (int k = 0; k < n; k++) {
+        t[k].job = job;
+        t[k].rank = k;
+        t[k].comm = comms[k];
+    }
+    for (int k = 1; k < n; k++) {
+        if (pthread_create(&t[k].tid, NULL, rank_thread_main, &t[k]) != 0) {
+            /* The started ranks would wait for this one until the collective timeout: fail them
+             * fast is not possible from here, so report after they give up. */
+            t[k].st = zero__error(ZERO_ERR_INTERNAL, "cannot start the thread of rank %d", k);
+            snprintf(t[k].err, sizeof t[k].err, "%s", zero_last_error());
+            break;
+        }
+        started++;
+    }
+    rank_thread_main(&t[0]);
+    for (int k = 1; k < started; k++) pthread_join(t[k].tid, NULL);
+    st = ZERO_OK;
+    for (int k = 0; k < n && !st; k++)
+        if (t[k].st) st = zero__error(t[k].st, "rank %d: %s", k, t[k].err);
+    if (!st)
+        *rep = t[0].rep;
+    else
+        zero__train_report_free(&t[0].rep);
+    for (int k = 1; k < n; k++) zero__train_report_free(&t[k].rep);
+done:
+    for (int k = 0; k < n; k++) zero_comm_free(comms[k]);
+    free(comms);
+    free(t);
+    return st;
+}
+
+static zero_status_t run_mpi(job_t *job, zero_train_report_t *rep) {
+    zero_comm_t *comm = NULL;
+    zero_status_t st = zero_comm_mpi_init(&comm, NULL);
+    if (st) return st;
+    int world = zero_comm_size(comm), rank = zero_comm_rank(comm);
+    if (zero__train_config_is_set(job->cfg, "train.ranks") && job->cfg->ranks != world) {
+        st = zero__error(ZERO_ERR_CONFIG,
+                         "train.ranks = %d but the MPI job has %d ranks (expected the same, or "
+                         "no --ranks under mpirun)",
+                         job->cfg->ranks, world);
+    } else if (world != job->world) {
+        /* The launcher's environment disagreed with MPI: re-resolve the batch sizes. */
+        job->world = world;
+        st = zero__train_config_check(job->cfg, world);
+    }
+    if (!st) st = rank_main(job, rank, comm, rep);
+    zero_comm_free(comm);
+    zero_comm_mpi_finalize();
+    return st;
+}
+
+zero_status_t zero__train_run(zero_train_config_t *cfg, const zero_train_io_t *io_in,
+                              zero_train_report_t *rep_out) {
+    static const zero_train_io_t io_default = {NULL, 0, 1, NULL};
+    job_t job;
+    memset(&job, 0, sizeof job);
+    job.t_start = zero_time_now();
+    job.cfg = cfg;
+    job.io = io_in ? io_in : &io_default;
+    zero_train_report_t rep;
+    memset(&rep, 0, sizeof rep);
+
+    zero_status_t st = choose_backend(cfg, &job.backend);
+    if (st) return st;
+    job.world = zero__train_world_size(cfg);
+    st = zero__train_config_check(cfg, job.world);
+    if (st) return st;
+    if (job.backend == ZERO_BACKEND_MPI && !zero__train_config_is_set(cfg, "train.ranks"))
+        cfg->ranks = job.world;
+    job.threads = cfg->threads;
+    if (job.threads <= 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int local = job.backend == ZERO_BACKEND_MPI ? env_int("OMPI_COMM_WORLD_LOCAL_SIZE") : 0;
+        if (local <= 0) local = job.world;
+        job.threads = cores > 0 ? (int)(cores / local) : 1;
+        if (job.threads < 1) job.threads = 1;
+    }
+    const int T = cfg->model.seq;
+
+    /* data: loaded once per process, shared read-only by the rank threads */
+    if (cfg->data_path[0])
+        st = zero__data_load(&job.data, cfg->data_path, cfg->model.vocab);
+    else if (cfg->model.vocab < 256)
+        st = zero__error(ZERO_ERR_CONFIG,
+                         "the built-in corpus is byte-level text: model.vocab = %d is too small "
+                         "(expected >= 256)",
+                         cfg->model.vocab);
+    else
+        st = zero__data_builtin(&job.data, (size_t)cfg->builtin_bytes, (uint64_t)cfg->seed);
+    if (st) return st;
+    st = zero__data_split(&job.data, cfg->val_fraction, T);
+    if (st) goto done;
+    job.unigram_entropy =
+        zero__data_unigram_entropy(&job.data, job.data.train_count, job.data.count);
+    job.ln_vocab = log((double)cfg->model.vocab);
+
+    st = job.backend == ZERO_BACKEND_MPI ? run_mpi(&job, &rep) : run_threads(&job, &rep);
+done:
+    zero__data_free(&job.data);
+    if (!st && rep_out)
+        *rep_out = rep;
+    else
+        zero__train_report_free(&rep);
+    return st;
+}
+
+static void add_categories(cJSON *parent, const char *name, const uint64_t *bytes) {
+    cJSON *o = cJSON_AddObjectToObject(parent, name);
+    for (int c = 0; o && c < ZERO_MEM_CATEGORY_COUNT; c++)
+        cJSON_AddNumberToObject(o, zero_mem_category_name((zero_mem_category_t)c),
+                                (double)bytes[c]);
+}
+
+zero_status_t zero__train_report_write(const zero_train_report_t *rep,
+                                       const zero_train_config_t *cfg, const char *path) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "report: out of memory");
+    char hex[32];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)rep->weights_fingerprint);
+    cJSON_AddStringToObject(root, "weights_fingerprint", hex);
+    cJSON_AddNumberToObject(root, "stage", rep->stage);
+    cJSON_AddNumberToObject(root, "world_size", rep->world);
+    cJSON_AddStringToObject(root, "backend", rep->backend ? rep->backend : "threads");
+    cJSON_AddNumberToObject(root, "tokens_per_s", rep->tokens_per_s);
+    cJSON_AddNumberToObject(root, "flops_per_s", rep->flops_per_s);
+    cJSON_AddNumberToObject(root, "flops_per_token", rep->flops_per_token);
+    cJSON_AddNumberToObject(root, "matmul_peak_flops_per_s", rep->peak_flops_per_s);
+    cJSON_AddNumberToObject(root, "mfu", rep->mfu);
+    cJSON_AddNumberToObject(root, "final_train_loss", rep->final_train_loss);
+    cJSON_AddNumberToObject(root, "final_val_loss", rep->final_val_loss);
+    cJSON_AddNumberToObject(root, "initial_val_loss", rep->init_val_loss);
+    cJSON_AddNumberToObject(root, "last_step_loss", rep->last_step_loss);
+    cJSON_AddNumberToObject(root, "unigram_entropy", rep->unigram_entropy);
+    cJSON_AddNumberToObject(root, "ln_vocab", rep->ln_vocab);
+    cJSON_AddNumberToObject(root, "params", (double)rep->params);
+    cJSON_AddNumberToObject(root, "steps", rep->steps);
+    cJSON_AddNumberToObject(root, "tokens", rep->tokens);
+    cJSON_AddNumberToObject(root, "train_s", rep->train_s);
+    cJSON_AddNumberToObject(root, "elapsed_s", rep->elapsed_s);
+    cJSON_AddNumberToObject(root, "threads", rep->threads);
+    cJSON_AddNumberToObject(root, "ranks", rep->world);
+    cJSON_AddNumberToObject(root, "zero_stage", rep->stage);
+    cJSON_AddStringToObject(root, "matmul_library", zero__matmul_library());
+    cJSON *mem = cJSON_AddObjectToObject(root, "memory_peak_bytes");
+    for (int c = 0; mem && c < ZERO_MEM_CATEGORY_COUNT; c++)
+        cJSON_AddNumberToObject(mem, zero_mem_category_name((zero_mem_category_t)c),
+                                (double)rep->mem.peak_bytes[c]);
+    if (mem) cJSON_AddNumberToObject(mem, "total", (double)rep->mem.peak_total_bytes);
+    cJSON *per = cJSON_AddArrayToObject(root, "per_rank");
+    for (int k = 0; per && rep->ranks && k < rep->world; k++) {
+        const zero_train_rank_report_t *rr = &rep->ranks[k];
+        cJSON *o = cJSON_CreateObject();
+        if (!o) break;
+        cJSON_AddItemToArray(per, o);
+        cJSON_AddNumberToObject(o, "rank", rr->rank);
+        add_categories(o, "memory_bytes", rr->memory_bytes);
+        add_categories(o, "memory_peak_bytes", rr->memory_peak_bytes);
+        add_categories(o, "memory_theory_bytes", rr->memory_theory_bytes);
+        cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)rr->peak_rss_bytes);
+        cJSON_AddNumberToObject(o, "comm_bytes_per_step", (double)rr->comm_bytes_per_step);
+        cJSON_AddNumberToObject(o, "comm_theory_bytes_per_step",
+                                (double)rr->comm_theory_bytes_per_step);
+        cJSON *bc = cJSON_AddObjectToObject(o, "comm_sent_bytes_per_step_by_collective");
+        for (int c = 0; bc && c < ZERO_COLL_COUNT; c++)
+            cJSON_AddNumberToObject(bc, zero_coll_name((zero_coll_t)c),
+                                    (double)rr->comm_sent_bytes_per_step_by_coll[c]);
+        cJSON_AddNumberToObject(o, "padded_params", (double)rr->padded_params);
+        cJSON_AddNumberToObject(o, "matmul_peak_flops_per_s", rr->peak_flops_per_s);
+    }
+    cJSON *model = cJSON_AddObjectToObject(root, "model");
+    if (model) {
+        cJSON_AddNumberToObject(model, "layers", cfg->model.layers);
+        cJSON_AddNumberToObject(model, "heads", cfg->model.heads);
+        cJSON_AddNumberToObject(model, "dim", cfg->model.dim);
+        cJSON_AddNumberToObject(model, "vocab", cfg->model.vocab);
+        cJSON_AddNumberToObject(model, "seq", cfg->model.seq);
+        cJSON_AddBoolToObject(model, "activation_checkpointing", cfg->checkpointing);
+    }
+    cJSON_AddNumberToObject(root, "train_batch_size", cfg->train_batch_size);
+    cJSON_AddNumberToObject(root, "micro_batch", cfg->micro_batch);
+    cJSON_AddNumberToObject(root, "gradient_accumulation_steps", cfg->grad_accum);
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "report: out of memory");
+    zero_status_t st = ZERO_OK;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        st = zero__error(ZERO_ERR_IO, "cannot write report '%s': %s", path, strerror(errno));
+    } else {
+        if (fprintf(f, "%s\n", text) < 0) st = zero__error(ZERO_ERR_IO, "cannot write '%s'", path);
+        if (fclose(f) != 0 && !st) st = zero__error(ZERO_ERR_IO, "cannot close '%s'", path);
+    }
+    cJSON_free(text);
+    return st;
+}

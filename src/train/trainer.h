@@ -1,0 +1,80 @@
+/* trainer.h — the training loop behind `zero train` (internal API): data, engine, model,
+ * progress, validation, samples and the run report, over one or more ranks — threads of this
+ * process (zero_comm_threads_init_all) or the processes of an MPI job.
+ *
+ * Each rank has its own model, engine and share of every global batch; rank 0 alone writes
+ * progress, the metrics log and the report, after gathering the other ranks' figures.
+ * Output goes to the FILE the caller passes (the CLI gives stdout); the library never chooses
+ * stdout itself. Errors return a status with zero_last_error() set and print nothing.
+ */
+#ifndef ZERO_TRAIN_TRAINER_H
+#define ZERO_TRAIN_TRAINER_H
+
+#include "train/config.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* One rank's figures: fixed-size plain data, so ranks exchange them with one all-gather. */
+typedef struct zero_train_rank_report {
+    int32_t rank, world, stage, threads;
+    uint64_t memory_bytes[ZERO_MEM_CATEGORY_COUNT];        /* live at the end of training */
+    uint64_t memory_peak_bytes[ZERO_MEM_CATEGORY_COUNT];   /* peak during the run */
+    uint64_t memory_theory_bytes[ZERO_MEM_CATEGORY_COUNT]; /* ARCHITECTURE.md section 3 (0: n/a) */
+    uint64_t peak_rss_bytes; /* of the process (shared by the ranks of the threads backend) */
+    uint64_t comm_bytes_per_step, comm_theory_bytes_per_step;
+    uint64_t comm_sent_bytes_per_step_by_coll[ZERO_COLL_COUNT];
+    uint64_t padded_params;
+    double peak_flops_per_s; /* matmul peak this rank measured at start-up (0: not measured) */
+} zero_train_rank_report_t;
+
+typedef struct zero_train_report {
+    size_t params;
+    int steps, threads; /* threads per rank */
+    int world, stage, rank;
+    const char *backend;     /* "threads" or "mpi" (static) */
+    double tokens;           /* trained tokens, all ranks */
+    double train_s;          /* seconds in forward/backward/step (not eval, not sampling) */
+    double elapsed_s;        /* whole run */
+    double tokens_per_s;     /* tokens / train_s */
+    double flops_per_token;  /* zero__gpt_flops_per_token */
+    double flops_per_s;      /* flops_per_token * tokens_per_s */
+    double peak_flops_per_s; /* sum of the ranks' matmul peaks measured at start-up */
+    double mfu;              /* flops_per_s / peak_flops_per_s */
+    float init_val_loss;     /* validation loss before the first step */
+    float final_train_loss;  /* on eval_batches training batches after the last step */
+    float final_val_loss;
+    float last_step_loss;   /* loss of the last global batch */
+    double unigram_entropy; /* nats per token of the validation tail: the no-context baseline */
+    double ln_vocab;
+    size_t activation_bytes;
+    zero_mem_stats_t mem;            /* rank 0's accounting domain */
+    uint64_t weights_fingerprint;    /* hash of the full fp32 weights, canonical order */
+    zero_train_rank_report_t *ranks; /* world entries on rank 0 (NULL elsewhere); owned */
+} zero_train_report_t;
+
+typedef struct zero_train_io {
+    FILE *out;                /* progress, evaluations, samples, summary (NULL: silent) */
+    int tty;                  /* 1: a progress bar redrawn in place; 0: plain lines */
+    int measure_peak;         /* 1: measure the matmul peak at start-up (~0.5 s) */
+    const char *metrics_path; /* JSON lines, one object per step (NULL: none); rank 0 writes */
+} zero_train_io_t;
+
+/* The world size a run of cfg will have: the MPI job's size when it runs on MPI (train.backend
+ * "mpi", or "auto" under mpirun), else train.ranks. */
+int zero__train_world_size(const zero_train_config_t *cfg);
+
+/* Run a training job over zero__train_world_size(cfg) ranks. cfg is checked (and its batch sizes
+ * resolved) for that world. rep may be NULL; on success it is filled on every process, with
+ * rep->rank telling whether this process holds rank 0's full report (ranks != NULL). Free it
+ * with zero__train_report_free. */
+zero_status_t zero__train_run(zero_train_config_t *cfg, const zero_train_io_t *io,
+                              zero_train_report_t *rep);
+void zero__train_report_free(zero_train_report_t *rep);
+
+/* Write rank 0's report as JSON (tokens_per_s, flops_per_s, matmul_peak_flops_per_s, mfu, losses,
+ * params, weights_fingerprint, stage, world_size, per-rank memory and communication, config). */
+zero_status_t zero__train_report_write(const zero_train_report_t *rep,
+                                       const zero_train_config_t *cfg, const char *path);
+
+#endif /* ZERO_TRAIN_TRAINER_H */

@@ -1,0 +1,142 @@
+/* accounting.c — the weights fingerprint and the per-rank report: memory by category beside the
+ * theory of this engine's padded layout, and the bytes this rank sent in the last step beside the
+ * formula (both documented in engine.h).
+ *
+ * Not here: the allocations themselves (every engine allocation carries its category where it
+ * is made). Invariants: the comm counters are the engine's private communicator's, so they hold
+ * only the engine's collectives; a fingerprint's traffic is moved out of the step's window.
+ */
+#include "engine_internal.h"
+
+#include <string.h>
+
+#define FNV_OFFSET 0xcbf29ce484222325ull
+#define FNV_PRIME 0x100000001b3ull
+
+/* The control all-gather of each step (step.c's step_record_t). */
+#define CONTROL_BYTES 32u
+
+void zero__comm_sent(const zero_engine_t *eng, uint64_t out[ZERO_COLL_COUNT]) {
+    memset(out, 0, ZERO_COLL_COUNT * sizeof *out);
+    if (!eng->comm) return;
+    zero_comm_stats_t s;
+    zero_comm_get_stats(eng->comm, &s);
+    memcpy(out, s.sent_bytes, ZERO_COLL_COUNT * sizeof *out);
+}
+
+void zero__accounting_end_step(zero_engine_t *eng) {
+    uint64_t now[ZERO_COLL_COUNT];
+    zero__comm_sent(eng, now);
+    for (int c = 0; c < ZERO_COLL_COUNT; c++) {
+        eng->last_sent[c] = now[c] - eng->sent_base[c];
+        eng->sent_base[c] = now[c];
+    }
+    eng->last_rs_elems = eng->rs_elems;
+    eng->last_gather_elems = eng->gather_elems;
+    eng->rs_elems = eng->gather_elems = 0;
+    eng->have_last = 1;
+}
+
+static uint64_t fnv_bytes(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= FNV_PRIME;
+    }
+    return h;
+}
+
+zero_status_t zero_engine_fingerprint(zero_engine_t *eng, uint64_t *out) {
+    if (!eng || !out)
+        return zero__error(ZERO_ERR_INVALID_ARG, "zero_engine_fingerprint: NULL argument");
+    if (eng->failure) return zero__error(eng->failure, "%s", eng->failure_msg);
+    uint64_t before[ZERO_COLL_COUNT];
+    zero__comm_sent(eng, before);
+    uint64_t h = FNV_OFFSET;
+    zero_status_t st = ZERO_OK;
+    for (int i = 0; i < eng->unit_count && !st; i++) {
+        zero__unit_t *u = &eng->units[i];
+        const float *w = u->full;
+        float *tmp = NULL;
+        if (u->shard) { /* stage 3: this rank holds a shard; gather a private copy */
+            if (eng->world == 1) {
+                w = u->shard;
+            } else {
+                tmp = zero_mem_alloc(eng->mem, ZERO_MEM_COMM, u->padded_count * sizeof(float), 64);
+                if (!tmp)
+                    return zero__error(ZERO_ERR_OUT_OF_MEMORY,
+                                       "fingerprint: no memory to gather unit '%s'", u->name);
+                st =
+                    zero_comm_all_gather(u->shard, tmp, u->shard_count, ZERO_DTYPE_FP32, eng->comm);
+                w = tmp;
+            }
+        }
+        if (!st)
+            for (int t = 0; t < u->tensor_count; t++)
+                h = fnv_bytes(h, w + u->offsets[t], u->counts[t] * sizeof(float));
+        zero_mem_free(tmp);
+    }
+    uint64_t after[ZERO_COLL_COUNT];
+    zero__comm_sent(eng, after);
+    for (int c = 0; c < ZERO_COLL_COUNT; c++) eng->sent_base[c] += after[c] - before[c];
+    if (st) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", zero_last_error());
+        return zero__engine_fail(eng, st, "fingerprint: gathering the weights failed: %s", msg);
+    }
+    *out = h;
+    return ZERO_OK;
+}
+
+void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out) {
+    memset(out, 0, sizeof *out);
+    if (!eng) return;
+    zero_mem_stats_t ms;
+    zero_mem_get_stats(eng->mem, &ms);
+    memcpy(out->memory_bytes, ms.live_bytes, sizeof out->memory_bytes);
+    memcpy(out->memory_peak_bytes, ms.peak_bytes, sizeof out->memory_peak_bytes);
+    const int stage = eng->params.stage;
+    const uint64_t N = (uint64_t)eng->world, f = sizeof(float);
+    uint64_t P = 0, S = 0, S_np = 0, P_pers = 0, S_pers = 0;
+    for (int i = 0; i < eng->unit_count; i++) {
+        const zero__unit_t *u = &eng->units[i];
+        P += u->padded_count;
+        S += u->shard_count;
+        out->param_count += u->param_count;
+        if (u->persistent) {
+            P_pers += u->padded_count;
+            S_pers += u->shard_count;
+        } else {
+            S_np += u->shard_count;
+        }
+    }
+    out->padded_param_count = (size_t)P;
+    out->memory_theory_bytes[ZERO_MEM_PARAMS] = (size_t)(stage < 3 ? f * P : f * (S_np + P_pers));
+    /* Communication buffers: the two reduce-bucket slots (allocated at the first grads_done
+     * with world > 1) and the stage-3 pool of gather buffers, kept until zero_engine_free. */
+    const uint64_t B = eng->bucket_cap;
+    out->gather_pool_bytes = zero__pool_bytes(eng, 0);
+    out->gather_pool_idle_bytes = zero__pool_bytes(eng, 1);
+    out->memory_theory_bytes[ZERO_MEM_COMM] =
+        (size_t)(ZERO__BUCKET_SLOTS * f * (B + B / N)) + out->gather_pool_bytes;
+    out->memory_theory_bytes[ZERO_MEM_GRADS] = (size_t)(stage <= 1 ? f * (P + S) : f * S);
+    out->memory_theory_bytes[ZERO_MEM_OPTIM] = (size_t)(stage == 0 ? 2 * f * P : 2 * f * S);
+
+    uint64_t rs, ag;
+    if (eng->have_last) {
+        rs = eng->last_rs_elems;
+        ag = eng->last_gather_elems;
+    } else {
+        rs = (uint64_t)eng->params.grad_accum_steps * S;
+        ag = stage == 3 ? 2 * (uint64_t)eng->params.grad_accum_steps * S_np : 0;
+    }
+    ag += stage < 3 ? S : S_pers; /* after the step: grads (0), params (1-2), persistent (3) */
+    out->comm_theory_bytes_per_step = N > 1 ? (N - 1) * (f * (rs + ag) + CONTROL_BYTES) : 0;
+    for (int c = 0; c < ZERO_COLL_COUNT; c++) {
+        out->comm_sent_bytes_per_step_by_coll[c] = eng->last_sent[c];
+        out->comm_bytes_per_step += eng->last_sent[c];
+    }
+    out->stage = stage;
+    out->world_size = eng->world;
+    out->rank = eng->rank;
+}

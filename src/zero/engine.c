@@ -1,0 +1,230 @@
+/* engine.c — engine parameters, creation and destruction, the learning-rate schedule.
+ *
+ * Not here: the layout (layout.c), gradients (buckets.c), fetch (fetch.c), the step (step.c),
+ * reports (accounting.c).
+ * Invariants: with world > 1 the engine owns a communicator split from the caller's, so the
+ * collectives it posts run in its own queue and its traffic counters are its own.
+ */
+#include "engine_internal.h"
+
+#include <assert.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+static const char *const init_names[] = {"zeros", "ones", "normal"};
+static_assert(ZERO_ARRAY_LEN(init_names) == ZERO_INIT_COUNT, "init name table");
+static const char *const schedule_names[] = {"constant", "cosine", "linear"};
+static_assert(ZERO_ARRAY_LEN(schedule_names) == ZERO_LR_SCHEDULE_COUNT, "schedule name table");
+/* DeepSpeed's scheduler.type values, same order as schedule_names. */
+static const char *const schedule_ds_names[] = {"WarmupLR", "WarmupCosineLR", "WarmupDecayLR"};
+static_assert(ZERO_ARRAY_LEN(schedule_ds_names) == ZERO_LR_SCHEDULE_COUNT, "DeepSpeed names");
+
+const char *zero_init_name(zero_init_t init) {
+    return (unsigned)init < ZERO_INIT_COUNT ? init_names[init] : "?";
+}
+
+const char *zero_lr_schedule_name(zero_lr_schedule_t schedule) {
+    return (unsigned)schedule < ZERO_LR_SCHEDULE_COUNT ? schedule_names[schedule] : "?";
+}
+
+zero_status_t zero_lr_schedule_parse(const char *name, zero_lr_schedule_t *out) {
+    for (int i = 0; name && i < ZERO_LR_SCHEDULE_COUNT; i++)
+        if (!strcmp(name, schedule_names[i]) || !strcmp(name, schedule_ds_names[i])) {
+            *out = (zero_lr_schedule_t)i;
+            return ZERO_OK;
+        }
+    return zero__error(ZERO_ERR_INVALID_ARG,
+                       "unknown learning-rate schedule '%s' (expected constant, cosine or linear, "
+                       "or DeepSpeed's WarmupLR, WarmupCosineLR or WarmupDecayLR)",
+                       name ? name : "(null)");
+}
+
+zero_engine_params_t zero_engine_params_default(void) {
+    zero_engine_params_t p;
+    memset(&p, 0, sizeof p);
+    p.stage = 0;
+    p.comm = NULL;
+    p.mem = NULL;
+    p.compute_dtype = ZERO_DTYPE_FP32;
+    p.seed = 1337;
+    p.threads = 1;
+    p.lr = 3e-4f;
+    p.min_lr = 3e-5f;
+    p.beta1 = 0.9f;
+    p.beta2 = 0.95f;
+    p.eps = 1e-8f;
+    p.weight_decay = 0.1f;
+    p.schedule = ZERO_LR_COSINE;
+    p.warmup_steps = 0;
+    p.total_steps = 1;
+    p.warmup_min_lr = 0.0f;
+    p.warmup_type = ZERO_WARMUP_LINEAR;
+    p.grad_clip = 1.0f;
+    p.grad_accum_steps = 1;
+    p.reduce_bucket_bytes = INT_MAX; /* DeepSpeed: 5e8 elements = 2e9 bytes */
+    p.prefetch_bucket_elems = 50000000;
+    p.persistence_threshold_elems = 100000;
+    p.max_live_elems = 1000000000;
+    return p;
+}
+
+static zero_status_t check_params(const zero_engine_params_t *p) {
+    if (p->stage < 0 || p->stage > 3)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "zero_optimization.stage %d is invalid (expected 0, 1, 2 or 3)",
+                           p->stage);
+    if (p->compute_dtype != ZERO_DTYPE_FP32)
+        return zero__error(ZERO_ERR_UNSUPPORTED,
+                           "compute dtype %s is not implemented yet (expected fp32)",
+                           zero_dtype_name(p->compute_dtype));
+    if (!(p->lr >= 0.0f) || !isfinite(p->lr))
+        return zero__error(ZERO_ERR_CONFIG, "learning rate %g is invalid (expected >= 0)",
+                           (double)p->lr);
+    if (!(p->min_lr >= 0.0f) || !isfinite(p->min_lr))
+        return zero__error(ZERO_ERR_CONFIG, "minimum learning rate %g is invalid (expected >= 0)",
+                           (double)p->min_lr);
+    if (!(p->warmup_min_lr >= 0.0f) || !isfinite(p->warmup_min_lr))
+        return zero__error(ZERO_ERR_CONFIG, "warmup_min_lr %g is invalid (expected >= 0)",
+                           (double)p->warmup_min_lr);
+    if ((unsigned)p->warmup_type >= ZERO_WARMUP_TYPE_COUNT)
+        return zero__error(ZERO_ERR_CONFIG, "warmup_type %d is invalid (expected linear or log)",
+                           (int)p->warmup_type);
+    if (!(p->beta1 >= 0.0f && p->beta1 < 1.0f) || !(p->beta2 >= 0.0f && p->beta2 < 1.0f))
+        return zero__error(ZERO_ERR_CONFIG, "Adam betas (%g, %g) are invalid (expected [0, 1))",
+                           (double)p->beta1, (double)p->beta2);
+    if (!(p->eps > 0.0f))
+        return zero__error(ZERO_ERR_CONFIG, "Adam eps %g is invalid (expected > 0)",
+                           (double)p->eps);
+    if (!(p->weight_decay >= 0.0f))
+        return zero__error(ZERO_ERR_CONFIG, "weight decay %g is invalid (expected >= 0)",
+                           (double)p->weight_decay);
+    if (!(p->grad_clip >= 0.0f))
+        return zero__error(ZERO_ERR_CONFIG,
+                           "gradient clipping %g is invalid (expected >= 0; 0 disables it)",
+                           (double)p->grad_clip);
+    if ((unsigned)p->schedule >= ZERO_LR_SCHEDULE_COUNT)
+        return zero__error(ZERO_ERR_CONFIG, "learning-rate schedule %d is invalid",
+                           (int)p->schedule);
+    if (p->warmup_steps < 0 || p->total_steps < 1)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "schedule warm-up %d / total %d steps are invalid (expected warm-up "
+                           ">= 0, total >= 1)",
+                           p->warmup_steps, p->total_steps);
+    if (p->threads < 1)
+        return zero__error(ZERO_ERR_CONFIG, "engine threads %d is invalid (expected >= 1)",
+                           p->threads);
+    if (p->grad_accum_steps < 1)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "gradient accumulation steps %d is invalid (expected >= 1)",
+                           p->grad_accum_steps);
+    if (p->reduce_bucket_bytes < 1)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "zero_optimization.reduce_bucket_size: %d bytes is invalid (expected "
+                           ">= 1)",
+                           p->reduce_bucket_bytes);
+    if (p->prefetch_bucket_elems < 0 || p->persistence_threshold_elems < 0 || p->max_live_elems < 0)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "stage3_prefetch_bucket_size %lld, stage3_param_persistence_threshold "
+                           "%lld, stage3_max_live_parameters %lld: expected >= 0",
+                           (long long)p->prefetch_bucket_elems,
+                           (long long)p->persistence_threshold_elems, (long long)p->max_live_elems);
+    return ZERO_OK;
+}
+
+zero_status_t zero__engine_fail(zero_engine_t *eng, zero_status_t st, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!eng->failure) {
+        eng->failure = st;
+        snprintf(eng->failure_msg, sizeof eng->failure_msg, "%s", msg);
+    }
+    zero__set_error_message(msg);
+    return st;
+}
+
+zero_status_t zero_engine_init(zero_engine_t **out, const zero_engine_params_t *params) {
+    if (!out) return zero__error(ZERO_ERR_INVALID_ARG, "zero_engine_init: out is NULL");
+    *out = NULL;
+    zero_engine_params_t p = params ? *params : zero_engine_params_default();
+    zero_status_t st = check_params(&p);
+    if (st) return st;
+    zero_engine_t *eng = calloc(1, sizeof *eng);
+    if (!eng) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "engine: out of memory");
+    eng->params = p;
+    eng->world = 1;
+    if (p.mem) {
+        eng->mem = p.mem;
+    } else {
+        st = zero_mem_init(&eng->mem, NULL);
+        if (st) goto fail_eng;
+        eng->owns_mem = 1;
+    }
+    eng->params.mem = eng->mem;
+    if (p.comm && zero_comm_size(p.comm) > 1) {
+        /* A private communicator: our posted reduce-scatters and gathers queue behind nobody
+         * else's collectives, and its counters are the engine's traffic alone. */
+        st = zero_comm_split(p.comm, 0, zero_comm_rank(p.comm), &eng->comm);
+        if (st) goto fail_mem;
+        eng->world = zero_comm_size(eng->comm);
+        eng->rank = zero_comm_rank(eng->comm);
+    }
+    *out = eng;
+    return ZERO_OK;
+fail_mem:
+    if (eng->owns_mem) zero_mem_free_domain(eng->mem);
+fail_eng:
+    free(eng);
+    return st;
+}
+
+void zero_engine_free(zero_engine_t *eng) {
+    if (!eng) return;
+    /* Requests in flight borrow our buffers: let them land before freeing anything. */
+    zero__buckets_free(eng);
+    for (int i = 0; i < eng->unit_count; i++) {
+        if (eng->units[i].gather) (void)zero_comm_wait(eng->units[i].gather);
+        if (eng->units[i].shard) eng->units[i].full = NULL; /* lent by the pool, freed below */
+        zero__unit_free_buffers(&eng->units[i]);
+    }
+    zero__pool_free(eng);
+    free(eng->units);
+    free(eng->events);
+    free(eng->ref_fetches);
+    free(eng->prev_fetches);
+    zero_comm_free(eng->comm);
+    if (eng->owns_mem) zero_mem_free_domain(eng->mem);
+    free(eng);
+}
+
+float zero_engine_lr_at(const zero_engine_t *eng, int64_t step) {
+    const zero_engine_params_t *p = &eng->params;
+    if (step < p->warmup_steps) {
+        if (p->warmup_type == ZERO_WARMUP_LINEAR && p->warmup_min_lr == 0.0f)
+            return p->lr * (float)(step + 1) / (float)p->warmup_steps; /* the historical form */
+        double frac;
+        if (p->warmup_type == ZERO_WARMUP_LOG)
+            frac =
+                p->warmup_steps > 1 ? log((double)step + 1.0) / log((double)p->warmup_steps) : 1.0;
+        else
+            frac = (double)(step + 1) / (double)p->warmup_steps;
+        return (float)(p->warmup_min_lr + frac * (p->lr - p->warmup_min_lr));
+    }
+    if (p->schedule == ZERO_LR_CONSTANT) return p->lr;
+    int64_t span = p->total_steps - p->warmup_steps;
+    double frac = span > 0 ? (double)(step - p->warmup_steps) / (double)span : 1.0;
+    if (frac > 1.0) frac = 1.0;
+    double coeff =
+        p->schedule == ZERO_LR_COSINE ? 0.5 * (1.0 + cos(3.141592653589793 * frac)) : 1.0 - frac;
+    return (float)(p->min_lr + coeff * (p->lr - p->min_lr));
+}
+
+zero_mem_t *zero_engine_mem(const zero_engine_t *eng) { return eng ? eng->mem : NULL; }
+
+const zero_engine_params_t *zero_engine_params(const zero_engine_t *eng) {
+    return eng ? &eng->params : NULL;
+}

@@ -1,0 +1,156 @@
+/* engine_internal.h — the engine's private state, shared by the files of src/zero/.
+ *
+ * layout.c      units, padding, initialisation, queries, read/write
+ * engine.c      parameters, init/free, learning-rate schedule
+ * buckets.c     gradient buffers, bucketed asynchronous reduce-scatter, fp32 accumulation
+ * fetch.c       fetch/release (stage-3 gather, prefetch, persistence, the pool of gather
+ *               buffers), schedule recording
+ * step.c        optimizer step: norm, schedule check, clip, AdamW on shards, all-gathers
+ * accounting.c  fingerprint and the memory / communication report
+ *
+ * Invariants: every unit is padded to a multiple of world x 16 elements; rank r owns
+ * [r*S, (r+1)*S). Padding elements of parameters, gradients and moments stay zero forever.
+ * Collectives are posted in the order the model calls the engine, which is the same on every
+ * rank as long as the schedules agree (checked at every step).
+ */
+#ifndef ZERO_ENGINE_INTERNAL_H
+#define ZERO_ENGINE_INTERNAL_H
+
+#include "zero/engine.h"
+
+#include "core/core_internal.h"
+
+#include <stdint.h>
+
+#define ZERO__TENSOR_ALIGN_COUNT 16
+#define ZERO__NAME_MAX_LEN 64
+#define ZERO__BUCKET_SLOTS 2
+
+typedef struct zero__unit {
+    char name[ZERO__NAME_MAX_LEN];
+    int tensor_count;
+    zero_tensor_desc_t *tensors; /* owned; names point into tensor_names */
+    char (*tensor_names)[ZERO__NAME_MAX_LEN];
+    size_t *offsets;     /* element offset of each tensor */
+    size_t *counts;      /* elements of each tensor */
+    size_t param_count;  /* without padding */
+    size_t padded_count; /* P_u: multiple of world x 16 */
+    size_t shard_count;  /* S_u = P_u / world */
+    int persistent;      /* stage 3: kept full (param_count <= persistence threshold) */
+
+    /* Parameters. full: P_u elements (stages 0-2 and persistent stage-3 units: always; other
+     * stage-3 units: only while gathered). shard: S_u elements (non-persistent stage 3 only). */
+    float *full, *shard;
+    int refs;                    /* stage 3: open fetches */
+    int prefetched;              /* stage 3: gathered ahead of its fetch, not fetched yet */
+    zero_comm_request_t *gather; /* stage 3: all-gather in flight into full */
+
+    /* Gradients. work: P_u, the model's micro-step buffer (stages 0-1: always; 2-3: between
+     * zero_unit_grads and zero_unit_grads_done). acc: S_u, the fp32 accumulator of reduced
+     * micro-step gradients. */
+    float *work, *acc;
+    int dirty; /* work handed out and not yet handed back */
+
+    float *m, *v; /* Adam moments: P_u (stage 0) or S_u elements */
+} zero__unit_t;
+
+/* One gathered-parameter buffer of the stage-3 pool: kept for reuse by any unit of the same
+ * padded size, so fetches do not allocate once the pool has grown to the step's needs. */
+typedef struct zero__pool_buf {
+    float *ptr; /* owned (ZERO_MEM_COMM, like the other communication buffers), `count` elements */
+    size_t count; /* a unit's padded count: the key */
+    int in_use;   /* lent to a unit as its full buffer */
+} zero__pool_buf_t;
+
+typedef struct zero__bucket_entry {
+    int unit;
+    size_t offset; /* of the unit's shard inside each rank block */
+} zero__bucket_entry_t;
+
+typedef struct zero__bucket {
+    float *send;  /* world x block elements, rank-major blocks (ZERO_MEM_COMM) */
+    float *recv;  /* block elements */
+    size_t block; /* elements per rank block filled so far */
+    zero__bucket_entry_t *entries;
+    int entry_count, entry_cap;
+    zero_comm_request_t *req; /* reduce-scatter in flight */
+    uint64_t seq;             /* posting order */
+} zero__bucket_t;
+
+struct zero_engine {
+    zero_engine_params_t params;
+    zero_mem_t *mem;
+    int owns_mem;
+    zero_comm_t *comm; /* owned: a split of params.comm; NULL with one rank */
+    int world, rank;
+    zero_status_t failure; /* sticky: the first collective failure */
+    char failure_msg[1024];
+
+    zero__unit_t *units;
+    int unit_count, unit_cap;
+    int64_t step;
+
+    /* Buckets: capacity in elements of the whole send buffer; slots used round-robin so that
+     * completions (and so accumulations) happen in posting order. */
+    size_t bucket_cap;
+    zero__bucket_t buckets[ZERO__BUCKET_SLOTS];
+    int bucket_cur; /* slot being filled */
+
+    /* Schedule of the current step: events (fetch u -> u, grads_done u -> -(u + 1)) and their
+     * hash. Prefetch follows ref_fetches, a fetch sequence seen in two consecutive steps, and
+     * only while this step's fetches so far equal its prefix (evaluation or sampling forwards
+     * between steps make a step's sequence differ; a guess from it would gather units that
+     * nobody fetches before the step). */
+    int32_t *events;
+    int event_count, event_cap;
+    uint64_t event_hash;
+    int *ref_fetches; /* owned: confirmed fetch sequence (unit per fetch), NULL: none yet */
+    int ref_fetch_count;
+    int *prev_fetches; /* owned: the previous step's fetch sequence (candidate reference) */
+    int prev_fetch_count;
+    int off_schedule;       /* this step's fetches departed from ref_fetches: no prefetch */
+    int warned_waste;       /* a dropped, never-fetched prefetch was logged */
+    int fetch_index;        /* fetches so far in this step */
+    int64_t live_elems;     /* stage 3: gathered elements of non-persistent units */
+    int64_t prefetch_elems; /* of which gathered ahead and not fetched yet */
+    zero__pool_buf_t *pool; /* stage 3: gather buffers, never shrinks until zero_engine_free */
+    int pool_count, pool_cap;
+
+    /* Per-step counters for the communication theory (elements this rank contributes): shards
+     * of every grads_done (reduce-scatter), shards of every stage-3 fetch window (all-gather). */
+    uint64_t rs_elems, gather_elems;
+    uint64_t last_rs_elems, last_gather_elems;
+    uint64_t bucket_seq;                 /* posting order of bucket reduce-scatters */
+    uint64_t sent_base[ZERO_COLL_COUNT]; /* comm counters at the end of the previous step */
+    uint64_t last_sent[ZERO_COLL_COUNT]; /* sent during the last completed step */
+    int have_last;
+};
+
+/* layout.c */
+zero__unit_t *zero__engine_unit(const zero_engine_t *eng, int u);
+void zero__unit_free_buffers(zero__unit_t *un);
+
+/* buckets.c */
+zero_status_t zero__grads_done(zero_engine_t *eng, int u);
+zero_status_t zero__buckets_drain(zero_engine_t *eng); /* flush + wait all, in posting order */
+void zero__buckets_free(zero_engine_t *eng);
+
+/* fetch.c */
+void zero__schedule_event(zero_engine_t *eng, int32_t event);
+void zero__schedule_end_step(zero_engine_t *eng); /* after a step: record, reset */
+/* Stage 3, at the step: wait for prefetches and give every gathered unit's buffer back to the
+ * pool (the gathered copies are stale once the shards are updated). */
+zero_status_t zero__fetch_drop_all(zero_engine_t *eng);
+void zero__pool_free(zero_engine_t *eng); /* engine free: after every gather has landed */
+size_t zero__pool_bytes(const zero_engine_t *eng, int idle_only);
+
+/* Record a failure once (sticky) and return it; message keeps the original text. */
+zero_status_t zero__engine_fail(zero_engine_t *eng, zero_status_t st, const char *fmt, ...)
+    ZERO_PRINTF(3, 4);
+
+/* accounting.c */
+void zero__accounting_end_step(zero_engine_t *eng);
+/* Comm counters snapshot; used to exclude traffic not belonging to a step. */
+void zero__comm_sent(const zero_engine_t *eng, uint64_t out[ZERO_COLL_COUNT]);
+
+#endif /* ZERO_ENGINE_INTERNAL_H */

@@ -1,0 +1,262 @@
+/* fetch.c — zero_unit_fetch / zero_unit_release: the stage-3 just-in-time all-gather, release,
+ * persistence and prefetch, and the per-step schedule (sequence of fetch / grads_done calls)
+ * whose hash zero_engine_step checks across ranks.
+ *
+ * Not here: gradients (buckets.c). Stages 0-2 and persistent stage-3 units keep full
+ * parameters, so fetch only records the call.
+ * Invariants: a non-persistent stage-3 unit's full buffer exists iff it is held (refs > 0) or
+ * prefetched (gathered ahead, not fetched yet); it is lent by the pool of gather buffers (exact
+ * size match) and given back there, never freed, so the pool holds, for each padded size, the
+ * most units of that size ever gathered at once. A prefetch is posted only from the reference
+ * sequence (a step's fetch sequence seen again in the next step) and only while this step's
+ * fetches so far equal its prefix: the decision depends on the call sequence alone, so every
+ * rank with the same calls posts the same collectives in the same order, and a step whose calls
+ * match the reference gathers each unit exactly once per fetch window (nothing is gathered
+ * ahead and then dropped unused). live_elems counts the lent buffers.
+ */
+#include "engine_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define FNV_OFFSET 0xcbf29ce484222325ull
+#define FNV_PRIME 0x100000001b3ull
+
+void zero__schedule_event(zero_engine_t *eng, int32_t event) {
+    if (eng->event_count == 0) eng->event_hash = FNV_OFFSET;
+    if (eng->event_count == eng->event_cap) {
+        int cap = eng->event_cap ? 2 * eng->event_cap : 256;
+        int32_t *e = realloc(eng->events, (size_t)cap * sizeof *e);
+        ZERO_ASSERT(e); /* a few bytes per call; running out here is not recoverable anyway */
+        eng->events = e;
+        eng->event_cap = cap;
+    }
+    eng->events[eng->event_count++] = event;
+    uint32_t x = (uint32_t)event;
+    for (int k = 0; k < 4; k++) {
+        eng->event_hash ^= (x >> (8 * k)) & 0xffu;
+        eng->event_hash *= FNV_PRIME;
+    }
+}
+
+/* Fetch sequence of this step (units of the non-negative events); NULL if out of memory or
+ * no fetch happened. */
+static int *step_fetches(const zero_engine_t *eng, int *count) {
+    int n = 0;
+    for (int i = 0; i < eng->event_count; i++) n += eng->events[i] >= 0;
+    *count = 0;
+    if (n == 0) return NULL;
+    int *f = malloc((size_t)n * sizeof *f);
+    if (!f) return NULL;
+    for (int i = 0; i < eng->event_count; i++)
+        if (eng->events[i] >= 0) f[(*count)++] = eng->events[i];
+    return f;
+}
+
+static int same_seq(const int *a, int na, const int *b, int nb) {
+    return a && b && na == nb && !memcmp(a, b, (size_t)na * sizeof *a);
+}
+
+void zero__schedule_end_step(zero_engine_t *eng) {
+    if (eng->params.stage == 3) {
+        /* A sequence becomes the reference once two consecutive steps agree on it: the first
+         * step of a trainer also runs the initial evaluation, and evaluations recur every few
+         * steps, so one step alone says little about the next. */
+        int n = 0;
+        int *cur = step_fetches(eng, &n);
+        if (same_seq(cur, n, eng->prev_fetches, eng->prev_fetch_count) &&
+            !same_seq(cur, n, eng->ref_fetches, eng->ref_fetch_count)) {
+            int *ref = malloc((size_t)n * sizeof *ref);
+            if (ref) { /* out of memory: keep the old reference, prefetch is only an optimisation */
+                memcpy(ref, cur, (size_t)n * sizeof *ref);
+                free(eng->ref_fetches);
+                eng->ref_fetches = ref;
+                eng->ref_fetch_count = n;
+            }
+        }
+        free(eng->prev_fetches);
+        eng->prev_fetches = cur;
+        eng->prev_fetch_count = n;
+    }
+    eng->event_count = 0;
+    eng->event_hash = FNV_OFFSET;
+    eng->fetch_index = 0;
+    eng->off_schedule = 0;
+}
+
+/* Lend a buffer of `count` elements: an idle pooled one of that size, else a new one that joins
+ * the pool. */
+static float *pool_take(zero_engine_t *eng, size_t count) {
+    for (int i = 0; i < eng->pool_count; i++) {
+        zero__pool_buf_t *b = &eng->pool[i];
+        if (!b->in_use && b->count == count) {
+            b->in_use = 1;
+            return b->ptr;
+        }
+    }
+    if (eng->pool_count == eng->pool_cap) {
+        int cap = eng->pool_cap ? 2 * eng->pool_cap : 8;
+        zero__pool_buf_t *np = realloc(eng->pool, (size_t)cap * sizeof *np);
+        if (!np) return NULL;
+        eng->pool = np;
+        eng->pool_cap = cap;
+    }
+    float *ptr = zero_mem_alloc(eng->mem, ZERO_MEM_COMM, count * sizeof(float), 64);
+    if (!ptr) return NULL;
+    eng->pool[eng->pool_count++] = (zero__pool_buf_t){ptr, count, 1};
+    return ptr;
+}
+
+static void pool_give(zero_engine_t *eng, const float *ptr) {
+    for (int i = 0; i < eng->pool_count; i++)
+        if (eng->pool[i].ptr == ptr) {
+            ZERO_ASSERT(eng->pool[i].in_use);
+            eng->pool[i].in_use = 0;
+            return;
+        }
+    ZERO_ASSERT(!"gather buffer not from the pool");
+}
+
+void zero__pool_free(zero_engine_t *eng) {
+    for (int i = 0; i < eng->pool_count; i++) zero_mem_free(eng->pool[i].ptr);
+    free(eng->pool);
+    eng->pool = NULL;
+    eng->pool_count = eng->pool_cap = 0;
+}
+
+size_t zero__pool_bytes(const zero_engine_t *eng, int idle_only) {
+    size_t n = 0;
+    for (int i = 0; i < eng->pool_count; i++)
+        if (!idle_only || !eng->pool[i].in_use) n += eng->pool[i].count * sizeof(float);
+    return n;
+}
+
+static zero_status_t gather_fail(zero_engine_t *eng, const zero__unit_t *un, zero_status_t st,
+                                 const char *what) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", zero_last_error());
+    return zero__engine_fail(eng, st,
+                             "step %lld, fetch #%d: %s of unit %d '%s' failed (do all ranks fetch "
+                             "the same units in the same order?): %s",
+                             (long long)eng->step, eng->fetch_index, what, (int)(un - eng->units),
+                             un->name, msg);
+}
+
+/* Allocate unit un's full buffer and post (or, with one rank, do) its gather. */
+static zero_status_t start_gather(zero_engine_t *eng, zero__unit_t *un) {
+    const size_t P = un->padded_count;
+    un->full = pool_take(eng, P);
+    if (!un->full)
+        return zero__engine_fail(eng, ZERO_ERR_OUT_OF_MEMORY,
+                                 "step %lld: no memory to gather unit '%s' (%zu bytes)",
+                                 (long long)eng->step, un->name, P * sizeof(float));
+    eng->live_elems += (int64_t)P;
+    if (eng->world == 1) {
+        memcpy(un->full, un->shard, P * sizeof(float));
+        return ZERO_OK;
+    }
+    zero_status_t st = zero_comm_all_gather_post(un->shard, un->full, un->shard_count,
+                                                 ZERO_DTYPE_FP32, eng->comm, &un->gather);
+    if (st) return gather_fail(eng, un, st, "posting the all-gather");
+    return ZERO_OK;
+}
+
+static void drop(zero_engine_t *eng, zero__unit_t *un) {
+    if (un->prefetched) {
+        eng->prefetch_elems -= (int64_t)un->padded_count;
+        /* Only when the calls departed from the reference after the prefetch: the gather was
+         * wasted and the step's traffic exceeds the theory of engine.h. Say so once. */
+        if (!eng->warned_waste) {
+            eng->warned_waste = 1;
+            zero__log(ZERO_LOG_WARN, eng->rank, eng->world,
+                      "step %lld: unit '%s' was prefetched but not fetched before the step (the "
+                      "fetch sequence departed from the recorded one); its all-gather was wasted",
+                      (long long)eng->step, un->name);
+        }
+    }
+    eng->live_elems -= (int64_t)un->padded_count;
+    pool_give(eng, un->full);
+    un->full = NULL;
+    un->prefetched = 0;
+    un->refs = 0;
+}
+
+/* Post the gathers of the next units of the recorded schedule while they fit the prefetch
+ * budget and the live-parameter cap; stop at the first that does not, so the order of posted
+ * gathers is the schedule's. */
+static void prefetch(zero_engine_t *eng) {
+    const zero_engine_params_t *p = &eng->params;
+    if (!eng->ref_fetches || eng->off_schedule || p->prefetch_bucket_elems <= 0) return;
+    for (int j = eng->fetch_index; j < eng->ref_fetch_count; j++) {
+        int v = eng->ref_fetches[j];
+        if (v < 0 || v >= eng->unit_count) return;
+        zero__unit_t *un = &eng->units[v];
+        if (un->persistent || un->full) continue;
+        int64_t P = (int64_t)un->padded_count;
+        if (eng->prefetch_elems + P > p->prefetch_bucket_elems ||
+            eng->live_elems + P > p->max_live_elems)
+            return;
+        if (start_gather(eng, un)) return; /* failure recorded: the next fetch reports it */
+        un->prefetched = 1;
+        eng->prefetch_elems += P;
+    }
+}
+
+const float *zero_unit_fetch(zero_engine_t *eng, int u) {
+    zero__unit_t *un = zero__engine_unit(eng, u);
+    if (!un) return NULL;
+    if (eng->failure) {
+        zero__error(eng->failure, "%s", eng->failure_msg);
+        return NULL;
+    }
+    zero__schedule_event(eng, u);
+    if (eng->ref_fetches && !eng->off_schedule &&
+        (eng->fetch_index >= eng->ref_fetch_count || eng->ref_fetches[eng->fetch_index] != u))
+        eng->off_schedule = 1;
+    eng->fetch_index++;
+    if (eng->params.stage < 3 || un->persistent) return un->full;
+    if (un->refs == 0) {
+        eng->gather_elems += un->shard_count; /* a new fetch window: one gather */
+        if (!un->full && start_gather(eng, un)) return NULL;
+        if (un->gather) {
+            zero_status_t st = zero_comm_wait(un->gather);
+            un->gather = NULL;
+            if (st) {
+                gather_fail(eng, un, st, "the all-gather");
+                return NULL;
+            }
+        }
+        if (un->prefetched) {
+            un->prefetched = 0;
+            eng->prefetch_elems -= (int64_t)un->padded_count;
+        }
+    }
+    un->refs++;
+    prefetch(eng);
+    return un->full;
+}
+
+void zero_unit_release(zero_engine_t *eng, int u) {
+    zero__unit_t *un = zero__engine_unit(eng, u);
+    if (!un || eng->params.stage < 3 || un->persistent || un->refs == 0) return;
+    if (--un->refs == 0) drop(eng, un);
+}
+
+zero_status_t zero__fetch_drop_all(zero_engine_t *eng) {
+    zero_status_t st = ZERO_OK;
+    for (int i = 0; i < eng->unit_count; i++) {
+        zero__unit_t *un = &eng->units[i];
+        if (un->persistent || !un->shard) continue;
+        if (un->gather) {
+            zero_status_t s = zero_comm_wait(un->gather);
+            un->gather = NULL;
+            if (s && !st) st = gather_fail(eng, un, s, "the prefetch all-gather");
+        }
+        if (un->refs > 0)
+            zero__log(ZERO_LOG_WARN, eng->rank, eng->world,
+                      "unit '%s' is still fetched (%d times) at the optimizer step; releasing it",
+                      un->name, un->refs);
+        if (un->full) drop(eng, un);
+    }
+    return st;
+}

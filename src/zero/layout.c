@@ -1,0 +1,311 @@
+/* layout.c — units: the padded layout, buffer allocation by stage, initialisation, queries and
+ * the read/write paths for checkpoints and tests.
+ *
+ * Not here: anything that communicates (buckets.c, fetch.c, step.c).
+ * Invariants: tensor offsets are multiples of 16 elements; a unit's padded length is a multiple
+ * of world x 16, so every shard starts 64-byte aligned; padding stays zero. Initial values depend
+ * only on (seed, unit, tensor, element), never on the stage or world size.
+ */
+#include "engine_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+zero__unit_t *zero__engine_unit(const zero_engine_t *eng, int u) {
+    if (!eng || u < 0 || u >= eng->unit_count) {
+        zero__error(ZERO_ERR_INVALID_ARG, "unit %d does not exist (the engine has %d units)", u,
+                    eng ? eng->unit_count : 0);
+        return NULL;
+    }
+    return &eng->units[u];
+}
+
+void zero__unit_free_buffers(zero__unit_t *un) {
+    zero_mem_free(un->full);
+    zero_mem_free(un->shard);
+    zero_mem_free(un->work);
+    zero_mem_free(un->acc);
+    zero_mem_free(un->m);
+    zero_mem_free(un->v);
+    free(un->tensors);
+    free(un->tensor_names);
+    free(un->offsets);
+    free(un->counts);
+    memset(un, 0, sizeof *un);
+}
+
+/* splitmix64: a counter-based generator, so element i of a tensor gets the same value no matter
+ * which rank or shard computes it. */
+static uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static double uniform_open(uint64_t bits) { /* (0, 1]: safe for log() */
+    return ((double)(bits >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+}
+
+static void init_tensor(float *dst, size_t count, const zero_tensor_desc_t *d, uint64_t seed,
+                        int unit, int tensor) {
+    switch (d->init) {
+    case ZERO_INIT_ZEROS: memset(dst, 0, count * sizeof *dst); break;
+    case ZERO_INIT_ONES:
+        for (size_t i = 0; i < count; i++) dst[i] = 1.0f;
+        break;
+    case ZERO_INIT_NORMAL: {
+        uint64_t key = mix64(seed ^ mix64(((uint64_t)unit << 32) | (uint64_t)tensor));
+        for (size_t i = 0; i < count; i += 2) {
+            /* Box-Muller: one pair of uniforms gives two normals (elements i and i+1). */
+            double u1 = uniform_open(mix64(key + 2 * i));
+            double u2 = uniform_open(mix64(key + 2 * i + 1));
+            double r = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
+            dst[i] = (float)(d->init_std * r * cos(th));
+            if (i + 1 < count) dst[i + 1] = (float)(d->init_std * r * sin(th));
+        }
+        break;
+    }
+    default: ZERO_ASSERT(0);
+    }
+}
+
+static zero_status_t check_tensors(const char *name, const zero_tensor_desc_t *tensors, int count) {
+    for (int t = 0; t < count; t++) {
+        const zero_tensor_desc_t *d = &tensors[t];
+        if (!d->name || !d->name[0] || strlen(d->name) >= ZERO__NAME_MAX_LEN)
+            return zero__error(ZERO_ERR_INVALID_ARG,
+                               "unit '%s': tensor %d needs a name of 1..%d characters", name, t,
+                               ZERO__NAME_MAX_LEN - 1);
+        if (d->ndim < 1 || d->ndim > ZERO_TENSOR_MAX_DIMS)
+            return zero__error(ZERO_ERR_INVALID_ARG,
+                               "unit '%s' tensor '%s': ndim %d is invalid (expected 1..%d)", name,
+                               d->name, d->ndim, ZERO_TENSOR_MAX_DIMS);
+        for (int k = 0; k < d->ndim; k++)
+            if (d->shape[k] == 0)
+                return zero__error(ZERO_ERR_INVALID_ARG,
+                                   "unit '%s' tensor '%s': dimension %d is 0 (expected >= 1)", name,
+                                   d->name, k);
+        if ((unsigned)d->init >= ZERO_INIT_COUNT)
+            return zero__error(ZERO_ERR_INVALID_ARG, "unit '%s' tensor '%s': init %d is invalid",
+                               name, d->name, (int)d->init);
+        for (int s = 0; s < t; s++)
+            if (!strcmp(tensors[s].name, d->name))
+                return zero__error(ZERO_ERR_INVALID_ARG,
+                                   "unit '%s' declares tensor '%s' twice (names must be unique)",
+                                   name, d->name);
+    }
+    return ZERO_OK;
+}
+
+/* Allocate the stage's buffers (see the memory theory in engine.h) and fill the parameters. */
+static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) {
+    const int stage = eng->params.stage;
+    const size_t P = u->padded_count, S = u->shard_count, f = sizeof(float);
+    zero_mem_t *mem = eng->mem;
+    u->persistent =
+        stage == 3 && (int64_t)u->param_count <= eng->params.persistence_threshold_elems;
+    int full_resident = stage < 3 || u->persistent;
+    u->full = zero_mem_calloc(mem, ZERO_MEM_PARAMS, P * f, 64);
+    if (!u->full) goto fail;
+    for (int t = 0; t < u->tensor_count; t++)
+        init_tensor(u->full + u->offsets[t], u->counts[t], &u->tensors[t], eng->params.seed, index,
+                    t);
+    if (!full_resident) {
+        /* The full buffer was only the initialisation's scratch: keep the owned shard. */
+        u->shard = zero_mem_alloc(mem, ZERO_MEM_PARAMS, S * f, 64);
+        if (!u->shard) goto fail;
+        memcpy(u->shard, u->full + (size_t)eng->rank * S, S * f);
+        zero_mem_free(u->full);
+        u->full = NULL;
+    }
+    if (stage <= 1) {
+        u->work = zero_mem_calloc(mem, ZERO_MEM_GRADS, P * f, 64);
+        if (!u->work) goto fail;
+    }
+    u->acc = zero_mem_calloc(mem, ZERO_MEM_GRADS, S * f, 64);
+    size_t mcount = stage == 0 ? P : S;
+    u->m = zero_mem_calloc(mem, ZERO_MEM_OPTIM, mcount * f, 64);
+    u->v = zero_mem_calloc(mem, ZERO_MEM_OPTIM, mcount * f, 64);
+    if (!u->acc || !u->m || !u->v) goto fail;
+    return ZERO_OK;
+fail:
+    return zero__error(ZERO_ERR_OUT_OF_MEMORY,
+                       "engine: cannot allocate unit '%s' (%zu parameters, %zu padded, stage %d)",
+                       u->name, u->param_count, P, stage);
+}
+
+zero_status_t zero_engine_add_unit(zero_engine_t *eng, const char *name,
+                                   const zero_tensor_desc_t *tensors, int count, int *unit_out) {
+    if (!eng || !name || !tensors || count < 1)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "zero_engine_add_unit: engine, name and at least one tensor are "
+                           "required (got %d tensors)",
+                           count);
+    if (strlen(name) >= ZERO__NAME_MAX_LEN)
+        return zero__error(ZERO_ERR_INVALID_ARG, "unit name '%s' is longer than %d characters",
+                           name, ZERO__NAME_MAX_LEN - 1);
+    if (eng->step > 0 || eng->event_count > 0)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "unit '%s' declared after training started (declare every unit before "
+                           "the first fetch)",
+                           name);
+    zero_status_t st = check_tensors(name, tensors, count);
+    if (st) return st;
+    if (eng->unit_count == eng->unit_cap) {
+        int cap = eng->unit_cap ? 2 * eng->unit_cap : 16;
+        zero__unit_t *nu = realloc(eng->units, (size_t)cap * sizeof *nu);
+        if (!nu) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "engine: out of memory for units");
+        eng->units = nu;
+        eng->unit_cap = cap;
+    }
+    zero__unit_t u;
+    memset(&u, 0, sizeof u);
+    snprintf(u.name, sizeof u.name, "%s", name);
+    u.tensor_count = count;
+    u.tensors = calloc((size_t)count, sizeof *u.tensors);
+    u.tensor_names = calloc((size_t)count, sizeof *u.tensor_names);
+    u.offsets = calloc((size_t)count, sizeof *u.offsets);
+    u.counts = calloc((size_t)count, sizeof *u.counts);
+    if (!u.tensors || !u.tensor_names || !u.offsets || !u.counts) {
+        zero__unit_free_buffers(&u);
+        return zero__error(ZERO_ERR_OUT_OF_MEMORY, "engine: out of memory for unit '%s'", name);
+    }
+    size_t off = 0;
+    for (int t = 0; t < count; t++) {
+        u.tensors[t] = tensors[t];
+        snprintf(u.tensor_names[t], ZERO__NAME_MAX_LEN, "%s", tensors[t].name);
+        u.tensors[t].name = u.tensor_names[t];
+        size_t n = 1;
+        for (int k = 0; k < tensors[t].ndim; k++) n *= tensors[t].shape[k];
+        u.offsets[t] = off;
+        u.counts[t] = n;
+        u.param_count += n;
+        off += (n + ZERO__TENSOR_ALIGN_COUNT - 1) / ZERO__TENSOR_ALIGN_COUNT *
+               ZERO__TENSOR_ALIGN_COUNT;
+    }
+    /* Layout rule of ARCHITECTURE.md section 3: pad to world x 16 elements. */
+    size_t q = (size_t)eng->world * ZERO__TENSOR_ALIGN_COUNT;
+    u.padded_count = (off + q - 1) / q * q;
+    u.shard_count = u.padded_count / (size_t)eng->world;
+    int index = eng->unit_count;
+    st = alloc_unit(eng, &u, index);
+    if (st) {
+        zero__unit_free_buffers(&u);
+        return st;
+    }
+    eng->units[eng->unit_count++] = u;
+    if (unit_out) *unit_out = index;
+    return ZERO_OK;
+}
+
+int zero_engine_unit_count(const zero_engine_t *eng) { return eng ? eng->unit_count : 0; }
+
+const char *zero_engine_unit_name(const zero_engine_t *eng, int u) {
+    const zero__unit_t *un = zero__engine_unit(eng, u);
+    return un ? un->name : NULL;
+}
+
+size_t zero_engine_unit_param_count(const zero_engine_t *eng, int u) {
+    const zero__unit_t *un = zero__engine_unit(eng, u);
+    return un ? un->param_count : 0;
+}
+
+size_t zero_engine_unit_padded_count(const zero_engine_t *eng, int u) {
+    const zero__unit_t *un = zero__engine_unit(eng, u);
+    return un ? un->padded_count : 0;
+}
+
+size_t zero_engine_param_count(const zero_engine_t *eng) {
+    size_t n = 0;
+    for (int i = 0; eng && i < eng->unit_count; i++) n += eng->units[i].param_count;
+    return n;
+}
+
+int zero_engine_tensor_count(const zero_engine_t *eng, int u) {
+    const zero__unit_t *un = zero__engine_unit(eng, u);
+    return un ? un->tensor_count : 0;
+}
+
+size_t zero_engine_tensor_offset(const zero_engine_t *eng, int u, int t) {
+    const zero__unit_t *un = zero__engine_unit(eng, u);
+    if (!un || t < 0 || t >= un->tensor_count) return (size_t)-1;
+    return un->offsets[t];
+}
+
+const zero_tensor_desc_t *zero_engine_tensor_desc(const zero_engine_t *eng, int u, int t) {
+    const zero__unit_t *un = zero__engine_unit(eng, u);
+    if (!un || t < 0 || t >= un->tensor_count) return NULL;
+    return &un->tensors[t];
+}
+
+zero_status_t zero_engine_shard_range(const zero_engine_t *eng, int u, size_t *offset,
+                                      size_t *count) {
+    const zero__unit_t *un = zero__engine_unit(eng, u);
+    if (!un) return ZERO_ERR_INVALID_ARG;
+    if (offset) *offset = (size_t)eng->rank * un->shard_count;
+    if (count) *count = un->shard_count;
+    return ZERO_OK;
+}
+
+/* Where [offset, offset + count) of unit u lives for reading or writing parameters. */
+static zero_status_t param_range(const zero_engine_t *eng, int u, size_t offset, size_t count,
+                                 float **ptr) {
+    zero__unit_t *un = zero__engine_unit(eng, u);
+    if (!un) return ZERO_ERR_INVALID_ARG;
+    if (offset > un->padded_count || count > un->padded_count - offset)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "range [%zu, %zu) leaves unit %d '%s' of %zu elements", offset,
+                           offset + count, u, un->name, un->padded_count);
+    if (un->shard) {
+        size_t lo = (size_t)eng->rank * un->shard_count;
+        if (offset < lo || offset + count > lo + un->shard_count)
+            return zero__error(ZERO_ERR_INVALID_ARG,
+                               "range [%zu, %zu) of unit %d '%s' is not on rank %d under stage 3 "
+                               "(it owns [%zu, %zu))",
+                               offset, offset + count, u, un->name, eng->rank, lo,
+                               lo + un->shard_count);
+        *ptr = un->shard + (offset - lo);
+        return ZERO_OK;
+    }
+    *ptr = un->full + offset;
+    return ZERO_OK;
+}
+
+zero_status_t zero_engine_params_read(const zero_engine_t *eng, int u, size_t offset, size_t count,
+                                      float *out) {
+    float *p = NULL;
+    zero_status_t st = param_range(eng, u, offset, count, &p);
+    if (st) return st;
+    memcpy(out, p, count * sizeof(float));
+    return ZERO_OK;
+}
+
+zero_status_t zero_engine_params_write(zero_engine_t *eng, int u, size_t offset, size_t count,
+                                       const float *in) {
+    float *p = NULL;
+    zero_status_t st = param_range(eng, u, offset, count, &p);
+    if (st) return st;
+    memcpy(p, in, count * sizeof(float));
+    return ZERO_OK;
+}
+
+zero_status_t zero_engine_grads_read(const zero_engine_t *eng, int u, size_t offset, size_t count,
+                                     float *out) {
+    zero__unit_t *un = zero__engine_unit(eng, u);
+    if (!un) return ZERO_ERR_INVALID_ARG;
+    size_t lo = (size_t)eng->rank * un->shard_count;
+    if (offset < lo || offset > lo + un->shard_count || count > lo + un->shard_count - offset)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "gradient range [%zu, %zu) of unit %d '%s' is not on rank %d (it owns "
+                           "[%zu, %zu) of %zu elements)",
+                           offset, offset + count, u, un->name, eng->rank, lo, lo + un->shard_count,
+                           un->padded_count);
+    /* The accumulator is complete only once the posted reduce-scatters have landed. Draining
+     * posts nothing new for an empty bucket, so this is safe when called on one rank only if
+     * the current bucket is empty; the model calls it after grads_done on every rank. */
+    zero_status_t st = zero__buckets_drain((zero_engine_t *)eng);
+    if (st) return st;
+    memcpy(out, un->acc + (offset - lo), count * sizeof(float));
+    return ZERO_OK;
+}

@@ -1,0 +1,640 @@
+/* test_kernels.c — every kernel against its naive twin (reference.c) and every backward against
+ * central finite differences of an independent double-precision forward written here.
+ *
+ * Shapes are odd on purpose (B=3, T=7, C=12, NH=3, V=37, Vp=40, OC=29) and a second, larger set
+ * crosses the kernels' threading thresholds and attention's 128-row blocks, run with 1 and 2
+ * threads. Also: two threads of one process each running matmuls with their own thread count
+ * (the ranks-as-threads case). Prints "N passed, M failed" and fails through the exit code.
+ */
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int n_pass, n_fail;
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 41) * (1.0 / 8388608.0)) * 2.0f - 1.0f;
+}
+static float *rand_buf(size_t n, float scale) {
+    float *p = malloc((n ? n : 1) * sizeof(float));
+    if (!p) abort();
+    for (size_t i = 0; i < n; i++) p[i] = frand() * scale;
+    return p;
+}
+static float *dup_buf(const float *a, size_t n) {
+    float *p = malloc((n ? n : 1) * sizeof(float));
+    if (!p) abort();
+    memcpy(p, a, n * sizeof(float));
+    return p;
+}
+
+/* |got - want| <= atol + rtol |want| elementwise; reports the worst element. */
+static void check_close(const char *what, const float *got, const float *want, size_t n,
+                        double rtol, double atol) {
+    size_t worst = 0;
+    double worst_excess = -1.0;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs((double)got[i] - want[i]);
+        double lim = atol + rtol * fabs((double)want[i]);
+        if (!(err <= lim)) bad = 1;
+        double excess = err - lim;
+        if (excess > worst_excess || got[i] != got[i]) {
+            worst_excess = excess;
+            worst = i;
+        }
+    }
+    if (bad) {
+        n_fail++;
+        printf("FAIL %s: element %zu got %.9g want %.9g\n", what, worst, (double)got[worst],
+               (double)want[worst]);
+    } else {
+        n_pass++;
+    }
+}
+
+/* ---------------------------------------------------------------- double forwards (for FD) */
+
+/* Each returns the scalar loss sum(out * R) for the op at the given (float) inputs, computed in
+ * double. The FD driver perturbs one input element at a time. */
+
+typedef double (*loss_fn)(void *ctx);
+
+/* central differences of f w.r.t. x[i] for every i (or a stride of them), compared with grad. */
+static void check_fd(const char *what, loss_fn f, void *ctx, float *x, size_t n, const float *grad,
+                     size_t stride) {
+    float *fd = malloc(n * sizeof(float));
+    float *g = malloc(n * sizeof(float));
+    size_t k = 0;
+    for (size_t i = 0; i < n; i += stride) {
+        float x0 = x[i];
+        /* step relative to the value; float inputs are perturbed in float, so use the actual
+         * difference of the perturbed floats as the step */
+        float h = 1e-3f * (fabsf(x0) > 1.0f ? fabsf(x0) : 1.0f);
+        x[i] = x0 + h;
+        double fp = f(ctx);
+        float xp = x[i];
+        x[i] = x0 - h;
+        double fm = f(ctx);
+        float xm = x[i];
+        x[i] = x0;
+        fd[k] = (float)((fp - fm) / ((double)xp - (double)xm));
+        g[k] = grad[i];
+        k++;
+    }
+    /* FD error is O(h^2 f''') ~ 1e-6 relative; the float kernels ~1e-6: 1e-3 is loose enough
+     * for rounding and tight enough to catch any wrong term. */
+    check_close(what, g, fd, k, 2e-3, 2e-4);
+    free(fd);
+    free(g);
+}
+
+typedef struct mm_ctx {
+    const float *inp, *w, *b, *R;
+    size_t BT, C, OC;
+} mm_ctx_t;
+static double mm_loss(void *p) {
+    mm_ctx_t *c = p;
+    double L = 0.0;
+    for (size_t i = 0; i < c->BT; i++)
+        for (size_t o = 0; o < c->OC; o++) {
+            double y = c->b[o];
+            for (size_t k = 0; k < c->C; k++)
+                y += (double)c->inp[i * c->C + k] * c->w[o * c->C + k];
+            L += y * c->R[i * c->OC + o];
+        }
+    return L;
+}
+
+typedef struct ln_ctx {
+    const float *x, *w, *b, *R;
+    size_t BT, C;
+} ln_ctx_t;
+static double ln_loss(void *p) {
+    ln_ctx_t *c = p;
+    double L = 0.0;
+    for (size_t i = 0; i < c->BT; i++) {
+        const float *x = c->x + i * c->C;
+        double mu = 0, var = 0;
+        for (size_t j = 0; j < c->C; j++) mu += x[j];
+        mu /= (double)c->C;
+        for (size_t j = 0; j < c->C; j++) var += (x[j] - mu) * (x[j] - mu);
+        var /= (double)c->C;
+        for (size_t j = 0; j < c->C; j++)
+            L += ((x[j] - mu) / sqrt(var + 1e-5) * c->w[j] + c->b[j]) * c->R[i * c->C + j];
+    }
+    return L;
+}
+
+typedef struct gelu_ctx {
+    const float *x, *R;
+    size_t n;
+} gelu_ctx_t;
+static double gelu_loss(void *p) {
+    gelu_ctx_t *c = p;
+    double L = 0.0;
+    for (size_t i = 0; i < c->n; i++) {
+        double x = c->x[i];
+        double y = 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+        L += y * c->R[i];
+    }
+    return L;
+}
+
+typedef struct att_ctx {
+    const float *qkv, *R;
+    size_t B, T, C, NH;
+} att_ctx_t;
+static double att_loss(void *p) {
+    att_ctx_t *c = p;
+    size_t B = c->B, T = c->T, C = c->C, NH = c->NH, hs = C / NH;
+    double L = 0.0, *sc = malloc(T * sizeof(double));
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < NH; h++)
+            for (size_t t = 0; t < T; t++) {
+                double mx = -1e300, sum = 0;
+                for (size_t s = 0; s <= t; s++) {
+                    double d = 0;
+                    for (size_t i = 0; i < hs; i++)
+                        d += (double)c->qkv[(b * T + t) * 3 * C + h * hs + i] *
+                             c->qkv[(b * T + s) * 3 * C + C + h * hs + i];
+                    sc[s] = d / sqrt((double)hs);
+                    if (sc[s] > mx) mx = sc[s];
+                }
+                for (size_t s = 0; s <= t; s++) sum += exp(sc[s] - mx);
+                for (size_t i = 0; i < hs; i++) {
+                    double o = 0;
+                    for (size_t s = 0; s <= t; s++)
+                        o += exp(sc[s] - mx) / sum *
+                             c->qkv[(b * T + s) * 3 * C + 2 * C + h * hs + i];
+                    L += o * c->R[(b * T + t) * C + h * hs + i];
+                }
+            }
+    free(sc);
+    return L;
+}
+
+typedef struct emb_ctx {
+    const float *wte, *wpe, *R;
+    const int32_t *tok;
+    size_t B, T, C;
+} emb_ctx_t;
+static double emb_loss(void *p) {
+    emb_ctx_t *c = p;
+    double L = 0.0;
+    for (size_t i = 0; i < c->B * c->T; i++)
+        for (size_t j = 0; j < c->C; j++)
+            L += ((double)c->wte[(size_t)c->tok[i] * c->C + j] + c->wpe[(i % c->T) * c->C + j]) *
+                 c->R[i * c->C + j];
+    return L;
+}
+
+typedef struct ce_ctx {
+    const float *logits, *dl;
+    const int32_t *tg;
+    size_t BT, V, Vp;
+} ce_ctx_t;
+static double ce_loss(void *p) {
+    ce_ctx_t *c = p;
+    double L = 0.0;
+    for (size_t i = 0; i < c->BT; i++) {
+        if (c->tg[i] < 0) continue;
+        const float *x = c->logits + i * c->Vp;
+        double s = 0;
+        for (size_t j = 0; j < c->V; j++) s += exp((double)x[j]);
+        L += (log(s) - x[c->tg[i]]) * c->dl[i];
+    }
+    return L;
+}
+
+typedef struct res_ctx {
+    const float *a, *b, *R;
+    size_t n;
+} res_ctx_t;
+static double res_loss(void *p) {
+    res_ctx_t *c = p;
+    double L = 0.0;
+    for (size_t i = 0; i < c->n; i++) L += ((double)c->a[i] + c->b[i]) * c->R[i];
+    return L;
+}
+
+/* ---------------------------------------------------------------- per-kernel tests */
+
+static void test_matmul(size_t BT, size_t C, size_t OC, int threads, int fd) {
+    char nm[96];
+    float *inp = rand_buf(BT * C, 1), *w = rand_buf(OC * C, 0.5f), *b = rand_buf(OC, 1);
+    float *R = rand_buf(BT * OC, 1);
+    float *out = rand_buf(BT * OC, 9), *ref = malloc(BT * OC * sizeof(float));
+    zero__matmul_forward(out, inp, w, b, BT, C, OC, threads);
+    zero__ref_matmul_forward(ref, inp, w, b, BT, C, OC);
+    snprintf(nm, sizeof nm, "matmul_forward BT=%zu C=%zu OC=%zu thr=%d", BT, C, OC, threads);
+    check_close(nm, out, ref, BT * OC, 1e-5, 1e-5);
+    zero__matmul_forward(out, inp, w, NULL, BT, C, OC, threads);
+    zero__ref_matmul_forward(ref, inp, w, NULL, BT, C, OC);
+    snprintf(nm, sizeof nm, "matmul_forward nobias BT=%zu thr=%d", BT, threads);
+    check_close(nm, out, ref, BT * OC, 1e-5, 1e-5);
+
+    /* backward accumulates: start from a nonzero gradient in both */
+    float *di = rand_buf(BT * C, 1), *dw = rand_buf(OC * C, 1), *db = rand_buf(OC, 1);
+    float *di_r = dup_buf(di, BT * C), *dw_r = dup_buf(dw, OC * C), *db_r = dup_buf(db, OC);
+    float *di0 = dup_buf(di, BT * C), *dw0 = dup_buf(dw, OC * C), *db0 = dup_buf(db, OC);
+    zero__matmul_backward(di, dw, db, R, inp, w, BT, C, OC, threads);
+    zero__ref_matmul_backward(di_r, dw_r, db_r, R, inp, w, BT, C, OC);
+    snprintf(nm, sizeof nm, "matmul_backward dinp BT=%zu thr=%d", BT, threads);
+    check_close(nm, di, di_r, BT * C, 1e-5, 1e-5);
+    snprintf(nm, sizeof nm, "matmul_backward dweight BT=%zu thr=%d", BT, threads);
+    check_close(nm, dw, dw_r, OC * C, 1e-5, 1e-5);
+    snprintf(nm, sizeof nm, "matmul_backward dbias BT=%zu thr=%d", BT, threads);
+    check_close(nm, db, db_r, OC, 1e-5, 1e-5);
+    if (fd) {
+        /* gradient alone = accumulated - initial */
+        for (size_t i = 0; i < BT * C; i++) di[i] -= di0[i];
+        for (size_t i = 0; i < OC * C; i++) dw[i] -= dw0[i];
+        for (size_t i = 0; i < OC; i++) db[i] -= db0[i];
+        mm_ctx_t c = {inp, w, b, R, BT, C, OC};
+        check_fd("matmul dinp vs FD", mm_loss, &c, inp, BT * C, di, 1);
+        check_fd("matmul dweight vs FD", mm_loss, &c, w, OC * C, dw, 1);
+        check_fd("matmul dbias vs FD", mm_loss, &c, b, OC, db, 1);
+    }
+    free(inp), free(w), free(b), free(R), free(out), free(ref), free(di), free(dw), free(db);
+    free(di_r), free(dw_r), free(db_r), free(di0), free(dw0), free(db0);
+}
+
+static void test_layernorm(size_t BT, size_t C, int threads, int fd) {
+    char nm[96];
+    float *x = rand_buf(BT * C, 2), *w = rand_buf(C, 1), *b = rand_buf(C, 1),
+          *R = rand_buf(BT * C, 1);
+    for (size_t i = 0; i < BT * C; i++) x[i] += 3.0f; /* a mean far from 0 */
+    float *out = malloc(BT * C * 4), *ref = malloc(BT * C * 4), *mean = malloc(BT * 4),
+          *rstd = malloc(BT * 4), *mean_r = malloc(BT * 4), *rstd_r = malloc(BT * 4);
+    zero__layernorm_forward(out, mean, rstd, x, w, b, BT, C, threads);
+    zero__ref_layernorm_forward(ref, mean_r, rstd_r, x, w, b, BT, C);
+    snprintf(nm, sizeof nm, "layernorm_forward BT=%zu C=%zu thr=%d", BT, C, threads);
+    check_close(nm, out, ref, BT * C, 1e-5, 1e-5);
+    check_close("layernorm mean", mean, mean_r, BT, 1e-6, 1e-6);
+    check_close("layernorm rstd", rstd, rstd_r, BT, 1e-5, 1e-6);
+    float *dx = rand_buf(BT * C, 1), *dw = rand_buf(C, 1), *db = rand_buf(C, 1);
+    float *dx_r = dup_buf(dx, BT * C), *dw_r = dup_buf(dw, C), *db_r = dup_buf(db, C);
+    float *dx0 = dup_buf(dx, BT * C), *dw0 = dup_buf(dw, C), *db0 = dup_buf(db, C);
+    zero__layernorm_backward(dx, dw, db, R, x, w, mean, rstd, BT, C, threads);
+    zero__ref_layernorm_backward(dx_r, dw_r, db_r, R, x, w, mean_r, rstd_r, BT, C);
+    snprintf(nm, sizeof nm, "layernorm_backward dinp BT=%zu thr=%d", BT, threads);
+    check_close(nm, dx, dx_r, BT * C, 1e-4, 1e-5);
+    snprintf(nm, sizeof nm, "layernorm_backward dweight BT=%zu thr=%d", BT, threads);
+    check_close(nm, dw, dw_r, C, 1e-4, 1e-4);
+    snprintf(nm, sizeof nm, "layernorm_backward dbias BT=%zu thr=%d", BT, threads);
+    check_close(nm, db, db_r, C, 1e-4, 1e-4);
+    if (fd) {
+        for (size_t i = 0; i < BT * C; i++) dx[i] -= dx0[i];
+        for (size_t i = 0; i < C; i++) dw[i] -= dw0[i], db[i] -= db0[i];
+        ln_ctx_t c = {x, w, b, R, BT, C};
+        check_fd("layernorm dinp vs FD", ln_loss, &c, x, BT * C, dx, 1);
+        check_fd("layernorm dweight vs FD", ln_loss, &c, w, C, dw, 1);
+        check_fd("layernorm dbias vs FD", ln_loss, &c, b, C, db, 1);
+    }
+    free(x), free(w), free(b), free(R), free(out), free(ref), free(mean), free(rstd);
+    free(mean_r), free(rstd_r), free(dx), free(dw), free(db), free(dx_r), free(dw_r), free(db_r);
+    free(dx0), free(dw0), free(db0);
+}
+
+static void test_gelu(size_t n, int threads, int fd) {
+    char nm[96];
+    float *x = rand_buf(n, 4), *R = rand_buf(n, 1), *out = malloc(n * 4), *ref = malloc(n * 4);
+    if (n > 4) x[0] = 30.0f, x[1] = -30.0f, x[2] = 0.0f; /* saturation and zero */
+    zero__gelu_forward(out, x, n, threads);
+    zero__ref_gelu_forward(ref, x, n);
+    snprintf(nm, sizeof nm, "gelu_forward n=%zu thr=%d", n, threads);
+    check_close(nm, out, ref, n, 1e-5, 1e-6);
+    float *dx = rand_buf(n, 1), *dx_r = dup_buf(dx, n), *dx0 = dup_buf(dx, n);
+    zero__gelu_backward(dx, x, R, n, threads);
+    zero__ref_gelu_backward(dx_r, x, R, n);
+    snprintf(nm, sizeof nm, "gelu_backward n=%zu thr=%d", n, threads);
+    check_close(nm, dx, dx_r, n, 1e-5, 1e-6);
+    if (fd) {
+        for (size_t i = 0; i < n; i++) dx[i] -= dx0[i];
+        gelu_ctx_t c = {x, R, n};
+        check_fd("gelu dinp vs FD", gelu_loss, &c, x, n, dx, 1);
+    }
+    free(x), free(R), free(out), free(ref), free(dx), free(dx_r), free(dx0);
+}
+
+/* fd: 0 = no finite differences, else check every fd-th input element */
+static void test_attention(size_t B, size_t T, size_t C, size_t NH, int threads, int fd) {
+    char nm[96];
+    size_t n_in = B * T * 3 * C, n_out = B * T * C, n_att = B * NH * T * T;
+    float *qkv = rand_buf(n_in, 1.5f), *R = rand_buf(n_out, 1);
+    float *out = rand_buf(n_out, 1), *ref = malloc(n_out * 4);
+    float *att = rand_buf(n_att, 7), *att_r = malloc(n_att * 4);
+    zero__attention_forward(out, att, qkv, B, T, C, NH, threads);
+    zero__ref_attention_forward(ref, att_r, qkv, B, T, C, NH);
+    snprintf(nm, sizeof nm, "attention_forward B=%zu T=%zu C=%zu NH=%zu thr=%d", B, T, C, NH,
+             threads);
+    check_close(nm, out, ref, n_out, 1e-4, 1e-5);
+    /* compare att on and below the diagonal only (above is unspecified) */
+    float *a_lo = calloc(n_att, 4), *r_lo = calloc(n_att, 4);
+    for (size_t bh = 0; bh < B * NH; bh++)
+        for (size_t t = 0; t < T; t++)
+            for (size_t s = 0; s <= t; s++) {
+                a_lo[(bh * T + t) * T + s] = att[(bh * T + t) * T + s];
+                r_lo[(bh * T + t) * T + s] = att_r[(bh * T + t) * T + s];
+            }
+    check_close("attention att (lower triangle)", a_lo, r_lo, n_att, 1e-4, 1e-6);
+    float *d = rand_buf(n_in, 1), *d_r = dup_buf(d, n_in), *d0 = dup_buf(d, n_in);
+    size_t ns = zero__attention_scratch_count(T, threads);
+    float *scratch = rand_buf(ns, 5);
+    zero__attention_backward(d, scratch, R, qkv, att, B, T, C, NH, threads);
+    zero__ref_attention_backward(d_r, R, qkv, att_r, B, T, C, NH);
+    snprintf(nm, sizeof nm, "attention_backward B=%zu T=%zu thr=%d", B, T, threads);
+    check_close(nm, d, d_r, n_in, 1e-4, 1e-5);
+    if (fd) {
+        for (size_t i = 0; i < n_in; i++) d[i] -= d0[i];
+        att_ctx_t c = {qkv, R, B, T, C, NH};
+        check_fd("attention dqkv vs FD", att_loss, &c, qkv, n_in, d, (size_t)fd);
+    }
+    free(qkv), free(R), free(out), free(ref), free(att), free(att_r), free(a_lo), free(r_lo);
+    free(d), free(d_r), free(d0), free(scratch);
+}
+
+static void test_residual(size_t n, int threads, int fd) {
+    char nm[96];
+    float *a = rand_buf(n, 1), *b = rand_buf(n, 1), *R = rand_buf(n, 1);
+    float *out = malloc(n * 4), *ref = malloc(n * 4);
+    zero__residual_forward(out, a, b, n, threads);
+    zero__ref_residual_forward(ref, a, b, n);
+    snprintf(nm, sizeof nm, "residual_forward n=%zu thr=%d", n, threads);
+    check_close(nm, out, ref, n, 0, 0);
+    float *da = rand_buf(n, 1), *db = rand_buf(n, 1);
+    float *da_r = dup_buf(da, n), *db_r = dup_buf(db, n), *da0 = dup_buf(da, n),
+          *db0 = dup_buf(db, n);
+    zero__residual_backward(da, db, R, n, threads);
+    zero__ref_residual_backward(da_r, db_r, R, n);
+    snprintf(nm, sizeof nm, "residual_backward n=%zu thr=%d", n, threads);
+    check_close(nm, da, da_r, n, 0, 0);
+    check_close(nm, db, db_r, n, 0, 0);
+    if (fd) {
+        for (size_t i = 0; i < n; i++) da[i] -= da0[i], db[i] -= db0[i];
+        res_ctx_t c = {a, b, R, n};
+        check_fd("residual da vs FD", res_loss, &c, a, n, da, 1);
+        check_fd("residual db vs FD", res_loss, &c, b, n, db, 1);
+    }
+    free(a), free(b), free(R), free(out), free(ref), free(da), free(db), free(da_r), free(db_r);
+    free(da0), free(db0);
+}
+
+static void test_embedding(size_t B, size_t T, size_t C, size_t V, int threads, int fd) {
+    char nm[96];
+    size_t maxT = T + 3;
+    int32_t *tok = malloc(B * T * sizeof(int32_t));
+    for (size_t i = 0; i < B * T; i++) tok[i] = (int32_t)((frand() + 1.0f) * 0.5f * (float)V);
+    for (size_t i = 0; i < B * T; i++) tok[i] = tok[i] >= (int32_t)V ? (int32_t)V - 1 : tok[i];
+    if (B * T > 3) tok[1] = tok[0], tok[2] = tok[0]; /* repeated tokens: scatter collisions */
+    float *wte = rand_buf(V * C, 1), *wpe = rand_buf(maxT * C, 1), *R = rand_buf(B * T * C, 1);
+    float *out = malloc(B * T * C * 4), *ref = malloc(B * T * C * 4);
+    zero__embedding_forward(out, tok, wte, wpe, B, T, C, threads);
+    zero__ref_embedding_forward(ref, tok, wte, wpe, B, T, C);
+    snprintf(nm, sizeof nm, "embedding_forward B=%zu T=%zu C=%zu thr=%d", B, T, C, threads);
+    check_close(nm, out, ref, B * T * C, 0, 0);
+    float *dte = rand_buf(V * C, 1), *dpe = rand_buf(maxT * C, 1);
+    float *dte_r = dup_buf(dte, V * C), *dpe_r = dup_buf(dpe, maxT * C);
+    float *dte0 = dup_buf(dte, V * C), *dpe0 = dup_buf(dpe, maxT * C);
+    zero__embedding_backward(dte, dpe, R, tok, B, T, C, threads);
+    zero__ref_embedding_backward(dte_r, dpe_r, R, tok, B, T, C);
+    snprintf(nm, sizeof nm, "embedding_backward dwte thr=%d", threads);
+    check_close(nm, dte, dte_r, V * C, 1e-6, 1e-6);
+    snprintf(nm, sizeof nm, "embedding_backward dwpe thr=%d", threads);
+    check_close(nm, dpe, dpe_r, maxT * C, 1e-6, 1e-6);
+    if (fd) {
+        for (size_t i = 0; i < V * C; i++) dte[i] -= dte0[i];
+        for (size_t i = 0; i < maxT * C; i++) dpe[i] -= dpe0[i];
+        emb_ctx_t c = {wte, wpe, R, tok, B, T, C};
+        check_fd("embedding dwte vs FD", emb_loss, &c, wte, V * C, dte, 1);
+        check_fd("embedding dwpe vs FD", emb_loss, &c, wpe, maxT * C, dpe, 1);
+    }
+    free(tok), free(wte), free(wpe), free(R), free(out), free(ref), free(dte), free(dpe);
+    free(dte_r), free(dpe_r), free(dte0), free(dpe0);
+}
+
+static void test_softmax_ce(size_t BT, size_t V, size_t Vp, int threads, int fd) {
+    char nm[96];
+    float *logits = rand_buf(BT * Vp, 4), *dl = rand_buf(BT, 1);
+    for (size_t i = 0; i < BT; i++)
+        for (size_t j = V; j < Vp; j++) logits[i * Vp + j] = 1e30f; /* padding must be ignored */
+    if (BT > 1) logits[Vp + 1] = 60.0f; /* a dominant logit: exercises max-subtraction */
+    int32_t *tg = malloc(BT * sizeof(int32_t));
+    for (size_t i = 0; i < BT; i++) tg[i] = (int32_t)(((frand() + 1.0f) * 0.5f) * (float)(V - 1));
+    if (BT > 2) tg[2] = -1; /* ignored position */
+    float *loss = malloc(BT * 4), *loss_r = malloc(BT * 4), *lse = malloc(BT * 4);
+    zero__softmax_ce_forward(loss, lse, logits, tg, BT, V, Vp, threads);
+    zero__ref_softmax_ce_forward(loss_r, NULL, logits, tg, BT, V, Vp);
+    snprintf(nm, sizeof nm, "softmax_ce_forward BT=%zu V=%zu Vp=%zu thr=%d", BT, V, Vp, threads);
+    check_close(nm, loss, loss_r, BT, 1e-5, 1e-5);
+    float *dlog = rand_buf(BT * Vp, 3), *dlog_r = malloc(BT * Vp * 4);
+    zero__softmax_ce_backward(dlog, logits, lse, dl, tg, BT, V, Vp, threads);
+    zero__ref_softmax_ce_backward(dlog_r, logits, NULL, dl, tg, BT, V, Vp);
+    snprintf(nm, sizeof nm, "softmax_ce_backward BT=%zu thr=%d", BT, threads);
+    check_close(nm, dlog, dlog_r, BT * Vp, 1e-4, 1e-6);
+    /* in place over the logits */
+    float *inplace = dup_buf(logits, BT * Vp);
+    zero__softmax_ce_backward(inplace, inplace, lse, dl, tg, BT, V, Vp, threads);
+    check_close("softmax_ce_backward in place", inplace, dlog_r, BT * Vp, 1e-4, 1e-6);
+    {
+        /* fused forward + backward with a uniform dloss, out of place and in place */
+        float *dlu = malloc(BT * 4), *lossf = malloc(BT * 4), *dlf = rand_buf(BT * Vp, 2);
+        for (size_t i = 0; i < BT; i++) dlu[i] = 0.37f;
+        zero__ref_softmax_ce_backward(dlog_r, logits, NULL, dlu, tg, BT, V, Vp);
+        zero__softmax_ce_forward_backward(lossf, dlf, logits, tg, 0.37f, BT, V, Vp, threads);
+        check_close("softmax_ce_forward_backward losses", lossf, loss_r, BT, 1e-5, 1e-5);
+        check_close("softmax_ce_forward_backward dlogits", dlf, dlog_r, BT * Vp, 1e-4, 1e-6);
+        memcpy(dlf, logits, BT * Vp * 4);
+        zero__softmax_ce_forward_backward(lossf, dlf, dlf, tg, 0.37f, BT, V, Vp, threads);
+        check_close("softmax_ce_forward_backward in place losses", lossf, loss_r, BT, 1e-5, 1e-5);
+        check_close("softmax_ce_forward_backward in place", dlf, dlog_r, BT * Vp, 1e-4, 1e-6);
+        free(dlu), free(lossf), free(dlf);
+    }
+    if (fd) {
+        /* padding logits are 1e30: FD only over real columns (perturbing padding is a no-op) */
+        ce_ctx_t c = {logits, dl, tg, BT, V, Vp};
+        if (BT > 1) logits[Vp + 1] = 2.0f; /* keep FD well-conditioned */
+        zero__softmax_ce_forward(loss, lse, logits, tg, BT, V, Vp, threads);
+        zero__softmax_ce_backward(dlog, logits, lse, dl, tg, BT, V, Vp, threads);
+        float *g = malloc(BT * V * 4), *xs = malloc(BT * V * 4);
+        (void)xs;
+        for (size_t i = 0; i < BT; i++) {
+            size_t stride = 1;
+            /* check_fd over one row's V real columns */
+            check_fd("softmax_ce dlogits vs FD", ce_loss, &c, logits + i * Vp, V, dlog + i * Vp,
+                     stride);
+        }
+        free(g), free(xs);
+    }
+    free(logits), free(dl), free(tg), free(loss), free(loss_r), free(lse), free(dlog);
+    free(dlog_r), free(inplace);
+}
+
+static void test_adamw(size_t n, int threads) {
+    char nm[96];
+    float *p = rand_buf(n, 1), *g = rand_buf(n, 0.1f), *m = rand_buf(n, 0.01f);
+    float *v = rand_buf(n, 0.001f);
+    for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+    float *p_r = dup_buf(p, n), *m_r = dup_buf(m, n), *v_r = dup_buf(v, n);
+    for (int t = 1; t <= 3; t++) {
+        zero__adamw_update(p, g, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t, threads);
+        zero__ref_adamw_update(p_r, g, m_r, v_r, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    }
+    snprintf(nm, sizeof nm, "adamw params n=%zu thr=%d", n, threads);
+    check_close(nm, p, p_r, n, 1e-5, 1e-6);
+    check_close("adamw m", m, m_r, n, 1e-5, 1e-7);
+    check_close("adamw v", v, v_r, n, 1e-5, 1e-9);
+    /* closed form: from m = v = 0 at t = 1, mhat = g, vhat = g^2, so the step is
+     * lr (sign(g) |g| / (|g| + eps) + wd p). */
+    float *q = rand_buf(n, 1), *q0 = dup_buf(q, n), *want = malloc(n * 4);
+    float *mz = calloc(n, 4), *vz = calloc(n, 4);
+    zero__adamw_update(q, g, mz, vz, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, threads);
+    for (size_t i = 0; i < n; i++) {
+        double gi = g[i];
+        want[i] = (float)(q0[i] - 1e-3 * (gi / (fabs(gi) + 1e-8) + 0.01 * q0[i]));
+    }
+    check_close("adamw closed form t=1", q, want, n, 1e-5, 1e-7);
+    /* weight_decay 0 (NO_DECAY): pure Adam step */
+    memcpy(q, q0, n * 4);
+    memset(mz, 0, n * 4), memset(vz, 0, n * 4);
+    zero__adamw_update(q, g, mz, vz, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1, threads);
+    for (size_t i = 0; i < n; i++)
+        want[i] = (float)(q0[i] - 1e-3 * ((double)g[i] / (fabs((double)g[i]) + 1e-8)));
+    check_close("adamw no decay closed form", q, want, n, 1e-5, 1e-7);
+    free(p), free(g), free(m), free(v), free(p_r), free(m_r), free(v_r), free(q), free(q0);
+    free(want), free(mz), free(vz);
+}
+
+/* ---------------------------------------------------------------- ranks as threads */
+
+typedef struct rank_job {
+    int threads;
+    int ok;
+    int icv_after;
+} rank_job_t;
+
+static void *rank_main(void *p) {
+    rank_job_t *j = p;
+    size_t BT = 257, C = 96, OC = 131;
+    float *inp = malloc(BT * C * 4), *w = malloc(OC * C * 4), *b = malloc(OC * 4);
+    float *out = malloc(BT * OC * 4), *ref = malloc(BT * OC * 4);
+    uint64_t s = (uint64_t)j->threads * 77 + 1;
+    for (size_t i = 0; i < BT * C; i++)
+        inp[i] = (float)((s = s * 6364136223846793005ull + 1) >> 41) / 8388608.0f - 0.5f;
+    for (size_t i = 0; i < OC * C; i++)
+        w[i] = (float)((s = s * 6364136223846793005ull + 1) >> 41) / 8388608.0f - 0.5f;
+    for (size_t i = 0; i < OC; i++) b[i] = 0.25f;
+    zero__ref_matmul_forward(ref, inp, w, b, BT, C, OC);
+    j->ok = 1;
+    for (int r = 0; r < 20; r++) {
+        zero__matmul_forward(out, inp, w, b, BT, C, OC, j->threads);
+        for (size_t i = 0; i < BT * OC; i++)
+            if (fabsf(out[i] - ref[i]) > 1e-4f * (1.0f + fabsf(ref[i]))) j->ok = 0;
+    }
+    j->icv_after = omp_get_max_threads();
+    free(inp), free(w), free(b), free(out), free(ref);
+    return NULL;
+}
+
+static void test_ranks_as_threads(void) {
+    /* two "ranks", one with 1 thread and one with 2, concurrently: correct results, and each
+     * thread's own OpenMP thread count is the one it asked for (not the other's). */
+    int want[2] = {1, 2};
+    pthread_t th[2];
+    rank_job_t jobs[2];
+    for (int r = 0; r < 2; r++) {
+        jobs[r] = (rank_job_t){want[r], 0, 0};
+        pthread_create(&th[r], NULL, rank_main, &jobs[r]);
+    }
+    for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < 2; r++) {
+        if (jobs[r].ok && jobs[r].icv_after == want[r]) {
+            n_pass++;
+        } else {
+            n_fail++;
+            printf("FAIL ranks-as-threads rank %d: ok=%d omp threads %d (asked %d)\n", r,
+                   jobs[r].ok, jobs[r].icv_after, want[r]);
+        }
+    }
+    /* and two ranks with 1 thread each */
+    for (int r = 0; r < 2; r++) {
+        jobs[r] = (rank_job_t){1, 0, 0};
+        pthread_create(&th[r], NULL, rank_main, &jobs[r]);
+    }
+    for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < 2; r++) {
+        if (jobs[r].ok && jobs[r].icv_after == 1)
+            n_pass++;
+        else
+            n_fail++, printf("FAIL ranks-as-threads 2x1 rank %d\n", r);
+    }
+}
+
+int main(void) {
+    /* odd shapes, every backward also against finite differences */
+    const size_t B = 3, T = 7, C = 12, NH = 3, V = 37, Vp = 40, OC = 29;
+    for (int thr = 1; thr <= 2; thr++) {
+        int fd = thr == 1;
+        test_matmul(B * T, C, OC, thr, fd);
+        test_layernorm(B * T, C, thr, fd);
+        test_gelu(B * T * 4 * C, thr, fd);
+        test_attention(B, T, C, NH, thr, fd);
+        test_residual(B * T * C, thr, fd);
+        test_embedding(B, T, C, V, thr, fd);
+        test_softmax_ce(B * T, V, Vp, thr, fd);
+        test_adamw(B * T * C + 5, thr);
+    }
+    /* larger shapes: threading thresholds, attention blocks (T > 128, not a multiple) */
+    for (int thr = 1; thr <= 2; thr++) {
+        test_matmul(301, 75, 130, thr, 0);
+        test_layernorm(301, 130, thr, 0);
+        test_gelu(100003, thr, 0);
+        test_attention(2, 261, 48, 4, thr, 0);
+        test_residual(100003, thr, 0);
+        test_embedding(3, 131, 96, 50, thr, 0);
+        test_softmax_ce(37, 1001, 1008, thr, 0);
+        test_adamw(100003, thr);
+    }
+    test_attention(1, 133, 16, 2, 2, 37); /* FD across a block boundary, every 37th input */
+    test_ranks_as_threads();
+    {
+        /* NaN and Inf must propagate (the engine's overflow check relies on it) */
+        float xin[4] = {NAN, INFINITY, -INFINITY, 1.0f}, o[4];
+        zero__gelu_forward(o, xin, 4, 1);
+        int ok = isnan(o[0]) && isinf(o[1]) && (o[2] == 0.0f || isnan(o[2])) &&
+                 fabsf(o[3] - 0.8411920f) < 1e-6f;
+        float lg[3] = {0.0f, NAN, 1.0f}, loss, l;
+        int32_t tg = 0;
+        zero__softmax_ce_forward(&loss, &l, lg, &tg, 1, 3, 3, 1);
+        ok = ok && isnan(loss);
+        if (ok)
+            n_pass++;
+        else
+            n_fail++, printf("FAIL NaN/Inf propagation: gelu %g %g %g, ce loss %g\n", o[0], o[1],
+                             o[2], loss);
+    }
+    {
+        /* the MFU denominator: a sane positive rate (0.1 GFLOP/s .. 100 TFLOP/s), quickly */
+        double t0 = omp_get_wtime();
+        double peak = zero__matmul_peak_flops(1);
+        double dt = omp_get_wtime() - t0;
+        if (peak > 1e8 && peak < 1e14 && dt < 5.0)
+            n_pass++;
+        else
+            n_fail++, printf("FAIL matmul_peak_flops(1) = %g FLOP/s in %.2f s\n", peak, dt);
+        printf("matmul peak (1 thread): %.1f GFLOP/s, measured in %.2f s\n", peak * 1e-9, dt);
+    }
+    printf("matmul library: %s\n", zero__matmul_library());
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail == 0 ? 0 : 1;
+}

@@ -1,0 +1,365 @@
+/* test_config.c — the JSON training config (src/train/config.c): values land in the right
+ * fields, syntax errors name file:line:column, unknown keys warn by name, bad values fail naming
+ * key, value and what is allowed, cross-key checks (heads dividing dim, DeepSpeed's batch-size
+ * rule over the world size), command-line --set and flags, a DeepSpeed documentation-style
+ * config that runs with warnings, that the printed effective config parses back to the same
+ * values, and (argument 1) that docs/config.md holds the current key table.
+ */
+#include "check.h"
+#include "train/config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char warnings[4096];
+
+static void capture(zero_log_level_t level, int rank, int world, const char *msg, void *user) {
+    (void)rank, (void)world, (void)user;
+    if (level >= ZERO_LOG_WARN) {
+        strncat(warnings, msg, sizeof warnings - strlen(warnings) - 2);
+        strcat(warnings, "\n");
+    }
+}
+
+static void test_values(void) {
+    zero_train_config_t c;
+    zero__train_config_default(&c);
+    const char *json = "{\n"
+                       "  \"model\": {\"layers\": 3, \"heads\": 2, \"dim\": 64, \"vocab\": 300,\n"
+                       "            \"seq\": 32, \"activation_checkpointing\": true},\n"
+                       "  \"data\": {\"path\": \"x.txt\", \"val_fraction\": 0.2},\n"
+                       "  \"train_micro_batch_size_per_gpu\": 3,\n"
+                       "  \"gradient_accumulation_steps\": 2,\n"
+                       "  \"gradient_clipping\": 0.5,\n"
+                       "  \"optimizer\": {\"type\": \"adamw\", \"params\": {\"lr\": 0.002,\n"
+                       "                \"betas\": [0.8, 0.99], \"weight_decay\": 0.0}},\n"
+                       "  \"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": "
+                       "{\"warmup_num_steps\": 5}},\n"
+                       "  \"zero_optimization\": {\"stage\": 0},\n"
+                       "  \"train\": {\"steps\": 7, \"top_k\": 5}\n"
+                       "}\n";
+    warnings[0] = 0;
+    CHECK(zero__train_config_parse(&c, json, "t.json") == ZERO_OK, "parse: %s", zero_last_error());
+    CHECK(c.model.layers == 3 && c.model.heads == 2 && c.model.dim == 64 && c.model.vocab == 300 &&
+              c.model.seq == 32 && c.checkpointing == 1,
+          "model section");
+    CHECK(!strcmp(c.data_path, "x.txt") && fabsf(c.val_fraction - 0.2f) < 1e-7f, "data section");
+    CHECK(c.micro_batch == 3 && c.grad_accum == 2 && c.grad_clip == 0.5f, "DeepSpeed keys");
+    CHECK(!strcmp(c.optimizer, "AdamW") && c.lr == 0.002f && c.beta[0] == 0.8f &&
+              c.beta[1] == 0.99f && c.weight_decay == 0.0f,
+          "optimizer (type canonicalised: '%s')", c.optimizer);
+    CHECK(!strcmp(c.scheduler, "WarmupDecayLR") && c.warmup_steps == 5, "scheduler");
+    CHECK(c.steps == 7 && c.top_k == 5, "train section");
+    CHECK(warnings[0] == 0, "unexpected warnings: %s", warnings);
+    CHECK(zero__train_config_check(&c, 1) == ZERO_OK, "check: %s", zero_last_error());
+
+    /* print -> parse round trip */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    zero__train_config_print(&c, f);
+    fclose(f);
+    zero_train_config_t d;
+    zero__train_config_default(&d);
+    CHECK(zero__train_config_parse(&d, buf, "printed") == ZERO_OK, "printed config: %s\n%s",
+          zero_last_error(), buf);
+    /* every key is set in the printed file: compare values, not who set them */
+    memcpy(d.key_set, c.key_set, sizeof c.key_set);
+    CHECK(!memcmp(&c, &d, sizeof c), "printed config does not parse back to the same values");
+    free(buf);
+}
+
+static void test_errors(void) {
+    zero_train_config_t c;
+    zero__train_config_default(&c);
+    zero_status_t st =
+        zero__train_config_parse(&c, "{\n  \"model\": {\n    \"layers\": 2,,\n", "bad.json");
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "bad.json:3:"),
+          "syntax error position: '%s'", zero_last_error());
+    warnings[0] = 0;
+    st = zero__train_config_parse(&c, "{\"model\": {\"layerz\": 2}, \"fancy\": 1}", "u.json");
+    CHECK(st == ZERO_OK && strstr(warnings, "model.layerz") && strstr(warnings, "fancy"),
+          "unknown keys warn by name: '%s'", warnings);
+    st = zero__train_config_parse(&c, "{\"model\": {\"layers\": -2}}", "v.json");
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "model.layers = -2") &&
+              strstr(zero_last_error(), "[1, 1024]"),
+          "out of range: '%s'", zero_last_error());
+    st = zero__train_config_parse(&c, "{\"model\": {\"layers\": \"two\"}}", "v.json");
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "\"two\"") &&
+              strstr(zero_last_error(), "integer"),
+          "wrong type: '%s'", zero_last_error());
+    st = zero__train_config_parse(&c, "{\"model\": {\"layers\": 2.5}}", "v.json");
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "2.5"), "fraction: '%s'",
+          zero_last_error());
+    st = zero__train_config_parse(&c, "{\"optimizer\": {\"type\": \"SGD\"}}", "v.json");
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "SGD") &&
+              strstr(zero_last_error(), "AdamW"),
+          "enum: '%s'", zero_last_error());
+    st = zero__train_config_parse(&c, "[1, 2]", "arr.json");
+    CHECK(st == ZERO_ERR_CONFIG, "top-level array");
+
+    zero__train_config_default(&c);
+    st = zero__train_config_parse(&c, "{\"model\": {\"heads\": 3, \"dim\": 64}}", "h.json");
+    CHECK(st == ZERO_OK, "parse");
+    st = zero__train_config_check(&c, 1);
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "model.heads = 3") &&
+              strstr(zero_last_error(), "model.dim = 64"),
+          "heads not dividing dim: '%s'", zero_last_error());
+    CHECK(zero__train_config_load(&c, "/nonexistent/zero.json") == ZERO_ERR_IO &&
+              strstr(zero_last_error(), "/nonexistent/zero.json"),
+          "missing config file: '%s'", zero_last_error());
+}
+
+static void test_set(void) {
+    zero_train_config_t c;
+    zero__train_config_default(&c);
+    CHECK(zero__train_config_set(&c, "model.layers", "6") == ZERO_OK && c.model.layers == 6,
+          "set int");
+    CHECK(zero__train_config_set(&c, "optimizer.params.betas", "0.5,0.6") == ZERO_OK &&
+              c.beta[0] == 0.5f && c.beta[1] == 0.6f,
+          "set pair");
+    CHECK(zero__train_config_set(&c, "model.activation_checkpointing", "true") == ZERO_OK &&
+              c.checkpointing == 1,
+          "set bool");
+    CHECK(zero__train_config_set(&c, "model.layers", "six") == ZERO_ERR_CONFIG &&
+              strstr(zero_last_error(), "six"),
+          "set bad int: '%s'", zero_last_error());
+    CHECK(zero__train_config_set(&c, "nope", "1") == ZERO_ERR_CONFIG &&
+              strstr(zero_last_error(), "nope"),
+          "set unknown key");
+}
+
+/* Parse `json` into a fresh default config and check it for `world` ranks. */
+static zero_status_t parse_check(zero_train_config_t *c, const char *json, int world) {
+    zero__train_config_default(c);
+    zero_status_t st = zero__train_config_parse(c, json, "case.json");
+    return st ? st : zero__train_config_check(c, world);
+}
+
+/* Each invalid case fails with its own message: the key, the value, what is allowed. */
+static void test_invalid_cases(void) {
+    static const struct {
+        const char *json;
+        int world;
+        const char *want[3]; /* substrings of the message */
+    } cases[] = {
+        {"{\n  \"seed\": 1,\n  \"optimizer\": {\"type\": \"AdamW\" \"params\": {}}\n}",
+         1,
+         {"case.json:3:", "syntax", NULL}},
+        {"{\"a\": 1,\n\n     }", 1, {"case.json:3:", "JSON syntax error", NULL}},
+        {"{\"train_batch_size\": 10, \"train_micro_batch_size_per_gpu\": 2, "
+         "\"gradient_accumulation_steps\": 2}",
+         2,
+         {"train_batch_size = 10", "(2) x gradient_accumulation_steps (2) x world size (2)",
+          "= 8"}},
+        {"{\"train_batch_size\": 12, \"train_micro_batch_size_per_gpu\": 5}",
+         1,
+         {"train_batch_size = 12", "not divisible", "multiple of 5"}},
+        {"{\"train_batch_size\": 6, \"gradient_accumulation_steps\": 4}",
+         1,
+         {"train_batch_size = 6", "gradient_accumulation_steps (4)", NULL}},
+        {"{\"zero_optimization\": {\"stage\": 5}}",
+         1,
+         {"zero_optimization.stage = 5", "[0, 3]", NULL}},
+        {"{\"optimizer\": {\"params\": {\"lr\": -0.001}}}",
+         1,
+         {"optimizer.params.lr = -0.001", "out of range", "[0, 10]"}},
+        {"{\"scheduler\": {\"type\": \"OneCycle\"}}",
+         1,
+         {"scheduler.type = \"OneCycle\"", "WarmupCosineLR|WarmupDecayLR|WarmupLR", NULL}},
+        {"{\"optimizer\": {\"type\": \"Lamb\"}}", 1, {"optimizer.type", "Lamb", "AdamW|Adam"}},
+        {"{\"zero_optimization\": {\"stage\": \"3\"}}",
+         1,
+         {"zero_optimization.stage = \"3\"", "wrong type", "integer"}},
+        {"{\"zero_optimization\": {\"overlap_comm\": 1}}",
+         1,
+         {"zero_optimization.overlap_comm = 1", "boolean", NULL}},
+        {"{\"optimizer\": {\"params\": {\"betas\": [0.9]}}}",
+         1,
+         {"optimizer.params.betas = [0.9]", "[number, number]", NULL}},
+        {"{\"gradient_clipping\": true}", 1, {"gradient_clipping = true", "number", NULL}},
+        {"{\"zero_optimization\": {\"reduce_bucket_size\": 0}}",
+         1,
+         {"zero_optimization.reduce_bucket_size = 0", "out of range", NULL}},
+        {"{\"train\": {\"backend\": \"nccl\"}}", 1, {"train.backend", "nccl", "auto|threads|mpi"}},
+        {"{\"model\": 4}", 1, {"model = 4", "expected an object", NULL}},
+        {"{\"optimizer\": {\"params\": [0.1]}}",
+         1,
+         {"optimizer.params = [0.1]", "expected an object", NULL}},
+        {"{\"train_micro_batch_size_per_gpu\": 2.5}",
+         1,
+         {"train_micro_batch_size_per_gpu = 2.5", "integer", NULL}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        zero_train_config_t c;
+        zero_status_t st = parse_check(&c, cases[i].json, cases[i].world);
+        int ok = st == ZERO_ERR_CONFIG;
+        for (int k = 0; k < 3 && cases[i].want[k]; k++)
+            ok = ok && strstr(zero_last_error(), cases[i].want[k]) != NULL;
+        CHECK(ok, "case %zu (%s): status %d, message '%s'", i, cases[i].json, (int)st,
+              zero_last_error());
+    }
+}
+
+/* DeepSpeed's rule: any two of the batch-size triple determine the third. */
+static void test_batch_sizes(void) {
+    zero_train_config_t c;
+    CHECK(parse_check(&c, "{\"train_batch_size\": 24, \"train_micro_batch_size_per_gpu\": 4}", 3) ==
+                  ZERO_OK &&
+              c.grad_accum == 2 && c.micro_batch == 4,
+          "tb + micro -> accumulation %d: %s", c.grad_accum, zero_last_error());
+    CHECK(parse_check(&c, "{\"train_batch_size\": 24, \"gradient_accumulation_steps\": 3}", 2) ==
+                  ZERO_OK &&
+              c.micro_batch == 4 && c.grad_accum == 3,
+          "tb + accumulation -> micro %d", c.micro_batch);
+    CHECK(parse_check(&c, "{\"train_batch_size\": 8}", 2) == ZERO_OK && c.micro_batch == 4 &&
+              c.grad_accum == 1,
+          "tb alone -> micro %d accumulation %d", c.micro_batch, c.grad_accum);
+    CHECK(parse_check(&c,
+                      "{\"train_micro_batch_size_per_gpu\": 3, \"gradient_accumulation_steps\": "
+                      "5}",
+                      2) == ZERO_OK &&
+              c.train_batch_size == 30,
+          "micro + accumulation -> tb %d", c.train_batch_size);
+    CHECK(parse_check(&c,
+                      "{\"train_batch_size\": 30, \"train_micro_batch_size_per_gpu\": 3, "
+                      "\"gradient_accumulation_steps\": 5}",
+                      2) == ZERO_OK,
+          "consistent triple: %s", zero_last_error());
+    /* the resolved config, printed and read back for the same world, checks again */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    zero__train_config_print(&c, f);
+    fclose(f);
+    zero_train_config_t d;
+    CHECK(parse_check(&d, buf, 2) == ZERO_OK && d.train_batch_size == 30,
+          "printed config re-checks: %s", zero_last_error());
+    CHECK(parse_check(&d, buf, 3) == ZERO_ERR_CONFIG && strstr(zero_last_error(), "world size (3)"),
+          "printed config for another world fails: '%s'", zero_last_error());
+    free(buf);
+}
+
+/* A ds_config.json in the shape of DeepSpeed's documentation examples (ZeRO-3 with fp16,
+ * Adam, WarmupLR, offload): it parses, warns about what it drops, and maps the values. */
+static void test_deepspeed_example(void) {
+    const char *json =
+        "{\n"
+        "  \"train_batch_size\": 16,\n"
+        "  \"gradient_accumulation_steps\": 1,\n"
+        "  \"steps_per_print\": 2000,\n"
+        "  \"wall_clock_breakdown\": false,\n"
+        "  \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 0.001, \"betas\": [0.8, "
+        "0.999], \"eps\": 1e-8, \"weight_decay\": 3e-7}},\n"
+        "  \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0, "
+        "\"warmup_max_lr\": 0.001, \"warmup_num_steps\": 1000, \"warmup_type\": \"log\"}},\n"
+        "  \"fp16\": {\"enabled\": true, \"loss_scale\": 0, \"initial_scale_power\": 16, "
+        "\"loss_scale_window\": 1000, \"hysteresis\": 2, \"min_loss_scale\": 1},\n"
+        "  \"bf16\": {\"enabled\": false},\n"
+        "  \"aio\": {\"block_size\": 1048576, \"queue_depth\": 8},\n"
+        "  \"zero_optimization\": {\n"
+        "    \"stage\": 3, \"contiguous_gradients\": true, \"overlap_comm\": true,\n"
+        "    \"stage3_max_live_parameters\": 1e9, \"stage3_max_reuse_distance\": 1e9,\n"
+        "    \"stage3_prefetch_bucket_size\": 1e7, \"stage3_param_persistence_threshold\": 1e5,\n"
+        "    \"reduce_bucket_size\": 1e7, \"allgather_bucket_size\": 5e8, \"reduce_scatter\": "
+        "true,\n"
+        "    \"sub_group_size\": 1e9,\n"
+        "    \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true},\n"
+        "    \"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true},\n"
+        "    \"stage3_gather_16bit_weights_on_model_save\": true\n"
+        "  },\n"
+        "  \"gradient_clipping\": \"auto\",\n"
+        "  \"my_custom_key\": 1\n"
+        "}\n";
+    warnings[0] = 0;
+    zero_train_config_t c;
+    zero_status_t st = parse_check(&c, json, 4);
+    CHECK(st == ZERO_OK, "DeepSpeed example: %s", zero_last_error());
+    const char *ignored[] = {"'fp16' ignored: not supported yet",
+                             "'aio' ignored: not supported yet",
+                             "'zero_optimization.offload_optimizer' ignored",
+                             "'zero_optimization.offload_param' ignored",
+                             "'zero_optimization.sub_group_size' ignored",
+                             "'zero_optimization.stage3_gather_16bit_weights_on_model_save'",
+                             "gradient_clipping = \"auto\"",
+                             "unknown key 'my_custom_key'"};
+    for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
+        CHECK(strstr(warnings, ignored[i]) != NULL, "no warning '%s' in:\n%s", ignored[i],
+              warnings);
+    CHECK(!strstr(warnings, "bf16") && !strstr(warnings, "wall_clock"),
+          "disabled features warn: %s", warnings);
+    CHECK(c.stage == 3 && c.micro_batch == 4 && c.grad_accum == 1 && c.train_batch_size == 16,
+          "stage %d micro %d", c.stage, c.micro_batch);
+    CHECK(c.reduce_bucket_elems == 10000000 && c.prefetch_bucket_elems == 10000000 &&
+              c.persistence_threshold_elems == 100000 && c.max_live_elems == 1000000000LL,
+          "zero_optimization sizes");
+    CHECK(!strcmp(c.optimizer, "Adam") && c.beta[1] == 0.999f && c.weight_decay == 3e-7f,
+          "optimizer");
+    CHECK(!strcmp(c.scheduler, "WarmupLR") && c.warmup_max_lr == 0.001f && c.warmup_steps == 1000 &&
+              !strcmp(c.warmup_type, "log"),
+          "scheduler");
+    CHECK(c.grad_clip == 1.0f && c.steps_per_print == 2000, "auto keeps the default clip");
+}
+
+/* The legacy boolean form of zero_optimization in DeepSpeed's older examples. */
+static void test_legacy_zero(void) {
+    zero_train_config_t c;
+    warnings[0] = 0;
+    CHECK(parse_check(&c, "{\"train_batch_size\": 8, \"zero_optimization\": true}", 2) == ZERO_OK &&
+              c.stage == 1 && c.micro_batch == 4 && strstr(warnings, "old form"),
+          "zero_optimization: true -> stage %d, warnings '%s'", c.stage, warnings);
+}
+
+/* Flags come from the key table; --print-config's JSON parses with a JSON library. */
+static void test_flags(void) {
+    CHECK(zero__train_config_flag_key("--stage") &&
+              !strcmp(zero__train_config_flag_key("--stage"), "zero_optimization.stage"),
+          "--stage");
+    CHECK(zero__train_config_flag_key("--ranks") && zero__train_config_flag_key("--backend") &&
+              zero__train_config_flag_key("--steps") && !zero__train_config_flag_key("--nope"),
+          "flags");
+    zero_train_config_t c;
+    zero__train_config_default(&c);
+    CHECK(zero__train_config_set(&c, "zero_optimization.stage", "4") == ZERO_ERR_CONFIG &&
+              strstr(zero_last_error(), "zero_optimization.stage = 4"),
+          "--stage 4: '%s'", zero_last_error());
+    CHECK(zero__train_config_set(&c, "train.backend", "MPI") == ZERO_OK &&
+              !strcmp(c.backend, "mpi") && zero__train_config_is_set(&c, "train.backend"),
+          "backend canonical spelling");
+}
+
+/* Every key of the table is documented in docs/config.md (path given by CTest). */
+static void test_docs(const char *path) {
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL, "cannot open %s", path);
+    if (!f) return;
+    char *doc = calloc(1, 1 << 20);
+    size_t n = fread(doc, 1, (1 << 20) - 1, f);
+    doc[n] = 0;
+    fclose(f);
+    char *table = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&table, &len);
+    zero__train_config_print_markdown(m);
+    fclose(m);
+    CHECK(strstr(doc, table) != NULL,
+          "docs/config.md does not hold the current key table: regenerate it with "
+          "`zero train --config-doc`");
+    free(table);
+    free(doc);
+}
+
+int main(int argc, char **argv) {
+    zero_log_set_callback(capture, NULL);
+    test_values();
+    test_errors();
+    test_set();
+    test_invalid_cases();
+    test_batch_sizes();
+    test_deepspeed_example();
+    test_flags();
+    test_legacy_zero();
+    if (argc > 1) test_docs(argv[1]);
+    return check_report();
+}

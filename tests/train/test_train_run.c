@@ -1,0 +1,149 @@
+/* test_train_run.c — `zero train` end to end (src/cli/train.c over src/train/trainer.c).
+ *
+ * A short run on tinyshakespeare ($ZERO_SHARED_DIR/data/tinyshakespeare.txt; the built-in corpus
+ * when it is absent) must bring the validation loss well below the unigram entropy of the
+ * validation text (a model that ignores context cannot beat it), starting near ln(256); the JSON
+ * report must hold the promised keys with consistent values (flops_per_s = tokens_per_s x
+ * (6 params + 12 L T C), mfu = flops / peak). Bad input through the command line — missing or
+ * empty data, a config with heads not dividing dim, unknown options — must fail with exit codes
+ * 1 (error) or 2 (usage).
+ */
+#include "check.h"
+#include "cli/cli.h"
+#include "zero/zero.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int run(const char *const *args) {
+    int argc = 0;
+    char *argv[64];
+    for (; args[argc]; argc++) argv[argc] = (char *)args[argc];
+    argv[argc] = NULL;
+    fflush(stdout);
+    return zero__cli_train(argc, argv);
+}
+
+static double num(const cJSON *root, const char *key) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    CHECK(cJSON_IsNumber(it), "report has no number '%s'", key);
+    return cJSON_IsNumber(it) ? it->valuedouble : NAN;
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = calloc(1, 1 << 20);
+    size_t n = fread(buf, 1, (1 << 20) - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+int main(void) {
+    const char *tmp = getenv("TMPDIR");
+    char dir[256], report[512], empty[512], cfgpath[512], data[512];
+    snprintf(dir, sizeof dir, "%s/zero-test-train-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (!mkdtemp(dir)) return 1;
+    snprintf(report, sizeof report, "%s/report.json", dir);
+    snprintf(empty, sizeof empty, "%s/empty.txt", dir);
+    snprintf(cfgpath, sizeof cfgpath, "%s/heads.json", dir);
+    FILE *f = fopen(empty, "w");
+    fclose(f);
+    f = fopen(cfgpath, "w");
+    fprintf(f, "{\"model\": {\"layers\": 1, \"heads\": 5, \"dim\": 64}}\n");
+    fclose(f);
+
+    /* usage and errors */
+    CHECK(run((const char *[]){"train", "--help", NULL}) == 0, "--help");
+    CHECK(run((const char *[]){"train", "--bogus", NULL}) == 2, "unknown option");
+    CHECK(run((const char *[]){"train", "--steps", NULL}) == 2, "missing value");
+    CHECK(run((const char *[]){"train", "--print-config", "--set", "model.layers=3", NULL}) == 0,
+          "--print-config");
+    CHECK(run((const char *[]){"train", "-q", "--data", "/nonexistent/input.txt", NULL}) == 1,
+          "missing data file");
+    CHECK(strstr(zero_last_error(), "/nonexistent/input.txt") != NULL, "message: '%s'",
+          zero_last_error());
+    CHECK(run((const char *[]){"train", "-q", "--data", empty, NULL}) == 1, "empty data file");
+    CHECK(strstr(zero_last_error(), "empty") != NULL, "message: '%s'", zero_last_error());
+    CHECK(run((const char *[]){"train", "-q", "--config", cfgpath, NULL}) == 1,
+          "heads not dividing dim");
+    CHECK(strstr(zero_last_error(), "model.heads = 5") != NULL, "message: '%s'", zero_last_error());
+    CHECK(run((const char *[]){"train", "-q", "--set", "model.seq=0", NULL}) == 1, "seq 0");
+
+    /* the short run */
+    const char *shared = getenv("ZERO_SHARED_DIR");
+    data[0] = 0;
+    if (shared && shared[0]) {
+        snprintf(data, sizeof data, "%s/data/tinyshakespeare.txt", shared);
+        if (access(data, R_OK) != 0) data[0] = 0;
+    }
+    printf("data: %s\n", data[0] ? data : "built-in corpus (tinyshakespeare not found)");
+    const char *args[] = {"train",
+                          "--data",
+                          data,
+                          "--steps",
+                          "500",
+                          "--set",
+                          "model.layers=2",
+                          "--set",
+                          "model.heads=4",
+                          "--set",
+                          "model.dim=64",
+                          "--set",
+                          "model.seq=64",
+                          "--set",
+                          "train_micro_batch_size_per_gpu=8",
+                          "--set",
+                          "optimizer.params.lr=4e-3",
+                          "--set",
+                          "scheduler.params.warmup_num_steps=10",
+                          "--set",
+                          "train.eval_interval=100",
+                          "--set",
+                          "train.sample_tokens=80",
+                          "--set",
+                          "train.samples=1",
+                          "--set",
+                          "steps_per_print=50",
+                          "--json-report",
+                          report,
+                          NULL};
+    double t0 = zero_time_now();
+    int rc = run(args);
+    double secs = zero_time_now() - t0;
+    CHECK(rc == 0, "training run failed: %s", zero_last_error());
+    printf("run took %.1f s\n", secs);
+    char *text = slurp(report);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    CHECK(root != NULL, "report %s missing or not JSON", report);
+    if (root) {
+        double val = num(root, "final_val_loss"), init = num(root, "initial_val_loss");
+        double uni = num(root, "unigram_entropy"), train = num(root, "final_train_loss");
+        double tps = num(root, "tokens_per_s"), fps = num(root, "flops_per_s");
+        double peak = num(root, "matmul_peak_flops_per_s"), mfu = num(root, "mfu");
+        double params = num(root, "params");
+        printf("losses: initial %.3f, final val %.3f, train %.3f, unigram %.3f\n", init, val, train,
+               uni);
+        CHECK(fabs(init - log(256.0)) < 0.1, "initial loss %.3f, expected about ln 256", init);
+        CHECK(val < uni - 0.6, "validation loss %.3f is not well below the unigram %.3f", val, uni);
+        CHECK(isfinite(train) && train < uni, "train loss %.3f", train);
+        double C = 64, L = 2, T = 64, V = 256;
+        double want_params = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
+        CHECK(params == want_params, "params %.0f, expected %.0f", params, want_params);
+        double fpt = 6 * want_params + 12 * L * T * C;
+        CHECK(fabs(fps - tps * fpt) <= 1e-6 * fps, "flops_per_s %.4g != tokens/s x %.0f", fps, fpt);
+        CHECK(tps > 0 && peak > 0 && fabs(mfu - fps / peak) <= 1e-9, "mfu %.4g peak %.4g", mfu,
+              peak);
+        cJSON_Delete(root);
+    }
+    free(text);
+    unlink(report);
+    unlink(empty);
+    unlink(cfgpath);
+    rmdir(dir);
+    return check_report();
+}
