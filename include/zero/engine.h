@@ -242,6 +242,40 @@ ZERO_API zero_status_t zero_engine_shard_range(const zero_engine_t *eng, int u, 
 /* Padded element count of unit u (a multiple of world x 16). */
 ZERO_API size_t zero_engine_unit_padded_count(const zero_engine_t *eng, int u);
 
+/* ------------------------------------------------------------------------------ state */
+
+/* Training state beyond the parameters, for checkpoints (src/zero/state.c). None of these calls
+ * is collective; each touches this rank's memory only. */
+typedef enum {
+    ZERO_ENGINE_STATE_MASTER, /* fp32 master weights (fp32 compute: the parameters themselves) */
+    ZERO_ENGINE_STATE_ADAM_M, /* Adam first moment */
+    ZERO_ENGINE_STATE_ADAM_V, /* Adam second moment */
+    ZERO_ENGINE_STATE_COUNT
+} zero_engine_state_t;
+
+ZERO_API const char *zero_engine_state_name(zero_engine_state_t state); /* "master", "adam_m" */
+/* The range [*offset, *offset + *count) of `state` of unit u that this rank holds (padded
+ * layout): the whole unit for the master in stages 0-2 and for stage-3 persistent units, and for
+ * m and v in stage 0; otherwise the owned shard. */
+ZERO_API zero_status_t zero_engine_state_range(const zero_engine_t *eng, int u,
+                                               zero_engine_state_t state, size_t *offset,
+                                               size_t *count);
+/* Copy `count` elements of `state` of unit u starting at `offset` (padded layout) out of / into
+ * the engine; the range must lie inside zero_engine_state_range (ZERO_ERR_INVALID_ARG naming the
+ * range and what the rank holds otherwise). Writers keep the padding zero and, where the master
+ * is a whole unit, write the same values on every rank. Call between steps. */
+ZERO_API zero_status_t zero_engine_state_read(const zero_engine_t *eng, int u,
+                                              zero_engine_state_t state, size_t offset,
+                                              size_t count, float *out);
+ZERO_API zero_status_t zero_engine_state_write(zero_engine_t *eng, int u,
+                                               zero_engine_state_t state, size_t offset,
+                                               size_t count, const float *in);
+/* Optimizer steps taken (skipped steps not counted): the learning-rate schedule's position and
+ * Adam's bias-correction step. Set it when restoring a checkpoint, on every rank alike;
+ * ZERO_ERR_INVALID_ARG outside [0, INT32_MAX]. */
+ZERO_API int64_t zero_engine_step_count(const zero_engine_t *eng);
+ZERO_API zero_status_t zero_engine_set_step_count(zero_engine_t *eng, int64_t steps);
+
 /* ------------------------------------------------------------------------------ reports */
 
 /* 64-bit FNV-1a hash of the bytes of the full fp32 weights in canonical order: units in

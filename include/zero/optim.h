@@ -23,13 +23,13 @@ extern "C" {
  * config gives (DeepSpeed silently starts at 2^32 with hysteresis 1 when the block has only
  * `enabled`; we never do). */
 typedef struct zero_loss_scaler_params {
-    double loss_scale;          /* "loss_scale": 0 = dynamic (default); > 0 = static scale */
-    int initial_scale_power;    /* "initial_scale_power": first dynamic scale 2^p; 16, in [0, 127] */
-    int loss_scale_window;      /* "loss_scale_window": clean steps before doubling; 1000, >= 1 */
-    int hysteresis;             /* "hysteresis": overflows tolerated before halving; 2, >= 1 */
-    int consecutive_hysteresis; /* "consecutive_hysteresis": refill hysteresis on every clean
-                                   step, not only on growth; 0 */
-    double min_loss_scale;      /* "min_loss_scale": floor of the dynamic scale; 1, > 0 */
+    double loss_scale;       /* "loss_scale": 0 = dynamic (default); > 0 = static scale */
+    int initial_scale_power; /* "initial_scale_power": first dynamic scale 2^p; 16, in [0, 127] */
+    int loss_scale_window;   /* "loss_scale_window": clean steps before doubling; 1000, >= 1 */
+    int hysteresis;          /* "hysteresis": overflows tolerated before halving; 2, >= 1 */
+    int consecutive_hysteresis;   /* "consecutive_hysteresis": refill hysteresis on every clean
+                                     step, not only on growth; 0 */
+    double min_loss_scale;        /* "min_loss_scale": floor of the dynamic scale; 1, > 0 */
     int raise_error_at_min_scale; /* "raise_error_at_min_scale": an overflow while already at
                                      the floor fails update() (DeepSpeed raises); 1. With 0 the
                                      step is skipped and the scale stays at the floor. */

@@ -1,14 +1,15 @@
 /* engine_io.c — the checkpoint module plugged into the engine through its public API only: a
  * layout built from the engine's unit and tensor queries, and shard access by
- * zero_engine_params_read/write.
+ * zero_engine_state_read/write (fp32 master, Adam m and v).
  *
- * Ranges handed to the callbacks are elements of the padded unit buffer; the engine's read/write
- * take the unpadded unit, so the padding is clipped off (reads give zeros, writes drop it). In
- * stage 3 the engine only accepts its own shard, so ranges are also clipped to
- * zero_engine_shard_range: a whole-unit put (safetensors import, or a load at world 1) then
- * fills exactly what this rank owns. In stages 0-2 every rank must write the same whole unit
- * (engine.h), which a load at world 1 without a communicator does on every rank.
- * Not here: Adam m and v (the engine has no public accessor yet: ZERO_ERR_UNSUPPORTED).
+ * Ranges handed to the callbacks are elements of the padded unit buffer. They are clipped to the
+ * unpadded unit (reads give zeros in the padding, writes drop it, so the engine's padding stays
+ * zero) and to what this rank holds of that state (zero_engine_state_range: the whole unit for
+ * the master in stages 0-2 and stage-3 persistent units and for stage 0's moments, else the
+ * owned shard). So a whole-unit put (safetensors import, or a load at world 1) fills exactly
+ * what the rank holds. A load through a communicator at stage 3 delivers only the rank's shard:
+ * a persistent unit's full copy would then be partly stale, which is why the trainer loads at
+ * world 1 without a communicator on every rank. Whole units must be written alike on every rank.
  */
 #include "ckpt/ckpt_internal.h"
 #include "core/core_internal.h"
@@ -58,46 +59,51 @@ void zero_ckpt_engine_layout_free(zero_ckpt_engine_layout_t *l) {
     memset(l, 0, sizeof *l);
 }
 
-/* [*a, *e) clipped to what the engine accepts for unit u. */
-static void clip(zero_engine_t *eng, int u, size_t *a, size_t *e) {
-    size_t pc = zero_engine_unit_param_count(eng, u);
-    *e = ZERO_MIN(*e, pc);
-    if (zero_engine_params(eng)->stage == 3) {
-        size_t so = 0, sc = 0;
-        if (zero_engine_shard_range(eng, u, &so, &sc) == ZERO_OK) {
-            *a = ZERO_MAX(*a, so);
-            *e = ZERO_MIN(*e, so + sc);
-        }
-    }
-    if (*a > *e) *a = *e;
+static zero_engine_state_t engine_state(zero_ckpt_state_t state) {
+    return state == ZERO_CKPT_ADAM_M   ? ZERO_ENGINE_STATE_ADAM_M
+           : state == ZERO_CKPT_ADAM_V ? ZERO_ENGINE_STATE_ADAM_V
+                                       : ZERO_ENGINE_STATE_MASTER;
 }
 
-static zero_status_t no_optim(zero_ckpt_state_t state) {
-    return zero__error(ZERO_ERR_UNSUPPORTED,
-                       "checkpoint: the engine does not expose its optimizer state (%s) yet; "
-                       "save and load with with_optim = 0",
-                       zero_ckpt_state_name(state));
+/* [*a, *e) clipped to the unpadded unit and to what this rank holds of the state. */
+static zero_status_t clip(zero_engine_t *eng, int u, zero_ckpt_state_t state, size_t *a,
+                          size_t *e) {
+    if ((unsigned)state >= ZERO_CKPT_STATE_COUNT)
+        return zero__error(ZERO_ERR_INVALID_ARG, "checkpoint: unknown state %d of unit %d",
+                           (int)state, u);
+    size_t so = 0, sc = 0;
+    zero_status_t st = zero_engine_state_range(eng, u, engine_state(state), &so, &sc);
+    if (st) return st;
+    *e = ZERO_MIN(*e, zero_engine_unit_param_count(eng, u));
+    *a = ZERO_MAX(*a, so);
+    *e = ZERO_MIN(*e, so + sc);
+    if (*a > *e) *a = *e;
+    return ZERO_OK;
 }
 
 static zero_status_t eng_get(void *user, int rank, int unit, zero_ckpt_state_t state, size_t offset,
                              size_t count, float *out) {
     zero_engine_t *eng = user;
     (void)rank;
-    if (state != ZERO_CKPT_PARAMS) return no_optim(state);
     size_t a = offset, e = offset + count;
-    clip(eng, unit, &a, &e);
+    zero_status_t st = clip(eng, unit, state, &a, &e);
+    if (st) return st;
     memset(out, 0, count * sizeof(float));
-    return e > a ? zero_engine_params_read(eng, unit, a, e - a, out + (a - offset)) : ZERO_OK;
+    return e > a ? zero_engine_state_read(eng, unit, engine_state(state), a, e - a,
+                                          out + (a - offset))
+                 : ZERO_OK;
 }
 
 static zero_status_t eng_put(void *user, int rank, int unit, zero_ckpt_state_t state, size_t offset,
                              size_t count, const float *in) {
     zero_engine_t *eng = user;
     (void)rank;
-    if (state != ZERO_CKPT_PARAMS) return no_optim(state);
     size_t a = offset, e = offset + count;
-    clip(eng, unit, &a, &e);
-    return e > a ? zero_engine_params_write(eng, unit, a, e - a, in + (a - offset)) : ZERO_OK;
+    zero_status_t st = clip(eng, unit, state, &a, &e);
+    if (st) return st;
+    return e > a ? zero_engine_state_write(eng, unit, engine_state(state), a, e - a,
+                                           in + (a - offset))
+                 : ZERO_OK;
 }
 
 zero_ckpt_shard_io_t zero_ckpt_engine_io(zero_engine_t *eng) {

@@ -1,26 +1,35 @@
 /* mpi.c — the MPI backend: one process per rank, collectives over an MPI communicator.
  *
- * Every collective starts with an agreement round: each rank sends a small signature (call
- * number, collective, count, dtype, op, root) to every peer on a reserved tag and checks all of
- * them, so a mismatch fails every rank the same way and a rank that never arrives is named when
- * the deadline passes. Since every rank waits for a message that every other rank sends when it
- * enters, the agreement round is also a complete barrier.
+ * Every collective starts with an agreement round: each rank publishes a small signature (call
+ * number, collective, count, dtype, op, root) to every peer and checks all of them, so a mismatch
+ * fails every rank the same way and a rank that never arrives is named when the deadline passes.
+ * Since every rank waits for a signature that every other rank publishes when it enters, the
+ * agreement round is also a complete barrier.
  *
- * Data: reduce_scatter is our own direct algorithm over point-to-point (rank r receives block r
- * from everyone and reduces it with zero__reduce_blocks in rank order 0..N-1, pipelined in
- * segments through persistent scratch), so sums are bitwise equal to the threads backend; an
- * MPI reduction or a ring would sum in another order. all_reduce is that reduce-scatter over
- * zero__block_range followed by a direct all-gather of the blocks. all_gather is direct
- * point-to-point too (each rank pulls every block straight from its owner, which is as fast as
- * MPI_Allgather here and lets the deadline name the missing rank); all_to_all(v) and broadcast
- * use MPI's non-blocking collectives (with a point-to-point or chunked path for counts beyond
- * INT_MAX); split uses MPI_Comm_split. fp16/bf16 travel as raw 2-byte data: we reduce, not MPI.
+ * Two transports. When all ranks of the communicator are on this node (the common case here),
+ * they share one POSIX shared-memory object set up with MPI at creation (see "shared memory"):
+ * signatures go through it; calls whose per-rank input is at most 16 KiB carry that input with
+ * the signature (one synchronisation per call, "eager"); reduce_scatter and all_reduce's
+ * reduce-scatter phase are a single-copy pipeline — each rank copies its send buffer once into
+ * a staging slot, a slot at a time, and every rank reduces its own block straight from all slots
+ * in rank order 0..N-1. Otherwise (ranks on several nodes, or ZERO_MPI_SHM=0) everything goes
+ * over point-to-point: signatures on a reserved tag; reduce_scatter as a direct algorithm (rank r
+ * receives block r from everyone into persistent scratch, segment by segment, and reduces it in
+ * rank order). Either way the sums are bitwise equal to the threads backend: one kernel
+ * (zero__reduce_blocks), one order; an MPI reduction or a ring would sum in another order.
+ * all_reduce is the reduce-scatter over zero__block_range followed by a direct point-to-point
+ * all-gather of the blocks. all_gather is direct point-to-point too (each rank pulls every block
+ * straight from its owner, which is as fast as MPI_Allgather here and lets the deadline name the
+ * missing rank); all_to_all(v) and broadcast use MPI's non-blocking collectives (with a
+ * point-to-point or chunked path for counts beyond INT_MAX); split uses MPI_Comm_split.
+ * fp16/bf16 travel as raw 2-byte data: we reduce, not MPI.
  *
- * Every wait polls MPI_Testsome against one deadline per collective (start + timeout_s) with a
- * spin / yield / nanosleep backoff, because ranks may outnumber cores. After a timeout pending
- * point-to-point requests are cancelled or freed and the communicator is failed; its MPI handle
- * and scratch are then leaked on purpose (freeing them could block, or let a late message land
- * in freed memory).
+ * Every wait polls (MPI_Testsome, or the shared counters) against one deadline per collective
+ * (start + timeout_s) with a backoff: spin / yield / sleep when the node's ranks fit its cores,
+ * and sleep almost at once when they outnumber them (a polling rank takes the CPU from the rank
+ * it waits for). After a timeout pending point-to-point requests are cancelled or freed and the
+ * communicator is failed; its MPI handle and scratch are then leaked on purpose (freeing them
+ * could block, or let a late message land in freed memory).
  *
  * Not here: argument checks, queueing and statistics (comm.c); MPI must provide
  * MPI_THREAD_MULTIPLE, since each communicator's progress thread calls MPI concurrently.
@@ -29,10 +38,14 @@
 
 #include <mpi.h>
 
+#include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Tags on our duplicated communicators (MPI's own collectives use a separate context). */
 enum { TAG_SIGNATURE = 1, TAG_REDUCE = 2, TAG_GATHER = 3, TAG_EXCHANGE = 4 };
@@ -79,9 +92,19 @@ typedef struct mpi_comm {
     int *done_idx;
     int nreq, req_cap;
 
+    int oversubscribed;   /* this node runs more ranks than it has cores */
     size_t segment_bytes; /* reduce-scatter segment */
     char *scratch;        /* SLOTS * (n-1) * segment_bytes, allocated on first use */
-    char peers_buf[256];  /* a formatted rank list for messages */
+
+    /* On-node shared memory (NULL when the ranks span nodes or it could not be set up): region
+     * r of shm_rank_bytes belongs to rank r (see the shared-memory section). */
+    char *shm;
+    size_t shm_rank_bytes;
+    size_t shm_sig_bytes;    /* one signature slot (sig_bytes rounded up to a cache line) */
+    size_t shm_eager_offset; /* of the two eager slots in a rank's region */
+    size_t shm_slot_bytes;   /* one staging slot */
+    uint64_t round;          /* staging rounds run on this communicator */
+    char peers_buf[256];     /* a formatted rank list for messages */
 } mpi_comm_t;
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -91,12 +114,21 @@ static int we_initialised; /* guarded by init_lock */
 
 static double deadline_after(double seconds) { return zero_time_now() + seconds; }
 
-/* Spin briefly (a peer's message is usually microseconds away), then yield for about a
- * millisecond (as fast as spinning on an idle core, but with more ranks than cores it hands the
- * core to the rank we wait for), then sleep with a period growing to 256 us for long waits
- * (a late rank, a timeout). */
-static void backoff(unsigned *idle) {
+/* How long a wait polls before it sleeps. When this node's ranks fit its cores, spin briefly (a
+ * peer's message is usually microseconds away), then yield for about a millisecond (as fast as
+ * spinning on an idle core), then sleep with a period growing to 256 us for long waits (a late
+ * rank, a timeout). When ranks outnumber cores, every poll of a waiting rank is CPU taken from a
+ * rank that has work (and the peer we wait for is often the one descheduled), so after a few
+ * immediate retries sleep at once, starting short. */
+static void backoff(const mpi_comm_t *c, unsigned *idle) {
     unsigned i = (*idle)++;
+    if (c->oversubscribed) {
+        if (i < 32) return;
+        unsigned shift = ZERO_MIN(i - 32, 6u);
+        struct timespec ts = {0, 1000L << shift};
+        nanosleep(&ts, NULL);
+        return;
+    }
     if (i < 16) return;
     if (i < 1024) {
         sched_yield();
@@ -283,7 +315,7 @@ static zero_status_t reqs_wait(mpi_comm_t *c, const zero__coll_args_t *a, double
             continue;
         }
         if (zero_time_now() > deadline) return timeout_error(c, a, agreement);
-        backoff(&idle);
+        backoff(c, &idle);
     }
     c->nreq = 0;
     return ZERO_OK;
@@ -311,17 +343,343 @@ static zero_status_t wait_one(mpi_comm_t *c, MPI_Request *req, const zero__coll_
                                "collective did not complete)",
                                what, c->timeout_s, c->super.rank);
         }
-        backoff(&idle);
+        backoff(c, &idle);
     }
 }
-
-/* ------------------------------------------------------------------------------ agreement */
 
 static signature_t *sig_at(mpi_comm_t *c, int r) {
     return (signature_t *)(c->sig_recv + (size_t)r * c->sig_bytes);
 }
 
 static uint64_t *sig_vectors(signature_t *s) { return (uint64_t *)(s + 1); }
+
+/* ------------------------------------------------------------------------------ shared memory */
+
+/* When every rank of the communicator is on this node, the ranks share one POSIX shared-memory
+ * object (created by rank 0, opened by the others, unlinked as soon as all have mapped it, and
+ * unmapped locally on destroy, so nothing collective happens at free time — a peer that never
+ * arrives cannot hang us there). Rank r's region holds:
+ *   - three counters, each on its own cache line, written only by rank r and read by all:
+ *     arrived  = the call number + 1 of the last signature rank r published,
+ *     staged   = the last staging round whose data rank r has copied into its slot,
+ *     consumed = the last staging round rank r has finished reading from everyone's slots;
+ *   - two signature slots and two eager-data slots (call number parity);
+ *   - a ring of SHM_SLOTS staging slots (round number modulo SHM_SLOTS).
+ * Ordering: a writer fills a slot, then stores its counter with release; a reader loads the
+ * counter with acquire before it reads the slot, so it sees the slot's contents. A slot is
+ * refilled only after every reader's counter says it is done with the previous use: round x
+ * reuses the staging slot of round x - SHM_SLOTS once every rank has consumed that round; call
+ * k + 2 reuses the signature and eager slots of call k, which every rank has read before it
+ * could publish call k + 1, the condition for our reaching call k + 2. The counters live in memory
+ * shared between processes, so they must be lock-free atomics. */
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "shared-memory counters need lock-free 64-bit atomics");
+
+typedef struct shm_header {
+    _Alignas(64) _Atomic uint64_t arrived;
+    _Alignas(64) _Atomic uint64_t staged;
+    _Alignas(64) _Atomic uint64_t consumed;
+} shm_header_t;
+
+enum { SHM_ARRIVED, SHM_STAGED, SHM_CONSUMED };
+#define SHM_SIG_OFFSET ((size_t)4096)
+/* A collective whose per-rank input fits in an eager slot carries it with the signature: one
+ * synchronisation for the whole call instead of an agreement round plus a data exchange. */
+#define SHM_EAGER_BYTES ((size_t)16 << 10) /* 64 KiB was slower than the CMA path (2 ranks) */
+/* Staging ring: SHM_SLOTS slots of SHM_SLOT_BYTES per rank (8 MiB). A round moves a slot's worth
+ * of each rank's send buffer; a slot is usually read by its peers soon after it is written, so
+ * mostly from the 32 MiB L3 for small n. Eight slots let a rank run ahead of a descheduled peer:
+ * with two slots (lockstep) 2 ranks under heavy foreign load fell to 0.4x of Open MPI at 256 MiB.
+ */
+enum { SHM_SLOTS = 8 };
+#define SHM_SLOT_BYTES ((size_t)1 << 20)
+
+static shm_header_t *shm_header(const mpi_comm_t *c, int r) {
+    return (shm_header_t *)(c->shm + (size_t)r * c->shm_rank_bytes);
+}
+
+static char *shm_sig_slot(const mpi_comm_t *c, int r, uint64_t seq) {
+    return c->shm + (size_t)r * c->shm_rank_bytes + SHM_SIG_OFFSET + (seq & 1) * c->shm_sig_bytes;
+}
+
+static char *shm_stage_slot(const mpi_comm_t *c, int r, uint64_t round) {
+    size_t stage_offset = c->shm_rank_bytes - SHM_SLOTS * c->shm_slot_bytes;
+    return c->shm + (size_t)r * c->shm_rank_bytes + stage_offset +
+           (size_t)(round % SHM_SLOTS) * c->shm_slot_bytes;
+}
+
+static char *shm_eager_slot(const mpi_comm_t *c, int r, uint64_t seq) {
+    return c->shm + (size_t)r * c->shm_rank_bytes + c->shm_eager_offset +
+           (seq & 1) * SHM_EAGER_BYTES;
+}
+
+static _Atomic uint64_t *shm_counter(const mpi_comm_t *c, int r, int which) {
+    shm_header_t *h = shm_header(c, r);
+    return which == SHM_ARRIVED ? &h->arrived : which == SHM_STAGED ? &h->staged : &h->consumed;
+}
+
+static void shm_publish(const mpi_comm_t *c, int which, uint64_t value) {
+    atomic_store_explicit(shm_counter(c, c->super.rank, which), value, memory_order_release);
+}
+
+/* Wait until every rank's counter `which` reaches target; on timeout name the ranks short of it. */
+static zero_status_t shm_wait(mpi_comm_t *c, const zero__coll_args_t *a, double deadline, int which,
+                              uint64_t target) {
+    int n = c->super.size;
+    unsigned idle = 0;
+    int r = 0;
+    for (;;) {
+        while (r < n &&
+               atomic_load_explicit(shm_counter(c, r, which), memory_order_acquire) >= target)
+            r++;
+        if (r == n) return ZERO_OK;
+        if (zero_time_now() > deadline) break;
+        backoff(c, &idle);
+    }
+    unsigned char flag[n];
+    for (int q = 0; q < n; q++)
+        flag[q] = atomic_load_explicit(shm_counter(c, q, which), memory_order_acquire) < target;
+    char what[160];
+    describe_args(what, sizeof what, a);
+    if (which == SHM_ARRIVED)
+        return zero__error(ZERO_ERR_TIMEOUT,
+                           "%s timed out after %.1f s on rank %d: rank(s) %s did not arrive", what,
+                           c->timeout_s, c->super.rank, format_ranks(c, flag));
+    return zero__error(ZERO_ERR_TIMEOUT,
+                       "%s timed out after %.1f s on rank %d: the data exchange with rank(s) %s "
+                       "did not complete",
+                       what, c->timeout_s, c->super.rank, format_ranks(c, flag));
+}
+
+/* The agreement round through shared memory: publish this rank's signature (already in
+ * sig_at(c, me)), wait for every rank's, and copy them into sig_recv. */
+static zero_status_t shm_exchange_signatures(mpi_comm_t *c, const zero__coll_args_t *a,
+                                             double deadline, uint64_t seq) {
+    int n = c->super.size, me = c->super.rank;
+    memcpy(shm_sig_slot(c, me, seq), sig_at(c, me), c->sig_bytes);
+    shm_publish(c, SHM_ARRIVED, seq + 1);
+    zero_status_t st = shm_wait(c, a, deadline, SHM_ARRIVED, seq + 1);
+    if (st) return st;
+    for (int r = 0; r < n; r++)
+        if (r != me) memcpy(sig_at(c, r), shm_sig_slot(c, r, seq), c->sig_bytes);
+    return ZERO_OK;
+}
+
+/* Copy this rank's part of round x (elements [base, base + w) of every other rank's block) into
+ * its slot for round x and publish it. The caller has checked that the slot is free. */
+static void shm_stage(mpi_comm_t *c, const zero__coll_args_t *a, const char *send, uint64_t x,
+                      size_t base, size_t w) {
+    int n = c->super.size, me = c->super.rank;
+    size_t es = zero_dtype_size(a->dtype);
+    char *slot = shm_stage_slot(c, me, x);
+    for (int j = 0; j < n; j++)
+        if (j != me && base < c->block_len[j])
+            memcpy(slot + (size_t)j * w * es, send + (c->block_off[j] + base) * es,
+                   ZERO_MIN(w, c->block_len[j] - base) * es);
+    shm_publish(c, SHM_STAGED, x);
+}
+
+/* Whether every rank's counter `which` has reached target. */
+static int shm_all_reached(const mpi_comm_t *c, int which, uint64_t target) {
+    for (int r = 0; r < c->super.size; r++)
+        if (atomic_load_explicit(shm_counter(c, r, which), memory_order_acquire) < target) return 0;
+    return 1;
+}
+
+/* The reduce phase through shared memory (single copy of each input byte into a staging slot
+ * that the owner of its block reads, often from cache). Round t covers elements [t*w, (t+1)*w)
+ * of every block, w = slot / n: each rank copies its part of the other ranks' blocks into its
+ * slot for the round and publishes it; once every rank has published round t, each reduces its
+ * own block's part from every rank's slot (its own contribution straight from send) in rank
+ * order 0..n-1 — the same order and kernel as the point-to-point path, so the result is bitwise
+ * the same. Slots form a ring of SHM_SLOTS per rank: round x reuses the slot of x - SHM_SLOTS once
+ * every rank has consumed that round. A rank stages ahead while it waits, so ranks are not held
+ * in lockstep: with more ranks than cores (or foreign load) a descheduled peer costs the others
+ * nothing until they have run SHM_SLOTS rounds ahead of it. */
+static zero_status_t shm_reduce_phase(mpi_comm_t *c, const zero__coll_args_t *a, const char *send,
+                                      char *out, double deadline) {
+    int n = c->super.size, me = c->super.rank;
+    size_t es = zero_dtype_size(a->dtype);
+    const size_t *off = c->block_off, *len = c->block_len;
+    size_t w = c->shm_slot_bytes / ((size_t)n * es), longest = 0;
+    for (int j = 0; j < n; j++) longest = ZERO_MAX(longest, len[j]);
+    size_t rounds = (longest + w - 1) / w;
+    uint64_t first = c->round + 1, last = c->round + rounds, next = first; /* next to stage */
+    c->round = last;
+    const void *in[n];
+    for (uint64_t x = first; x <= last; x++) {
+        unsigned idle = 0;
+        for (;;) {
+            int progressed = 0;
+            while (next <= last &&
+                   (next <= SHM_SLOTS || shm_all_reached(c, SHM_CONSUMED, next - SHM_SLOTS))) {
+                shm_stage(c, a, send, next, (size_t)(next - first) * w, w);
+                next++;
+                progressed = 1;
+            }
+            if (next > x && shm_all_reached(c, SHM_STAGED, x)) break;
+            if (progressed) {
+                idle = 0;
+                continue;
+            }
+            if (zero_time_now() > deadline) {
+                /* Late: whoever has not staged round x, or (if our own slot is not free) not
+                 * consumed the round it last held. */
+                int which = next > x ? SHM_STAGED : SHM_CONSUMED;
+                zero_status_t st = shm_wait(c, a, deadline, which, next > x ? x : next - SHM_SLOTS);
+                if (st) return st;
+                continue; /* it arrived just now */
+            }
+            backoff(c, &idle);
+        }
+        size_t base = (size_t)(x - first) * w;
+        if (base < len[me]) {
+            for (int j = 0; j < n; j++)
+                in[j] = j == me ? (const void *)(send + (off[me] + base) * es)
+                                : (const void *)(shm_stage_slot(c, j, x) + (size_t)me * w * es);
+            zero__reduce_blocks(out + base * es, in, n, ZERO_MIN(w, len[me] - base), a->dtype,
+                                a->op);
+        }
+        shm_publish(c, SHM_CONSUMED, x);
+    }
+    return ZERO_OK;
+}
+
+/* Bytes this rank publishes with its signature for an eager call, or 0 when the call takes the
+ * ordinary path. Depends only on the signature's fields, so ranks that agree decide alike. */
+static size_t eager_bytes(const mpi_comm_t *c, const zero__coll_args_t *a) {
+    size_t es = zero_dtype_size(a->dtype), n = (size_t)c->super.size, bytes;
+    if (!c->shm) return 0;
+    switch (a->coll) {
+    case ZERO_COLL_ALL_REDUCE:
+    case ZERO_COLL_ALL_GATHER:
+    case ZERO_COLL_BROADCAST: bytes = a->count * es; break;
+    case ZERO_COLL_REDUCE_SCATTER:
+    case ZERO_COLL_ALL_TO_ALL:
+        bytes = a->count > SHM_EAGER_BYTES ? SIZE_MAX : n * a->count * es;
+        break;
+    default: return 0;
+    }
+    return bytes > 0 && bytes <= SHM_EAGER_BYTES && a->count <= SHM_EAGER_BYTES ? bytes : 0;
+}
+
+/* Copy this rank's input of call `seq` into its eager slot (before the signature is published).
+ * The slot of call seq was last read in call seq - 2, which every peer finished before it could
+ * publish call seq - 1 — the agreement this rank has already passed. */
+static void eager_publish(mpi_comm_t *c, const zero__coll_args_t *a, uint64_t seq, size_t bytes) {
+    if (a->coll == ZERO_COLL_BROADCAST && c->super.rank != a->root) return;
+    memcpy(shm_eager_slot(c, c->super.rank, seq), a->send, bytes);
+}
+
+/* Finish an eager call after the agreement: every rank's input is in its eager slot. */
+static zero_status_t eager_finish(mpi_comm_t *c, const zero__coll_args_t *a, uint64_t seq) {
+    int n = c->super.size, me = c->super.rank;
+    size_t es = zero_dtype_size(a->dtype), block = a->count * es;
+    const char *src[n];
+    for (int r = 0; r < n; r++)
+        src[r] = r == me ? (const char *)a->send : shm_eager_slot(c, r, seq);
+    char *recv = a->recv;
+    switch (a->coll) {
+    case ZERO_COLL_ALL_REDUCE:
+        zero__reduce_blocks(recv, (const void *const *)src, n, a->count, a->dtype, a->op);
+        break;
+    case ZERO_COLL_REDUCE_SCATTER: {
+        const void *in[n];
+        for (int r = 0; r < n; r++) in[r] = src[r] + (size_t)me * block;
+        zero__reduce_blocks(recv, in, n, a->count, a->dtype, a->op);
+        break;
+    }
+    case ZERO_COLL_ALL_GATHER:
+        for (int r = 0; r < n; r++)
+            if (recv + (size_t)r * block != src[r]) memcpy(recv + (size_t)r * block, src[r], block);
+        break;
+    case ZERO_COLL_ALL_TO_ALL:
+        for (int r = 0; r < n; r++) {
+            const char *from = src[r] + (size_t)me * block;
+            if (recv + (size_t)r * block != from) memcpy(recv + (size_t)r * block, from, block);
+        }
+        break;
+    case ZERO_COLL_BROADCAST:
+        if (recv != src[a->root]) memcpy(recv, src[a->root], block);
+        break;
+    default: ZERO_ASSERT(!"eager_bytes admits only the collectives above");
+    }
+    return ZERO_OK;
+}
+
+/* Number of mc's ranks on this node (collective over mc). */
+static int node_size(MPI_Comm mc) {
+    MPI_Comm node = MPI_COMM_NULL;
+    int local = 1;
+    if (MPI_Comm_split_type(mc, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS &&
+        node != MPI_COMM_NULL) {
+        MPI_Comm_size(node, &local);
+        MPI_Comm_free(&node);
+    }
+    return local;
+}
+
+typedef struct shm_mapping {
+    char *base; /* NULL: not shared */
+    size_t rank_bytes, sig_bytes, eager_offset, total_bytes, slot_bytes;
+} shm_mapping_t;
+
+/* Map the shared object when all n > 1 ranks of mc are on this node (collective over mc, called
+ * before anything that could fail locally). On any failure every rank gets base == NULL and stays
+ * on the point-to-point paths. */
+static shm_mapping_t shm_map(MPI_Comm mc, int n, int me, int local, size_t sig_bytes) {
+    static _Atomic unsigned serial;
+    shm_mapping_t m = {0};
+    /* ZERO_MPI_SHM=0 keeps a node-local communicator on the point-to-point paths (the ones used
+     * across nodes), so they can be tested and compared on one machine. Ranks might see
+     * different environments: take the switch only if all agree. */
+    const char *env = getenv("ZERO_MPI_SHM");
+    int want = local == n && !(env && strcmp(env, "0") == 0), all_want = 0;
+    if (n < 2 || MPI_Allreduce(&want, &all_want, 1, MPI_INT, MPI_MIN, mc) != MPI_SUCCESS ||
+        !all_want)
+        return m;
+    size_t sig = (sig_bytes + 63) / 64 * 64;
+    size_t eager_offset = (SHM_SIG_OFFSET + 2 * sig + 4095) / 4096 * 4096;
+    size_t stage_offset = eager_offset + 2 * SHM_EAGER_BYTES;
+    size_t slot_bytes = SHM_SLOT_BYTES;
+    size_t rank_bytes = stage_offset + SHM_SLOTS * slot_bytes, total = rank_bytes * (size_t)n;
+    char name[64] = "";
+    int fd = -1;
+    if (me == 0) {
+        snprintf(name, sizeof name, "/zero-comm-%ld-%u", (long)getpid(),
+                 atomic_fetch_add(&serial, 1u));
+        fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd >= 0 && ftruncate(fd, (off_t)total) != 0) {
+            close(fd);
+            shm_unlink(name);
+            fd = -1;
+        }
+        if (fd < 0) name[0] = '\0';
+    }
+    MPI_Bcast(name, (int)sizeof name, MPI_CHAR, 0, mc);
+    if (me != 0 && name[0]) fd = shm_open(name, O_RDWR, 0);
+    void *map = MAP_FAILED;
+    if (fd >= 0) {
+        map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+    }
+    int ok = map != MAP_FAILED, all_ok = 0;
+    if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, mc) != MPI_SUCCESS) all_ok = 0;
+    if (me == 0 && name[0]) shm_unlink(name); /* every rank has it open or mapped by now */
+    if (!all_ok) {
+        if (ok) munmap(map, total);
+        return m;
+    }
+    /* A new object is zero-filled: all counters start at 0. */
+    m.base = map;
+    m.rank_bytes = rank_bytes;
+    m.sig_bytes = sig;
+    m.eager_offset = eager_offset;
+    m.total_bytes = total;
+    m.slot_bytes = slot_bytes;
+    return m;
+}
+
+/* ------------------------------------------------------------------------------ agreement */
 
 /* Exchange signatures with every peer and check them. local_status != 0 says this rank cannot
  * take part (its scratch allocation failed): every rank then fails the call the same way. */
@@ -360,19 +718,27 @@ static zero_status_t agree(mpi_comm_t *c, const zero__coll_args_t *a, double dea
     }
     memcpy(sig_at(c, me), c->sig_send, c->sig_bytes);
 
-    c->nreq = 0;
-    zero_status_t st = reqs_reserve(c, 2 * n);
-    if (st) return st;
-    for (int r = 0; r < n && !st; r++)
-        if (r != me) st = post_transfer(c, 1, sig_at(c, r), c->sig_bytes, r, TAG_SIGNATURE, name);
-    for (int r = 0; r < n && !st; r++)
-        if (r != me) st = post_transfer(c, 0, c->sig_send, sig_len, r, TAG_SIGNATURE, name);
-    if (st) {
-        reqs_abandon(c);
-        return st;
+    zero_status_t st = ZERO_OK;
+    if (c->shm) {
+        /* Through shared memory: no MPI matching and no progress-engine round trip. */
+        st = shm_exchange_signatures(c, a, deadline, mine->seq);
+        if (st) return st;
+    } else {
+        c->nreq = 0;
+        st = reqs_reserve(c, 2 * n);
+        if (st) return st;
+        for (int r = 0; r < n && !st; r++)
+            if (r != me)
+                st = post_transfer(c, 1, sig_at(c, r), c->sig_bytes, r, TAG_SIGNATURE, name);
+        for (int r = 0; r < n && !st; r++)
+            if (r != me) st = post_transfer(c, 0, c->sig_send, sig_len, r, TAG_SIGNATURE, name);
+        if (st) {
+            reqs_abandon(c);
+            return st;
+        }
+        st = reqs_wait(c, a, deadline, 1);
+        if (st) return st;
     }
-    st = reqs_wait(c, a, deadline, 1);
-    if (st) return st;
 
     /* Every rank holds the same n signatures and runs the same checks, so all reach the same
      * verdict with the same message. */
@@ -418,6 +784,10 @@ static zero_status_t agree(mpi_comm_t *c, const zero__coll_args_t *a, double dea
 
 /* ------------------------------------------------------------------------------ reduce */
 
+/* The point-to-point reduce path's scratch, from the communicator's memory domain. It is also
+ * allocated when the shared-memory path will be used instead (and then stays unused): the
+ * collective then still fails on every rank when a rank's domain cannot supply comm buffers,
+ * which tests/comm_mpi_smoke checks. (The shared object itself is mapped outside the domain.) */
 static zero_status_t ensure_scratch(mpi_comm_t *c, zero_mem_t *mem) {
     if (c->scratch || c->super.size == 1) return ZERO_OK;
     size_t bytes = (size_t)SLOTS * (size_t)(c->super.size - 1) * c->segment_bytes;
@@ -446,6 +816,7 @@ static zero_status_t reduce_phase(mpi_comm_t *c, const zero__coll_args_t *a, con
         zero__reduce_blocks(out, in, 1, len[0], a->dtype, a->op);
         return ZERO_OK;
     }
+    if (c->shm) return shm_reduce_phase(c, a, send, out, deadline);
     size_t seg = c->segment_bytes / es;
     size_t my_nseg = (len[me] + seg - 1) / seg;
     int nreq = (SLOTS + SEND_WINDOW) * np;
@@ -531,7 +902,7 @@ static zero_status_t reduce_phase(mpi_comm_t *c, const zero__coll_args_t *a, con
             continue;
         }
         if (zero_time_now() > deadline) return timeout_error(c, a, 0);
-        backoff(&idle);
+        backoff(c, &idle);
     }
 #undef POST_SEND
 #undef POST_RECVS
@@ -691,7 +1062,8 @@ static zero_status_t run_broadcast(mpi_comm_t *c, const zero__coll_args_t *a, do
     return ZERO_OK;
 }
 
-static zero_status_t create(MPI_Comm mc, double timeout_s, zero_mem_t *mem, zero_comm_t **out);
+static zero_status_t create(MPI_Comm mc, int oversubscribed, double timeout_s, zero_mem_t *mem,
+                            zero_comm_t **out);
 
 static zero_status_t run_split(mpi_comm_t *c, const zero__coll_args_t *a) {
     MPI_Comm sub = MPI_COMM_NULL;
@@ -704,7 +1076,7 @@ static zero_status_t run_split(mpi_comm_t *c, const zero__coll_args_t *a) {
     double timeout_s = c->super.timeout_s;
     zero_mem_t *mem = c->super.mem;
     pthread_mutex_unlock(&c->super.lock);
-    return create(sub, timeout_s, mem, a->split_out);
+    return create(sub, c->oversubscribed, timeout_s, mem, a->split_out);
 }
 
 static zero_status_t mpi_run(zero_comm_t *comm, const zero__coll_args_t *a) {
@@ -720,12 +1092,16 @@ static zero_status_t mpi_run(zero_comm_t *comm, const zero__coll_args_t *a) {
         local = ensure_scratch(c, mem);
     char message[1024];
     if (local) snprintf(message, sizeof message, "%s", zero_last_error());
+    uint64_t seq = c->seq;
+    size_t eager = eager_bytes(c, a);
+    if (eager) eager_publish(c, a, seq, eager);
     zero_status_t st = agree(c, a, deadline, local);
     if (st) {
         /* The rank that could not allocate keeps its own, more precise message. */
         if (local && st == local) zero__set_error_message(message);
         return st;
     }
+    if (eager) return eager_finish(c, a, seq);
     switch (a->coll) {
     case ZERO_COLL_ALL_REDUCE: return run_all_reduce(c, a, deadline);
     case ZERO_COLL_REDUCE_SCATTER: return run_reduce_scatter(c, a, deadline);
@@ -743,6 +1119,9 @@ static zero_status_t mpi_run(zero_comm_t *comm, const zero__coll_args_t *a) {
 /* ------------------------------------------------------------------------------ lifetime */
 
 static void release(mpi_comm_t *c) {
+    /* Unmapping is local: the peers keep their own mappings of the object. */
+    if (c->shm) munmap(c->shm, c->shm_rank_bytes * (size_t)c->super.size);
+    c->shm = NULL;
     /* After abandoned requests MPI may still write into these: keep them (see file comment). */
     if (!c->leaked) {
         zero_mem_free(c->scratch);
@@ -770,16 +1149,35 @@ static void mpi_destroy(zero_comm_t *comm) {
 static const zero__comm_backend_t mpi_backend = {
     .kind = ZERO_BACKEND_MPI, .run = mpi_run, .destroy = mpi_destroy};
 
-/* Take ownership of mc and wrap it in a communicator with its progress thread. */
-static zero_status_t create(MPI_Comm mc, double timeout_s, zero_mem_t *mem, zero_comm_t **out) {
+/* Take ownership of mc and wrap it in a communicator with its progress thread. oversubscribed < 0
+ * asks to find out (collective over mc). */
+static zero_status_t create(MPI_Comm mc, int oversubscribed, double timeout_s, zero_mem_t *mem,
+                            zero_comm_t **out) {
     int rank = 0, size = 1;
     MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
     MPI_Comm_rank(mc, &rank);
     MPI_Comm_size(mc, &size);
+    int local = node_size(mc);
+    if (oversubscribed < 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        oversubscribed = cores > 0 && local > cores;
+    }
+    size_t sig_bytes = sizeof(signature_t) + 2 * (size_t)size * sizeof(uint64_t);
+    shm_mapping_t shm = shm_map(mc, size, rank, local, sig_bytes);
     mpi_comm_t *c = calloc(1, sizeof *c);
-    if (!c) goto fail_oom;
+    if (!c) {
+        if (shm.base) munmap(shm.base, shm.total_bytes);
+        goto fail_oom;
+    }
     c->mc = mc;
-    c->sig_bytes = sizeof(signature_t) + 2 * (size_t)size * sizeof(uint64_t);
+    c->shm = shm.base;
+    c->shm_rank_bytes = shm.rank_bytes;
+    c->shm_sig_bytes = shm.sig_bytes;
+    c->shm_eager_offset = shm.eager_offset;
+    c->shm_slot_bytes = shm.slot_bytes;
+    c->super.size = size; /* release() needs it before the base is initialised */
+    c->oversubscribed = oversubscribed;
+    c->sig_bytes = sig_bytes;
     c->sig_send = calloc(1, c->sig_bytes);
     c->sig_recv = calloc((size_t)size, c->sig_bytes);
     c->block_off = calloc((size_t)size, sizeof(size_t));
@@ -869,7 +1267,7 @@ zero_status_t zero_comm_mpi_init(zero_comm_t **out, const zero_comm_params_t *pa
         return zero__error(ZERO_ERR_COMM_FAILED,
                            "zero_comm_mpi_init: MPI_Comm_dup(MPI_COMM_WORLD) failed (error %d)",
                            rc);
-    return create(mc, p.timeout_s, p.mem, out);
+    return create(mc, -1, p.timeout_s, p.mem, out);
 }
 
 void zero_comm_mpi_finalize(void) {

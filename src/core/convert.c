@@ -17,6 +17,7 @@
  */
 #include "core_internal.h"
 
+#include <assert.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -87,9 +88,8 @@ T_F16C static void f16_to_f32_f16c(float *out, const uint16_t *in, size_t n) {
         __m256 f = _mm256_cvtph_ps(h);
         __m256i w = _mm256_cvtepu16_epi32(h);
         __m256i mant = _mm256_and_si256(w, mant16);
-        __m256i is_nan = _mm256_andnot_si256(
-            _mm256_cmpeq_epi32(mant, _mm256_setzero_si256()),
-            _mm256_cmpeq_epi32(_mm256_and_si256(w, exp16), exp16));
+        __m256i is_nan = _mm256_andnot_si256(_mm256_cmpeq_epi32(mant, _mm256_setzero_si256()),
+                                             _mm256_cmpeq_epi32(_mm256_and_si256(w, exp16), exp16));
         __m256i exact = _mm256_or_si256(
             _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(w, sign16), 16), inf),
             _mm256_slli_epi32(mant, 13));
@@ -121,7 +121,8 @@ T_F16C static void f32_to_bf16_avx2(uint16_t *out, const float *in, size_t n) {
             __m256i u = _mm256_loadu_si256((const __m256i *)(in + i + 8 * k));
             __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
             __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
-            __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, bias), lsb), 16);
+            __m256i rounded =
+                _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, bias), lsb), 16);
             __m256i nan = _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet);
             r[k] = _mm256_blendv_epi8(rounded, nan, is_nan);
         }
@@ -195,9 +196,9 @@ T_512 static void f16_to_f32_avx512(float *out, const uint16_t *in, size_t n) {
         __mmask16 is_nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(w, exp16), exp16) &
                            _mm512_test_epi32_mask(w, mant16);
         if (is_nan) { /* rare: rebuild NaNs from the bits (payload kept, not quieted) */
-            __m512i exact =
-                _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(w, sign16), 16),
-                                _mm512_or_si512(inf, _mm512_slli_epi32(_mm512_and_si512(w, mant16), 13)));
+            __m512i exact = _mm512_or_si512(
+                _mm512_slli_epi32(_mm512_and_si512(w, sign16), 16),
+                _mm512_or_si512(inf, _mm512_slli_epi32(_mm512_and_si512(w, mant16), 13)));
             f = _mm512_castsi512_ps(_mm512_mask_blend_epi32(is_nan, _mm512_castps_si512(f), exact));
         }
         _mm512_storeu_ps(out + i, f);
@@ -217,10 +218,10 @@ T_BF16 static void f32_to_bf16_avx512bf16(uint16_t *out, const float *in, size_t
         __m512i lo = _mm512_loadu_si512((const void *)(in + i));
         __m512i hi = _mm512_loadu_si512((const void *)(in + i + 16));
         /* subnormal = exponent field 0 and mantissa non-zero: the instruction flushes those */
-        __mmask16 sub_lo = _mm512_testn_epi32_mask(lo, exp_mask) &
-                           _mm512_test_epi32_mask(lo, mant_mask);
-        __mmask16 sub_hi = _mm512_testn_epi32_mask(hi, exp_mask) &
-                           _mm512_test_epi32_mask(hi, mant_mask);
+        __mmask16 sub_lo =
+            _mm512_testn_epi32_mask(lo, exp_mask) & _mm512_test_epi32_mask(lo, mant_mask);
+        __mmask16 sub_hi =
+            _mm512_testn_epi32_mask(hi, exp_mask) & _mm512_test_epi32_mask(hi, mant_mask);
         if ((sub_lo | sub_hi) == 0) {
             __m512bh b = _mm512_cvtne2ps_pbh(_mm512_castsi512_ps(hi), _mm512_castsi512_ps(lo));
             _mm512_storeu_si512((void *)(out + i), (__m512i)b);
@@ -244,8 +245,7 @@ static const struct {
     [IMPL_SCALAR] = {f32_to_bf16_scalar, bf16_to_f32_scalar, f32_to_f16_scalar, f16_to_f32_scalar},
 #ifdef HAVE_X86
     [IMPL_F16C] = {f32_to_bf16_avx2, bf16_to_f32_avx2, f32_to_f16_f16c, f16_to_f32_f16c},
-    [IMPL_AVX512] = {f32_to_bf16_avx512, bf16_to_f32_avx512, f32_to_f16_avx512,
-                     f16_to_f32_avx512},
+    [IMPL_AVX512] = {f32_to_bf16_avx512, bf16_to_f32_avx512, f32_to_f16_avx512, f16_to_f32_avx512},
     [IMPL_AVX512BF16] = {f32_to_bf16_avx512bf16, bf16_to_f32_avx512, f32_to_f16_avx512,
                          f16_to_f32_avx512},
 #endif

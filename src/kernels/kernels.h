@@ -178,6 +178,25 @@ void zero__adamw_update(float *params, const float *grads, float *m, float *v, s
                         float beta1, float beta2, float eps, float weight_decay, int t,
                         int threads);
 
+/* ------------------------------------------------------------------------------ vector passes */
+
+/* Whole-buffer passes of the optimizer step (gradient norm, clipping, accumulation, zeroing),
+ * multi-threaded; every result is bitwise independent of `threads` (vector.c). */
+
+/* Sum of x[i]^2 in float64, in a fixed blocked order that depends on n only (not the plain
+ * serial order: the result differs from a serial loop by rounding, ~1e-16 relative). NaN or
+ * Inf in x gives NaN or Inf. x: (n) */
+double zero__sumsq(const float *x, size_t n, int threads);
+
+/* x *= s, in place. x: (n) */
+void zero__scale(float *x, float s, size_t n, int threads);
+
+/* acc += x. acc, x: (n), not overlapping unless equal. */
+void zero__add_into(float *acc, const float *x, size_t n, int threads);
+
+/* x = 0 (all bits zero). x: (n) */
+void zero__zero(float *x, size_t n, int threads);
+
 /* ------------------------------------------------------------------------------ references */
 
 /* Naive single-threaded twins of every kernel above (reference.c), written independently from
@@ -209,6 +228,9 @@ void zero__ref_softmax_ce_forward(float *losses, float *lse, const float *logits
 void zero__ref_softmax_ce_backward(float *dlogits, const float *logits, const float *lse,
                                    const float *dlosses, const int32_t *targets, size_t BT,
                                    size_t V, size_t Vp);
+double zero__ref_sumsq(const float *x, size_t n);
+void zero__ref_scale(float *x, float s, size_t n);
+void zero__ref_add_into(float *acc, const float *x, size_t n);
 void zero__ref_adamw_update(float *params, const float *grads, float *m, float *v, size_t n,
                             float lr, float beta1, float beta2, float eps, float weight_decay,
                             int t);

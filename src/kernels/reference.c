@@ -267,3 +267,18 @@ void zero__ref_adamw_update(float *params, const float *grads, float *m, float *
         v[i] = (float)vi;
     }
 }
+
+double zero__ref_sumsq(const float *x, size_t n) {
+    /* serial, in long double: the oracle for the blocked float64 sum */
+    long double s = 0.0L;
+    for (size_t i = 0; i < n; i++) s += (long double)x[i] * (long double)x[i];
+    return (double)s;
+}
+
+void zero__ref_scale(float *x, float s, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = x[i] * s;
+}
+
+void zero__ref_add_into(float *acc, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) acc[i] = acc[i] + x[i];
+}

@@ -60,7 +60,8 @@ struct zero_gpt {
     float *resid;       /* (L+1, B, T, C): resid[0] = embeddings, resid[l+1] = block l output */
     float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C), (B,T), (B,T) */
     float *logits;                    /* (B,T,V) */
-    float *losses, *lse, *dlosses;    /* (B,T) */
+    float *dlogits;                   /* (B,T,V) gradient of the mean loss, from the forward */
+    float *losses;                    /* (B,T) */
     /* activation-gradient scratch */
     float *dres;        /* (B,T,C) gradient of the residual stream */
     float *d4a, *d4b;   /* (B,T,4C) */
@@ -190,9 +191,8 @@ static void layout(zero_gpt_t *g, float *base, size_t *total) {
     carve(base, &off, BT, &g->lnf_mean);
     carve(base, &off, BT, &g->lnf_rstd);
     carve(base, &off, BT * V, &g->logits);
+    carve(base, &off, BT * V, &g->dlogits);
     carve(base, &off, BT, &g->losses);
-    carve(base, &off, BT, &g->lse);
-    carve(base, &off, BT, &g->dlosses);
     carve(base, &off, BT * C, &g->dres);
     carve(base, &off, BT * 4 * C, &g->d4a);
     carve(base, &off, BT * 4 * C, &g->d4b);
@@ -242,6 +242,9 @@ zero_status_t zero__gpt_init(zero_gpt_t **out, const zero_gpt_config_t *cfg, zer
         goto fail;
     }
     layout(g, g->act_mem, &total);
+    /* Touch every page now: otherwise the first training step pays ~0.1 ms per MiB of page
+     * faults inside the timed loop (seen in perf as clear_page under the kernels). */
+    memset(g->act_mem, 0, g->act_bytes);
     zero__log(ZERO_LOG_DEBUG, -1, 0, "model: %zu parameters, %.1f MiB activations (%s)",
               zero__gpt_param_count(cfg), (double)g->act_bytes / 1048576.0,
               g->checkpointing ? "checkpointing" : "all stored");
@@ -292,6 +295,17 @@ static void block_forward(zero_gpt_t *g, const float *w, int unit, block_acts_t 
 #undef W
 }
 
+/* Linear backward that OVERWRITES dinp (BT, C) and accumulates dweight/dbias: the activation
+ * gradients are scratch buffers reused by every block, so writing them with beta = 0 saves
+ * zeroing them first (a memset pass over up to (BT, 4C) per linear). */
+static void linear_backward_set(float *dinp, float *dweight, float *dbias, const float *dout,
+                                const float *inp, const float *weight, size_t BT, size_t C,
+                                size_t OC, int th) {
+    /* dinp(BT, C) = dout(BT, OC) · weight(OC, C): NN */
+    zero__sgemm(0, 0, BT, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C, th);
+    zero__matmul_backward(NULL, dweight, dbias, dout, inp, weight, BT, C, OC, th);
+}
+
 /* One block backward. On entry g->dres holds dL/dy; on exit it holds dL/dx. The residual
  * connections let dres serve as the gradient of both branches: y = res2 + fcproj gives
  * d(fcproj) = dy and d(res2) = dy + (the MLP branch's contribution), accumulated in place; the
@@ -303,25 +317,21 @@ static void block_backward(zero_gpt_t *g, const float *w, float *gw, int unit,
 #define W(i) tensor(g, w, unit, i)
 #define G(i) gtensor(g, gw, unit, i)
     float *dres = g->dres;
-    memset(g->d4a, 0, BT * 4 * C * sizeof(float));
-    zero__matmul_backward(g->d4a, G(B_FCPROJW), G(B_FCPROJB), dres, a->fch_gelu, W(B_FCPROJW), BT,
-                          4 * C, C, th); /* d4a = d(fch_gelu) */
+    linear_backward_set(g->d4a, G(B_FCPROJW), G(B_FCPROJB), dres, a->fch_gelu, W(B_FCPROJW), BT,
+                        4 * C, C, th); /* d4a = d(fch_gelu) */
     memset(g->d4b, 0, BT * 4 * C * sizeof(float));
     zero__gelu_backward(g->d4b, a->fch, g->d4a, BT * 4 * C, th); /* d4b = d(fch) */
-    memset(g->dc, 0, BT * C * sizeof(float));
-    zero__matmul_backward(g->dc, G(B_FCW), G(B_FCB), g->d4b, a->ln2, W(B_FCW), BT, C, 4 * C,
-                          th); /* dc = d(ln2) */
+    linear_backward_set(g->dc, G(B_FCW), G(B_FCB), g->d4b, a->ln2, W(B_FCW), BT, C, 4 * C,
+                        th); /* dc = d(ln2) */
     zero__layernorm_backward(dres, G(B_LN2W), G(B_LN2B), g->dc, a->res2, W(B_LN2W), a->ln2_mean,
                              a->ln2_rstd, BT, C, th); /* dres = d(res2) */
-    memset(g->dc, 0, BT * C * sizeof(float));
-    zero__matmul_backward(g->dc, G(B_ATTPROJW), G(B_ATTPROJB), dres, a->atty, W(B_ATTPROJW), BT, C,
-                          C, th); /* dc = d(atty) */
+    linear_backward_set(g->dc, G(B_ATTPROJW), G(B_ATTPROJB), dres, a->atty, W(B_ATTPROJW), BT, C, C,
+                        th); /* dc = d(atty) */
     memset(g->d4a, 0, BT * 3 * C * sizeof(float));
     zero__attention_backward(g->d4a, g->att_scratch, g->dc, a->qkv, a->att, B, T, C, NH,
                              th); /* d4a = d(qkv) */
-    memset(g->dc, 0, BT * C * sizeof(float));
-    zero__matmul_backward(g->dc, G(B_QKVW), G(B_QKVB), g->d4a, a->ln1, W(B_QKVW), BT, C, 3 * C,
-                          th); /* dc = d(ln1) */
+    linear_backward_set(g->dc, G(B_QKVW), G(B_QKVB), g->d4a, a->ln1, W(B_QKVW), BT, C, 3 * C,
+                        th); /* dc = d(ln1) */
     zero__layernorm_backward(dres, G(B_LN1W), G(B_LN1B), g->dc, x, W(B_LN1W), a->ln1_mean,
                              a->ln1_rstd, BT, C, th); /* dres = dx */
 #undef W
@@ -395,7 +405,12 @@ zero_status_t zero__gpt_forward(zero_gpt_t *g, const int32_t *tokens, const int3
     zero__matmul_forward(g->logits, g->lnf, tensor(g, we, g->unit_emb, E_WTE), NULL, BT, C, V, th);
     zero_unit_release(g->eng, g->unit_emb);
     if (targets) {
-        zero__softmax_ce_forward(g->losses, g->lse, g->logits, g->targets, BT, V, V, th);
+        /* The loss is the mean over the counted positions, so its gradient is known now: one
+         * pass over the logits gives both, into a separate buffer (the logits stay readable,
+         * and out of place is faster than in place; docs/kernels-matmul.md section 3). */
+        float dloss = valid ? 1.0f / (float)valid : 0.0f;
+        zero__softmax_ce_forward_backward(g->losses, g->dlogits, g->logits, g->targets, dloss, BT,
+                                          V, V, th);
         double sum = 0.0;
         for (size_t i = 0; i < BT; i++) sum += g->losses[i];
         if (loss) *loss = valid ? (float)(sum / (double)valid) : 0.0f;
@@ -411,17 +426,13 @@ zero_status_t zero__gpt_backward(zero_gpt_t *g) {
     const size_t B = (size_t)g->last_B, T = (size_t)g->last_T, C = (size_t)g->cfg.dim;
     const size_t BT = B * T, V = (size_t)g->cfg.vocab;
     const int L = g->cfg.layers, th = g->threads;
-    g->have_targets = 0; /* logits become their gradient below */
-    float inv = g->valid_targets ? 1.0f / (float)g->valid_targets : 0.0f;
-    for (size_t i = 0; i < BT; i++) g->dlosses[i] = inv;
+    g->have_targets = 0; /* one backward per forward: a second would add the gradient twice */
 
     const float *we;
     FETCH(we, g->unit_emb);
     float *gwe = zero_unit_grads(g->eng, g->unit_emb);
-    zero__softmax_ce_backward(g->logits, g->logits, g->lse, g->dlosses, g->targets, BT, V, V, th);
-    memset(g->dc, 0, BT * C * sizeof(float));
-    zero__matmul_backward(g->dc, gtensor(g, gwe, g->unit_emb, E_WTE), NULL, g->logits, g->lnf,
-                          tensor(g, we, g->unit_emb, E_WTE), BT, C, V, th); /* dc = d(lnf) */
+    linear_backward_set(g->dc, gtensor(g, gwe, g->unit_emb, E_WTE), NULL, g->dlogits, g->lnf,
+                        tensor(g, we, g->unit_emb, E_WTE), BT, C, V, th); /* dc = d(lnf) */
 
     const float *wf;
     FETCH(wf, g->unit_final);

@@ -59,8 +59,8 @@ zero_status_t zero__gpt_forward(zero_gpt_t *gpt, const int32_t *tokens, const in
  * mean loss into the engine's gradient buffers and calls zero_unit_grads_done per unit. */
 zero_status_t zero__gpt_backward(zero_gpt_t *gpt);
 
-/* Logits (B, T, V) of the last forward; valid until the next forward or backward (backward
- * overwrites them with their gradient). */
+/* Logits (B, T, V) of the last forward; valid until the next forward (backward leaves them
+ * alone: a training forward writes the loss gradient to a separate buffer). */
 const float *zero__gpt_logits(const zero_gpt_t *gpt);
 
 /* Bytes of activation memory allocated at init. */

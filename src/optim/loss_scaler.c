@@ -75,8 +75,7 @@ zero_status_t zero_loss_scaler_params_check(const zero_loss_scaler_params_t *p) 
         return zero__error(ZERO_ERR_CONFIG, "fp16.loss_scale_window = %d (expected >= 1)",
                            p->loss_scale_window);
     if (p->hysteresis < 1)
-        return zero__error(ZERO_ERR_CONFIG, "fp16.hysteresis = %d (expected >= 1)",
-                           p->hysteresis);
+        return zero__error(ZERO_ERR_CONFIG, "fp16.hysteresis = %d (expected >= 1)", p->hysteresis);
     if (p->consecutive_hysteresis != 0 && p->consecutive_hysteresis != 1)
         return zero__error(ZERO_ERR_CONFIG,
                            "fp16.consecutive_hysteresis = %d (expected true or false)",
@@ -86,7 +85,8 @@ zero_status_t zero_loss_scaler_params_check(const zero_loss_scaler_params_t *p) 
                            "fp16.raise_error_at_min_scale = %d (expected true or false)",
                            p->raise_error_at_min_scale);
     if (!isfinite(p->min_loss_scale) || p->min_loss_scale <= 0.0)
-        return zero__error(ZERO_ERR_CONFIG, "fp16.min_loss_scale = %g (expected a finite value > 0)",
+        return zero__error(ZERO_ERR_CONFIG,
+                           "fp16.min_loss_scale = %g (expected a finite value > 0)",
                            p->min_loss_scale);
     /* DeepSpeed accepts a start below the floor and then "halves" upwards to the floor; that
      * is a config mistake, so say so. */

@@ -44,7 +44,7 @@ int zero__has_nonfinite_scalar(const void *buf, size_t count, zero_dtype_t dtype
 
 #ifdef HAVE_X86
 __attribute__((target("avx512f,avx512bw"))) static int nonfinite_avx512_32(const uint32_t *u,
-                                                                            size_t count) {
+                                                                           size_t count) {
     const __m512i e = _mm512_set1_epi32(0x7f800000);
     size_t i = 0;
     while (i < count) {
@@ -65,9 +65,8 @@ __attribute__((target("avx512f,avx512bw"))) static int nonfinite_avx512_32(const
     return 0;
 }
 
-__attribute__((target("avx512f,avx512bw"))) static int nonfinite_avx512_16(const uint16_t *h,
-                                                                            size_t count,
-                                                                            uint16_t exp_mask) {
+__attribute__((target("avx512f,avx512bw"))) static int
+nonfinite_avx512_16(const uint16_t *h, size_t count, uint16_t exp_mask) {
     const __m512i e = _mm512_set1_epi16((short)exp_mask);
     size_t i = 0;
     while (i < count) {

@@ -141,6 +141,17 @@ static const cfg_key_t keys[] = {
      "ranks of the threads backend (under mpirun: the MPI job's size)"},
     {"train.backend", K_STR, OFF(backend), 0, 0, 0, "auto", "auto|threads|mpi", "--backend",
      "auto: MPI when started by mpirun, else threads"},
+    {"train.save_dir", K_STR, OFF(save_dir), 0, 0, 0, "", NULL, "--save-dir",
+     "checkpoint directory (empty: no checkpoints); a checkpoint is always saved at the end"},
+    {"train.save_every", K_INT, OFF(save_every), 0, 0, INT_MAX, NULL, NULL, "--save-every",
+     "steps between checkpoints (0: only at the end)"},
+    {"train.keep_last", K_INT, OFF(keep_last), 0, 0, INT_MAX, NULL, NULL, "--keep-last",
+     "keep only the newest N checkpoints (0: keep all)"},
+    {"train.resume", K_STR, OFF(resume), 0, 0, 0, "", NULL, "--resume",
+     "checkpoint to continue from: a checkpoint or save directory, or latest (train.save_dir's); "
+     "weights, optimizer, step, data position and RNG states"},
+    {"train.init_from", K_STR, OFF(init_from), 0, 0, 0, "", NULL, "--init-from",
+     "initialise the weights from a safetensors file with Hugging Face GPT-2 names"},
 };
 #undef OFF
 _Static_assert(sizeof keys / sizeof keys[0] <= ZERO_CONFIG_MAX_KEYS, "key_set is too small");
@@ -572,6 +583,20 @@ zero_status_t zero__train_config_check(zero_train_config_t *cfg, int world) {
     cfg->micro_batch = (int)mb;
     cfg->grad_accum = (int)ga;
     cfg->train_batch_size = (int)(mb * ga * w);
+    if (cfg->save_every > 0 && !cfg->save_dir[0])
+        return zero__error(ZERO_ERR_CONFIG,
+                           "train.save_every = %d but train.save_dir is empty (expected a "
+                           "directory to save into: --save-dir DIR)",
+                           cfg->save_every);
+    if (!strcmp(cfg->resume, "latest") && !cfg->save_dir[0])
+        return zero__error(ZERO_ERR_CONFIG,
+                           "train.resume = \"latest\" needs train.save_dir (expected --save-dir "
+                           "DIR, or --resume with a checkpoint directory)");
+    if (cfg->resume[0] && cfg->init_from[0])
+        return zero__error(ZERO_ERR_CONFIG,
+                           "train.resume = \"%s\" and train.init_from = \"%s\" both given "
+                           "(expected one: a resume restores the weights itself)",
+                           cfg->resume, cfg->init_from);
     if (!cfg->reduce_scatter)
         zero__log(ZERO_LOG_WARN, -1, 0,
                   "zero_optimization.reduce_scatter = false ignored: gradients are always "

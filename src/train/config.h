@@ -58,6 +58,11 @@ typedef struct zero_train_config {
     char prompt[ZERO_CONFIG_STR_MAX];
     int threads, ranks;
     char backend[16]; /* auto | threads | mpi */
+    /* checkpoints */
+    char save_dir[ZERO_CONFIG_STR_MAX];  /* "" = none */
+    int save_every, keep_last;           /* 0 = only at the end / keep all */
+    char resume[ZERO_CONFIG_STR_MAX];    /* "" = none; "latest" = save_dir's latest */
+    char init_from[ZERO_CONFIG_STR_MAX]; /* "" = none; a .safetensors file */
     /* Which keys the file or the command line set (index = position in the key table), for rules
      * that depend on what the user gave (the batch-size triple, warmup_max_lr). */
     unsigned char key_set[ZERO_CONFIG_MAX_KEYS];

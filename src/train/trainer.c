@@ -1,7 +1,9 @@
 /* trainer.c — the training loop over ranks: data -> engine + model per rank -> steps with
  * progress and a metrics log -> validation -> samples -> a report gathered on rank 0.
  *
- * Not here: checkpoints, mixed precision (later issues extend this loop through the engine).
+ * Checkpoints: --resume / --init-from are applied right after the model is built, before the
+ * first evaluation; saves happen every train.save_every steps and at the end (train/checkpoint.c).
+ * Not here: mixed precision (a later issue extends this loop through the engine).
  * Invariants: every allocation of a rank happens before its first step (engine buffers,
  * activations, batch buffers); every rank makes the same sequence of model calls (training,
  * validation, samples), because under stage 3 each forward gathers parameters collectively;
@@ -13,6 +15,7 @@
 
 #include "core/core_internal.h"
 #include "kernels/kernels.h"
+#include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/sample.h"
 
@@ -374,16 +377,41 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
             job->threads == 1 ? "" : "s", zero__matmul_library());
     }
 
+    /* Where the run starts: fresh, from a checkpoint, or from imported weights. Every rank
+     * reads for itself; they agree on the outcome before the first collective of training. */
+    zero_train_position_t pos = {0, zero__train_data_rng_seed(cfg), 0.0};
+    char ckpt_path[1024] = "";
+    if (cfg->resume[0])
+        st = zero__train_ckpt_resume(cfg, r.eng, &pos, ckpt_path, sizeof ckpt_path);
+    else if (cfg->init_from[0])
+        st = zero__train_init_from(cfg, r.eng);
+    bad = st ? 1.0 : 0.0;
+    agree = sum_ranks(&r, &bad, 1);
+    if (!st && agree) st = agree;
+    if (!st && bad > 0)
+        st = zero__error(ZERO_ERR_IO, "another rank could not %s",
+                         cfg->resume[0] ? "resume from the checkpoint" : "import the weights");
+    if (st) goto done;
+    if (cfg->resume[0] && !ckpt_path[0])
+        say(&r, "no checkpoint in %s yet: starting from step 0\n", cfg->save_dir);
+    else if (cfg->resume[0])
+        say(&r, "resumed from %s at step %lld (optimizer step %lld)\n", ckpt_path,
+            (long long)pos.step, (long long)zero_engine_step_count(r.eng));
+    else if (cfg->init_from[0])
+        say(&r, "weights initialised from %s\n", cfg->init_from);
+    const int start = (int)pos.step;
+
     st = evaluate(&r, 0, &rep->init_val_loss);
     if (st) goto done;
-    say(&r, "step %5d | val loss %.4f\n", 0, (double)rep->init_val_loss);
+    say(&r, "step %5d | val loss %.4f\n", start, (double)rep->init_val_loss);
     rep->final_val_loss = rep->init_val_loss;
 
-    uint64_t rng = 0xda7aull + (uint64_t)cfg->seed;
+    uint64_t rng = pos.data_rng;
     double train_s = 0.0;
     double smooth = -1.0;
     const double tokens_per_step = (double)B * T * cfg->grad_accum * W;
-    for (int step = 0; step < cfg->steps; step++) {
+    int64_t saved_step = ckpt_path[0] ? pos.step : -1; /* a checkpoint of this step exists */
+    for (int step = start; step < cfg->steps; step++) {
         double t0 = zero_time_now();
         double loss_sum = 0.0;
         for (int micro = 0; micro < cfg->grad_accum; micro++) {
@@ -405,9 +433,9 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
         smooth = smooth < 0 ? loss : 0.9 * smooth + 0.1 * loss;
         rep->tokens += tokens_per_step;
         double tok_s = rep->tokens / train_s;
-        double eta = train_s / (step + 1) * (cfg->steps - step - 1);
+        double eta = train_s / (step + 1 - start) * (cfg->steps - step - 1);
         int last = step + 1 == cfg->steps;
-        if (job->io->tty || (step + 1) % cfg->steps_per_print == 0 || step == 0 || last)
+        if (job->io->tty || (step + 1) % cfg->steps_per_print == 0 || step == start || last)
             progress(&r, step + 1, cfg->steps, (float)smooth, tok_s, eta, ss.lr, ss.grad_norm);
         float val = NAN;
         if ((cfg->eval_interval > 0 && (step + 1) % cfg->eval_interval == 0) || last) {
@@ -419,6 +447,24 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
                 (double)rep->final_val_loss, smooth, tok_s / 1e3);
         }
         metrics_line(&r, step + 1, loss, &ss, rep->tokens, tok_s, step_s, val);
+        /* Periodic checkpoints, and always one after the last step. */
+        if (cfg->save_dir[0] &&
+            ((cfg->save_every > 0 && (step + 1) % cfg->save_every == 0) || last)) {
+            zero_train_position_t now = {step + 1, rng, pos.tokens + rep->tokens};
+            st = zero__train_ckpt_save(cfg, r.eng, r.comm, &now, ckpt_path, sizeof ckpt_path);
+            if (st) goto done;
+            saved_step = step + 1;
+            if (job->io->tty) say(&r, "\r\033[K");
+            say(&r, "step %5d | checkpoint saved to %s\n", step + 1, ckpt_path);
+        }
+    }
+    /* A run that took no step still leaves a checkpoint, unless it resumed from one (which holds
+     * this very state already). */
+    if (cfg->save_dir[0] && saved_step != (int64_t)ZERO_MAX(start, cfg->steps)) {
+        zero_train_position_t now = {ZERO_MAX(start, cfg->steps), rng, pos.tokens + rep->tokens};
+        st = zero__train_ckpt_save(cfg, r.eng, r.comm, &now, ckpt_path, sizeof ckpt_path);
+        if (st) goto done;
+        say(&r, "checkpoint saved to %s\n", ckpt_path);
     }
     rep->steps = cfg->steps;
     rep->train_s = train_s;

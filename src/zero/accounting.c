@@ -57,12 +57,17 @@ zero_status_t zero_engine_fingerprint(zero_engine_t *eng, uint64_t *out) {
     for (int i = 0; i < eng->unit_count && !st; i++) {
         zero__unit_t *u = &eng->units[i];
         const float *w = u->full;
-        float *tmp = NULL;
+        float *tmp = NULL, *pooled = NULL;
         if (u->shard) { /* stage 3: this rank holds a shard; gather a private copy */
             if (eng->world == 1) {
                 w = u->shard;
             } else {
-                tmp = zero_mem_alloc(eng->mem, ZERO_MEM_COMM, u->padded_count * sizeof(float), 64);
+                /* An idle gather buffer if the pool has one (after a step it has): a fresh
+                 * allocation would raise the peak resident size by a unit at the end of a run. */
+                tmp = pooled = zero__pool_take_idle(&eng->pool, u->padded_count);
+                if (!tmp)
+                    tmp = zero_mem_alloc(eng->mem, ZERO_MEM_COMM, u->padded_count * sizeof(float),
+                                         64);
                 if (!tmp)
                     return zero__error(ZERO_ERR_OUT_OF_MEMORY,
                                        "fingerprint: no memory to gather unit '%s'", u->name);
@@ -74,7 +79,10 @@ zero_status_t zero_engine_fingerprint(zero_engine_t *eng, uint64_t *out) {
         if (!st)
             for (int t = 0; t < u->tensor_count; t++)
                 h = fnv_bytes(h, w + u->offsets[t], u->counts[t] * sizeof(float));
-        zero_mem_free(tmp);
+        if (pooled)
+            zero__pool_give(&eng->pool, pooled);
+        else
+            zero_mem_free(tmp);
     }
     uint64_t after[ZERO_COLL_COUNT];
     zero__comm_sent(eng, after);
@@ -114,12 +122,20 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
     out->memory_theory_bytes[ZERO_MEM_PARAMS] = (size_t)(stage < 3 ? f * P : f * (S_np + P_pers));
     /* Communication buffers: the two reduce-bucket slots (allocated at the first grads_done
      * with world > 1) and the stage-3 pool of gather buffers, kept until zero_engine_free. */
-    const uint64_t B = eng->bucket_cap;
-    out->gather_pool_bytes = zero__pool_bytes(eng, 0);
-    out->gather_pool_idle_bytes = zero__pool_bytes(eng, 1);
+    /* Per slot: the packed send buffer (B elements) and its recv (B / N), plus, once a direct
+     * unit was reduced onto a non-zero accumulator (accumulation), a recv of the largest direct
+     * unit's shard. */
+    const uint64_t per_slot =
+        eng->bucket_cap + eng->recv_cap + (eng->buckets[0].drecv ? eng->direct_recv_count : 0);
+    out->gather_pool_bytes = zero__pool_bytes(&eng->pool, 0);
+    out->gather_pool_idle_bytes = zero__pool_bytes(&eng->pool, 1);
     out->memory_theory_bytes[ZERO_MEM_COMM] =
-        (size_t)(ZERO__BUCKET_SLOTS * f * (B + B / N)) + out->gather_pool_bytes;
-    out->memory_theory_bytes[ZERO_MEM_GRADS] = (size_t)(stage <= 1 ? f * (P + S) : f * S);
+        (size_t)(ZERO__BUCKET_SLOTS * f * per_slot) + out->gather_pool_bytes;
+    /* Stage 2-3: the shard accumulator plus the pool of working buffers the model fills during
+     * backward (4 sum_p p K_p, K_p the most units of padded size p holding gradients at once;
+     * kept between steps so that backward does not map fresh memory for every unit). */
+    out->memory_theory_bytes[ZERO_MEM_GRADS] =
+        (size_t)(stage <= 1 ? f * (P + S) : f * S) + zero__pool_bytes(&eng->grad_pool, 0);
     out->memory_theory_bytes[ZERO_MEM_OPTIM] = (size_t)(stage == 0 ? 2 * f * P : 2 * f * S);
 
     uint64_t rs, ag;

@@ -1,10 +1,18 @@
 /* buckets.c — gradient buffers and the bucketed, asynchronous reduce-scatter of backward.
  *
- * zero_unit_grads hands the model a zeroed full-size buffer for unit u; zero_unit_grads_done
- * packs its rank blocks into the current bucket (rank-major: block r holds shard r of each unit
- * in the bucket) and recycles the buffer. A full bucket's reduce-scatter is posted non-blocking,
- * so it runs on the communicator's progress thread while backward goes on; its result is added
- * to the units' fp32 shard accumulators when the bucket slot is needed again or at the step.
+ * zero_unit_grads hands the model a zeroed full-size buffer for unit u (stages 2-3: lent by the
+ * gradient pool, so backward maps no fresh memory). zero_unit_grads_done then either
+ *  - packs its rank blocks into the current bucket (rank-major: block r holds shard r of each
+ *    unit in the bucket) and recycles the buffer at once: units of at most half a bucket, where
+ *    batching saves per-collective latency; or
+ *  - for a "direct" unit (2 P_u > the bucket), posts the reduce-scatter straight from the
+ *    working buffer, which is a unit's shards in rank order already: no packing copy and no send
+ *    buffer; the buffer is lent to the bucket slot until the collective lands. When the unit's
+ *    accumulator is still zero (the first micro-step) the result lands in it directly (0 + x
+ *    is x bitwise except for -0, and a -0 gradient leaves AdamW's state and update unchanged).
+ * A bucket's reduce-scatter is posted non-blocking, so it runs on the communicator's progress
+ * thread while backward goes on; its result is added to the units' fp32 shard accumulators
+ * when the bucket slot is needed again or at the step.
  *
  * Not here: the optimizer step. Invariants: slots are used round-robin and each is waited for
  * before reuse, so completions — and the accumulation order of a unit's micro-step gradients —
@@ -16,13 +24,31 @@
 
 #include <string.h>
 
+/* Give unit un a zeroed working buffer: stages 0-1 own one per unit for good; stages 2-3 borrow
+ * one from the gradient pool until grads_done. */
+static zero_status_t take_work(zero_engine_t *eng, zero__unit_t *un) {
+    if (un->inflight) { /* stages 0-1: its last gradient is still being sent (accumulation) */
+        zero_status_t st = zero__buckets_drain(eng);
+        if (st) return st;
+    }
+    if (un->work) return ZERO_OK;
+    const size_t bytes = un->padded_count * sizeof(float);
+    if (eng->params.stage <= 1) {
+        un->work = zero_mem_calloc(eng->mem, ZERO_MEM_GRADS, bytes, 64);
+    } else {
+        un->work = zero__pool_take(eng, &eng->grad_pool, ZERO_MEM_GRADS, un->padded_count);
+        if (un->work) memset(un->work, 0, bytes);
+    }
+    if (!un->work)
+        return zero__error(ZERO_ERR_OUT_OF_MEMORY,
+                           "engine: no memory for the gradient of unit '%s' (%zu bytes)", un->name,
+                           bytes);
+    return ZERO_OK;
+}
+
 float *zero_unit_grads(zero_engine_t *eng, int u) {
     zero__unit_t *un = zero__engine_unit(eng, u);
-    if (!un) return NULL;
-    if (!un->work) {
-        un->work = zero_mem_calloc(eng->mem, ZERO_MEM_GRADS, un->padded_count * sizeof(float), 64);
-        if (!un->work) return NULL;
-    }
+    if (!un || take_work(eng, un)) return NULL;
     un->dirty = 1;
     return un->work;
 }
@@ -31,54 +57,114 @@ static void add_into(float *acc, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) acc[i] += x[i];
 }
 
+/* The slot's collective has landed (or failed): fold results into the accumulators, give lent
+ * working buffers back (stages 2-3: to the pool; 0-1: zeroed for the next micro-step). */
 static zero_status_t wait_bucket(zero_engine_t *eng, zero__bucket_t *b) {
     if (!b->req) return ZERO_OK;
     zero_status_t st = zero_comm_wait(b->req);
     b->req = NULL;
-    if (st) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", zero_last_error());
-        const zero__unit_t *first = &eng->units[b->entries[0].unit];
-        const zero__unit_t *last = &eng->units[b->entries[b->entry_count - 1].unit];
-        b->entry_count = 0;
-        b->block = 0;
+    char msg[512] = "";
+    if (st) snprintf(msg, sizeof msg, "%s", zero_last_error());
+    const int first = b->entries[0].unit, last = b->entries[b->entry_count - 1].unit;
+    for (int k = 0; k < b->entry_count; k++) {
+        const zero__bucket_entry_t *e = &b->entries[k];
+        zero__unit_t *un = &eng->units[e->unit];
+        if (!st && !e->into_acc)
+            add_into(un->acc, e->lent ? b->drecv : b->recv + e->offset, un->shard_count);
+        if (!e->lent) continue;
+        if (eng->params.stage >= 2) {
+            zero__pool_give(&eng->grad_pool, e->lent);
+        } else {
+            memset(e->lent, 0, un->padded_count * sizeof(float));
+            un->inflight = 0;
+        }
+    }
+    b->entry_count = 0;
+    b->block = 0;
+    if (st)
         return zero__engine_fail(
             eng, st,
             "step %lld: reduce-scatter of the gradient bucket of units '%s' .. "
             "'%s' failed (do all ranks call zero_unit_grads_done for the same "
             "units in the same order?): %s",
-            (long long)eng->step, first->name, last->name, msg);
-    }
-    for (int k = 0; k < b->entry_count; k++) {
-        zero__unit_t *un = &eng->units[b->entries[k].unit];
-        add_into(un->acc, b->recv + b->entries[k].offset, un->shard_count);
-    }
-    b->entry_count = 0;
-    b->block = 0;
+            (long long)eng->step, eng->units[first].name, eng->units[last].name, msg);
     return ZERO_OK;
 }
 
+/* Bucket sizes, fixed at the first reduction: the packed send buffer is the configured size
+ * (rounded down to 16 x world elements, capped at the model) and units of more than half of it
+ * go direct; recv holds one packed bucket's shard. */
 static zero_status_t alloc_buckets(zero_engine_t *eng) {
-    size_t q = (size_t)eng->world * ZERO__TENSOR_ALIGN_COUNT;
+    const size_t N = (size_t)eng->world, q = N * ZERO__TENSOR_ALIGN_COUNT;
     size_t cap = (size_t)eng->params.reduce_bucket_bytes / sizeof(float) / q * q;
-    size_t total = 0;
-    for (int i = 0; i < eng->unit_count; i++) {
-        if (eng->units[i].padded_count > cap) cap = eng->units[i].padded_count;
-        total += eng->units[i].padded_count;
-    }
+    size_t total = 0, max_direct = 0;
+    for (int i = 0; i < eng->unit_count; i++) total += eng->units[i].padded_count;
     /* No bucket bigger than the model needs (DeepSpeed's default is 2 GB of fp32). */
     if (cap > total) cap = total;
+    for (int i = 0; i < eng->unit_count; i++) {
+        zero__unit_t *un = &eng->units[i];
+        un->direct = 2 * un->padded_count > cap;
+        if (un->direct && un->padded_count > max_direct) max_direct = un->padded_count;
+    }
     eng->bucket_cap = cap;
-    for (int s = 0; s < ZERO__BUCKET_SLOTS; s++) {
+    eng->recv_cap = cap / N;
+    eng->direct_recv_count = max_direct / N;
+    eng->buckets_ready = 1;
+    for (int s = 0; s < ZERO__BUCKET_SLOTS && cap > 0; s++) {
         zero__bucket_t *b = &eng->buckets[s];
         b->send = zero_mem_alloc(eng->mem, ZERO_MEM_COMM, cap * sizeof(float), 64);
-        b->recv =
-            zero_mem_alloc(eng->mem, ZERO_MEM_COMM, cap / (size_t)eng->world * sizeof(float), 64);
+        b->recv = zero_mem_alloc(eng->mem, ZERO_MEM_COMM, eng->recv_cap * sizeof(float), 64);
         if (!b->send || !b->recv)
             return zero__error(ZERO_ERR_OUT_OF_MEMORY,
-                               "engine: cannot allocate reduce buckets of %zu bytes", cap * 4);
+                               "engine: cannot allocate reduce buckets of %zu bytes",
+                               cap * sizeof(float));
     }
     return ZERO_OK;
+}
+
+/* Direct units whose accumulator already holds a sum need a landing buffer; every slot gets one
+ * at the first such reduction (gradient accumulation), kept until zero_engine_free. */
+static zero_status_t alloc_direct_recv(zero_engine_t *eng) {
+    for (int s = 0; s < ZERO__BUCKET_SLOTS; s++) {
+        zero__bucket_t *b = &eng->buckets[s];
+        if (b->drecv) continue;
+        b->drecv =
+            zero_mem_alloc(eng->mem, ZERO_MEM_COMM, eng->direct_recv_count * sizeof(float), 64);
+        if (!b->drecv)
+            return zero__error(ZERO_ERR_OUT_OF_MEMORY,
+                               "engine: cannot allocate a reduce buffer of %zu bytes",
+                               eng->direct_recv_count * sizeof(float));
+    }
+    return ZERO_OK;
+}
+
+static zero_status_t add_entry(zero__bucket_t *b, zero__bucket_entry_t e) {
+    if (b->entry_count == b->entry_cap) {
+        int cap = b->entry_cap ? 2 * b->entry_cap : 16;
+        zero__bucket_entry_t *ne = realloc(b->entries, (size_t)cap * sizeof *ne);
+        if (!ne) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "engine: out of memory (bucket)");
+        b->entries = ne;
+        b->entry_cap = cap;
+    }
+    b->entries[b->entry_count++] = e;
+    return ZERO_OK;
+}
+
+static zero_status_t post_fail(zero_engine_t *eng, zero__bucket_t *b, zero_status_t st) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", zero_last_error());
+    b->entry_count = 0;
+    b->block = 0;
+    return zero__engine_fail(eng, st, "step %lld: cannot post the gradient reduce-scatter: %s",
+                             (long long)eng->step, msg);
+}
+
+/* The current slot's collective is posted: move to the next slot, waiting for it (so the
+ * current slot never has a request in flight). */
+static zero_status_t advance(zero_engine_t *eng) {
+    eng->buckets[eng->bucket_cur].seq = eng->bucket_seq++;
+    eng->bucket_cur = (eng->bucket_cur + 1) % ZERO__BUCKET_SLOTS;
+    return wait_bucket(eng, &eng->buckets[eng->bucket_cur]);
 }
 
 /* Post the current bucket's reduce-scatter and move to the next slot (waiting for it). */
@@ -93,36 +179,55 @@ static zero_status_t flush(zero_engine_t *eng) {
             memmove(b->send + (size_t)r * B, b->send + (size_t)r * stride, B * sizeof(float));
     zero_status_t st = zero_comm_reduce_scatter_post(b->send, b->recv, B, ZERO_DTYPE_FP32,
                                                      ZERO_OP_SUM, eng->comm, &b->req);
-    if (st) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", zero_last_error());
-        b->entry_count = 0;
-        b->block = 0;
-        return zero__engine_fail(eng, st, "step %lld: cannot post the gradient reduce-scatter: %s",
-                                 (long long)eng->step, msg);
+    if (st) return post_fail(eng, b, st);
+    return advance(eng);
+}
+
+/* Reduce-scatter unit u straight from its working buffer, after the packed units before it. */
+static zero_status_t post_direct(zero_engine_t *eng, zero__unit_t *un) {
+    zero_status_t st = flush(eng);
+    if (st) return st;
+    zero__bucket_t *b = &eng->buckets[eng->bucket_cur];
+    zero__bucket_entry_t e = {(int)(un - eng->units), 0, un->work, !un->acc_used};
+    float *recv = un->acc;
+    if (!e.into_acc) {
+        if ((st = alloc_direct_recv(eng))) return st;
+        recv = b->drecv;
     }
-    b->seq = eng->bucket_seq++;
-    eng->bucket_cur = (eng->bucket_cur + 1) % ZERO__BUCKET_SLOTS;
-    return wait_bucket(eng, &eng->buckets[eng->bucket_cur]);
+    if ((st = add_entry(b, e))) return st;
+    st = zero_comm_reduce_scatter_post(un->work, recv, un->shard_count, ZERO_DTYPE_FP32,
+                                       ZERO_OP_SUM, eng->comm, &b->req);
+    if (st) return post_fail(eng, b, st);
+    return advance(eng);
 }
 
 zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
     zero__unit_t *un = &eng->units[u];
     zero__schedule_event(eng, -(int32_t)u - 1);
     if (!un->work) { /* the model never asked: its gradient is zero, but ranks must agree */
-        un->work = zero_mem_calloc(eng->mem, ZERO_MEM_GRADS, un->padded_count * sizeof(float), 64);
-        if (!un->work)
-            return zero__error(ZERO_ERR_OUT_OF_MEMORY,
-                               "engine: no memory for the gradient of unit '%s'", un->name);
+        zero_status_t st = take_work(eng, un);
+        if (st) return st;
     }
     const size_t S = un->shard_count;
+    if (eng->world > 1 && !eng->buckets_ready) {
+        zero_status_t st = alloc_buckets(eng);
+        if (st) return st;
+    }
+    if (eng->world > 1 && un->direct) {
+        zero_status_t st = post_direct(eng, un);
+        if (st) return st;
+        eng->rs_elems += S;
+        un->acc_used = 1;
+        un->dirty = 0;
+        if (eng->params.stage >= 2)
+            un->work = NULL; /* the bucket slot gives it back to the pool */
+        else
+            un->inflight = 1;
+        return ZERO_OK;
+    }
     if (eng->world == 1) {
         add_into(un->acc, un->work, S);
     } else {
-        if (!eng->bucket_cap) {
-            zero_status_t st = alloc_buckets(eng);
-            if (st) return st;
-        }
         const size_t stride = eng->bucket_cap / (size_t)eng->world;
         zero__bucket_t *b = &eng->buckets[eng->bucket_cur];
         if (b->block + S > stride) {
@@ -130,26 +235,19 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
             if (st) return st;
             b = &eng->buckets[eng->bucket_cur];
         }
-        if (b->entry_count == b->entry_cap) {
-            int cap = b->entry_cap ? 2 * b->entry_cap : 16;
-            zero__bucket_entry_t *e = realloc(b->entries, (size_t)cap * sizeof *e);
-            if (!e) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "engine: out of memory (bucket)");
-            b->entries = e;
-            b->entry_cap = cap;
-        }
+        zero_status_t st = add_entry(b, (zero__bucket_entry_t){u, b->block, NULL, 0});
+        if (st) return st;
         for (int r = 0; r < eng->world; r++)
             memcpy(b->send + (size_t)r * stride + b->block, un->work + (size_t)r * S,
                    S * sizeof(float));
-        b->entries[b->entry_count].unit = u;
-        b->entries[b->entry_count].offset = b->block;
-        b->entry_count++;
         b->block += S;
     }
     eng->rs_elems += S;
+    un->acc_used = 1;
     if (eng->params.stage <= 1) {
         memset(un->work, 0, un->padded_count * sizeof(float));
     } else {
-        zero_mem_free(un->work);
+        zero__pool_give(&eng->grad_pool, un->work);
         un->work = NULL;
     }
     un->dirty = 0;
@@ -164,7 +262,7 @@ zero_status_t zero_unit_grads_done(zero_engine_t *eng, int u) {
 }
 
 zero_status_t zero__buckets_drain(zero_engine_t *eng) {
-    if (eng->world == 1 || !eng->bucket_cap) return ZERO_OK;
+    if (eng->world == 1 || !eng->buckets_ready) return ZERO_OK;
     zero_status_t st = flush(eng);
     for (;;) { /* wait in posting order */
         zero__bucket_t *next = NULL;
@@ -185,6 +283,7 @@ void zero__buckets_free(zero_engine_t *eng) {
         if (b->req) (void)zero_comm_wait(b->req);
         zero_mem_free(b->send);
         zero_mem_free(b->recv);
+        zero_mem_free(b->drecv);
         free(b->entries);
         memset(b, 0, sizeof *b);
     }

@@ -188,10 +188,12 @@ void zero_engine_free(zero_engine_t *eng) {
     zero__buckets_free(eng);
     for (int i = 0; i < eng->unit_count; i++) {
         if (eng->units[i].gather) (void)zero_comm_wait(eng->units[i].gather);
-        if (eng->units[i].shard) eng->units[i].full = NULL; /* lent by the pool, freed below */
+        if (eng->units[i].shard) eng->units[i].full = NULL;    /* lent by the pool, freed below */
+        if (eng->params.stage >= 2) eng->units[i].work = NULL; /* lent by the gradient pool */
         zero__unit_free_buffers(&eng->units[i]);
     }
-    zero__pool_free(eng);
+    zero__pool_free(&eng->pool);
+    zero__pool_free(&eng->grad_pool);
     free(eng->units);
     free(eng->events);
     free(eng->ref_fetches);

@@ -5,6 +5,7 @@
  * buckets.c     gradient buffers, bucketed asynchronous reduce-scatter, fp32 accumulation
  * fetch.c       fetch/release (stage-3 gather, prefetch, persistence, the pool of gather
  *               buffers), schedule recording
+ * pool.c        pools of reusable buffers (stage-3 gathers, stage-2/3 gradient work)
  * step.c        optimizer step: norm, schedule check, clip, AdamW on shards, all-gathers
  * accounting.c  fingerprint and the memory / communication report
  *
@@ -45,31 +46,43 @@ typedef struct zero__unit {
     int prefetched;              /* stage 3: gathered ahead of its fetch, not fetched yet */
     zero_comm_request_t *gather; /* stage 3: all-gather in flight into full */
 
-    /* Gradients. work: P_u, the model's micro-step buffer (stages 0-1: always; 2-3: between
-     * zero_unit_grads and zero_unit_grads_done). acc: S_u, the fp32 accumulator of reduced
-     * micro-step gradients. */
+    /* Gradients. work: P_u, the model's micro-step buffer (stages 0-1: always, owned; 2-3:
+     * lent by the gradient pool between zero_unit_grads and zero_unit_grads_done). acc: S_u, the
+     * fp32 accumulator of reduced micro-step gradients. */
     float *work, *acc;
-    int dirty; /* work handed out and not yet handed back */
+    int dirty;    /* work handed out and not yet handed back */
+    int direct;   /* reduce-scattered straight from work (2 P_u > the bucket), not packed */
+    int inflight; /* stages 0-1, direct: work is being sent; zeroed when that lands */
+    int acc_used; /* something was reduced into acc since it was last zeroed */
 
     float *m, *v; /* Adam moments: P_u (stage 0) or S_u elements */
 } zero__unit_t;
 
-/* One gathered-parameter buffer of the stage-3 pool: kept for reuse by any unit of the same
- * padded size, so fetches do not allocate once the pool has grown to the step's needs. */
+/* One buffer of a pool (pool.c): kept for reuse by any unit of the same padded size, so
+ * fetches and backward do not allocate once the pool has grown to the step's needs. */
 typedef struct zero__pool_buf {
-    float *ptr; /* owned (ZERO_MEM_COMM, like the other communication buffers), `count` elements */
+    float *ptr;   /* owned by the pool, `count` elements */
     size_t count; /* a unit's padded count: the key */
-    int in_use;   /* lent to a unit as its full buffer */
+    int in_use;   /* lent to a unit */
 } zero__pool_buf_t;
+
+typedef struct zero__pool {
+    zero__pool_buf_t *bufs;
+    int count, cap;
+} zero__pool_t;
 
 typedef struct zero__bucket_entry {
     int unit;
     size_t offset; /* of the unit's shard inside each rank block */
+    float *lent;   /* direct: the unit's working buffer being sent, given back when it lands */
+    int into_acc;  /* direct: reduced straight into the (zero) accumulator, nothing to add */
 } zero__bucket_entry_t;
 
 typedef struct zero__bucket {
     float *send;  /* world x block elements, rank-major blocks (ZERO_MEM_COMM) */
     float *recv;  /* block elements */
+    float *drecv; /* direct units whose accumulator holds a sum already (accumulation):
+                   * direct_recv_count elements, allocated at the first such use */
     size_t block; /* elements per rank block filled so far */
     zero__bucket_entry_t *entries;
     int entry_count, entry_cap;
@@ -90,9 +103,13 @@ struct zero_engine {
     int unit_count, unit_cap;
     int64_t step;
 
-    /* Buckets: capacity in elements of the whole send buffer; slots used round-robin so that
-     * completions (and so accumulations) happen in posting order. */
-    size_t bucket_cap;
+    /* Buckets (buckets.c): slots used round-robin so that completions (and so accumulations)
+     * happen in posting order; the slot being filled never has a request in flight. Units of
+     * more than half of bucket_cap go direct (reduce-scattered from their working buffer). */
+    size_t bucket_cap;        /* packed units' send buffer (elements) */
+    size_t recv_cap;          /* packed units' recv buffer: bucket_cap / world */
+    size_t direct_recv_count; /* largest direct unit's shard */
+    int buckets_ready;        /* sizes fixed and buffers allocated (first reduction, N > 1) */
     zero__bucket_t buckets[ZERO__BUCKET_SLOTS];
     int bucket_cur; /* slot being filled */
 
@@ -113,8 +130,8 @@ struct zero_engine {
     int fetch_index;        /* fetches so far in this step */
     int64_t live_elems;     /* stage 3: gathered elements of non-persistent units */
     int64_t prefetch_elems; /* of which gathered ahead and not fetched yet */
-    zero__pool_buf_t *pool; /* stage 3: gather buffers, never shrinks until zero_engine_free */
-    int pool_count, pool_cap;
+    zero__pool_t pool;      /* stage 3: gather buffers (ZERO_MEM_COMM), kept until free */
+    zero__pool_t grad_pool; /* stage 2-3: gradient working buffers (ZERO_MEM_GRADS), same */
 
     /* Per-step counters for the communication theory (elements this rank contributes): shards
      * of every grads_done (reduce-scatter), shards of every stage-3 fetch window (all-gather). */
@@ -141,8 +158,17 @@ void zero__schedule_end_step(zero_engine_t *eng); /* after a step: record, reset
 /* Stage 3, at the step: wait for prefetches and give every gathered unit's buffer back to the
  * pool (the gathered copies are stale once the shards are updated). */
 zero_status_t zero__fetch_drop_all(zero_engine_t *eng);
-void zero__pool_free(zero_engine_t *eng); /* engine free: after every gather has landed */
-size_t zero__pool_bytes(const zero_engine_t *eng, int idle_only);
+
+/* pool.c. take: an idle buffer of exactly `count` elements, else a new one (category cat)
+ * that joins the pool; NULL when out of memory. give: back to the pool (asserts it came from
+ * it). free: engine free, after every request using the buffers has landed. */
+float *zero__pool_take(zero_engine_t *eng, zero__pool_t *pool, zero_mem_category_t cat,
+                       size_t count);
+/* An idle buffer of exactly `count` elements, or NULL: never grows the pool. */
+float *zero__pool_take_idle(zero__pool_t *pool, size_t count);
+void zero__pool_give(zero__pool_t *pool, const float *ptr);
+void zero__pool_free(zero__pool_t *pool);
+size_t zero__pool_bytes(const zero__pool_t *pool, int idle_only);
 
 /* Record a failure once (sticky) and return it; message keeps the original text. */
 zero_status_t zero__engine_fail(zero_engine_t *eng, zero_status_t st, const char *fmt, ...)

@@ -84,53 +84,6 @@ void zero__schedule_end_step(zero_engine_t *eng) {
     eng->off_schedule = 0;
 }
 
-/* Lend a buffer of `count` elements: an idle pooled one of that size, else a new one that joins
- * the pool. */
-static float *pool_take(zero_engine_t *eng, size_t count) {
-    for (int i = 0; i < eng->pool_count; i++) {
-        zero__pool_buf_t *b = &eng->pool[i];
-        if (!b->in_use && b->count == count) {
-            b->in_use = 1;
-            return b->ptr;
-        }
-    }
-    if (eng->pool_count == eng->pool_cap) {
-        int cap = eng->pool_cap ? 2 * eng->pool_cap : 8;
-        zero__pool_buf_t *np = realloc(eng->pool, (size_t)cap * sizeof *np);
-        if (!np) return NULL;
-        eng->pool = np;
-        eng->pool_cap = cap;
-    }
-    float *ptr = zero_mem_alloc(eng->mem, ZERO_MEM_COMM, count * sizeof(float), 64);
-    if (!ptr) return NULL;
-    eng->pool[eng->pool_count++] = (zero__pool_buf_t){ptr, count, 1};
-    return ptr;
-}
-
-static void pool_give(zero_engine_t *eng, const float *ptr) {
-    for (int i = 0; i < eng->pool_count; i++)
-        if (eng->pool[i].ptr == ptr) {
-            ZERO_ASSERT(eng->pool[i].in_use);
-            eng->pool[i].in_use = 0;
-            return;
-        }
-    ZERO_ASSERT(!"gather buffer not from the pool");
-}
-
-void zero__pool_free(zero_engine_t *eng) {
-    for (int i = 0; i < eng->pool_count; i++) zero_mem_free(eng->pool[i].ptr);
-    free(eng->pool);
-    eng->pool = NULL;
-    eng->pool_count = eng->pool_cap = 0;
-}
-
-size_t zero__pool_bytes(const zero_engine_t *eng, int idle_only) {
-    size_t n = 0;
-    for (int i = 0; i < eng->pool_count; i++)
-        if (!idle_only || !eng->pool[i].in_use) n += eng->pool[i].count * sizeof(float);
-    return n;
-}
-
 static zero_status_t gather_fail(zero_engine_t *eng, const zero__unit_t *un, zero_status_t st,
                                  const char *what) {
     char msg[512];
@@ -145,7 +98,7 @@ static zero_status_t gather_fail(zero_engine_t *eng, const zero__unit_t *un, zer
 /* Allocate unit un's full buffer and post (or, with one rank, do) its gather. */
 static zero_status_t start_gather(zero_engine_t *eng, zero__unit_t *un) {
     const size_t P = un->padded_count;
-    un->full = pool_take(eng, P);
+    un->full = zero__pool_take(eng, &eng->pool, ZERO_MEM_COMM, P);
     if (!un->full)
         return zero__engine_fail(eng, ZERO_ERR_OUT_OF_MEMORY,
                                  "step %lld: no memory to gather unit '%s' (%zu bytes)",
@@ -175,7 +128,7 @@ static void drop(zero_engine_t *eng, zero__unit_t *un) {
         }
     }
     eng->live_elems -= (int64_t)un->padded_count;
-    pool_give(eng, un->full);
+    zero__pool_give(&eng->pool, un->full);
     un->full = NULL;
     un->prefetched = 0;
     un->refs = 0;

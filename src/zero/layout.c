@@ -47,22 +47,25 @@ static double uniform_open(uint64_t bits) { /* (0, 1]: safe for log() */
     return ((double)(bits >> 11) + 1.0) * (1.0 / 9007199254740992.0);
 }
 
-static void init_tensor(float *dst, size_t count, const zero_tensor_desc_t *d, uint64_t seed,
-                        int unit, int tensor) {
+/* Elements [lo, hi) of a tensor's initial values into dst[0 .. hi - lo): the same bits as a
+ * whole-tensor fill, so a stage-3 rank can initialise its shard without a full scratch copy. */
+static void init_tensor_range(float *dst, size_t lo, size_t hi, const zero_tensor_desc_t *d,
+                              uint64_t seed, int unit, int tensor) {
+    if (lo >= hi) return;
     switch (d->init) {
-    case ZERO_INIT_ZEROS: memset(dst, 0, count * sizeof *dst); break;
+    case ZERO_INIT_ZEROS: memset(dst, 0, (hi - lo) * sizeof *dst); break;
     case ZERO_INIT_ONES:
-        for (size_t i = 0; i < count; i++) dst[i] = 1.0f;
+        for (size_t i = lo; i < hi; i++) dst[i - lo] = 1.0f;
         break;
     case ZERO_INIT_NORMAL: {
         uint64_t key = mix64(seed ^ mix64(((uint64_t)unit << 32) | (uint64_t)tensor));
-        for (size_t i = 0; i < count; i += 2) {
+        for (size_t i = lo & ~(size_t)1; i < hi; i += 2) {
             /* Box-Muller: one pair of uniforms gives two normals (elements i and i+1). */
             double u1 = uniform_open(mix64(key + 2 * i));
             double u2 = uniform_open(mix64(key + 2 * i + 1));
             double r = sqrt(-2.0 * log(u1)), th = 6.283185307179586 * u2;
-            dst[i] = (float)(d->init_std * r * cos(th));
-            if (i + 1 < count) dst[i + 1] = (float)(d->init_std * r * sin(th));
+            if (i >= lo) dst[i - lo] = (float)(d->init_std * r * cos(th));
+            if (i + 1 >= lo && i + 1 < hi) dst[i + 1 - lo] = (float)(d->init_std * r * sin(th));
         }
         break;
     }
@@ -105,19 +108,26 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
     zero_mem_t *mem = eng->mem;
     u->persistent =
         stage == 3 && (int64_t)u->param_count <= eng->params.persistence_threshold_elems;
-    int full_resident = stage < 3 || u->persistent;
-    u->full = zero_mem_calloc(mem, ZERO_MEM_PARAMS, P * f, 64);
-    if (!u->full) goto fail;
-    for (int t = 0; t < u->tensor_count; t++)
-        init_tensor(u->full + u->offsets[t], u->counts[t], &u->tensors[t], eng->params.seed, index,
-                    t);
-    if (!full_resident) {
-        /* The full buffer was only the initialisation's scratch: keep the owned shard. */
-        u->shard = zero_mem_alloc(mem, ZERO_MEM_PARAMS, S * f, 64);
+    if (stage < 3 || u->persistent) {
+        u->full = zero_mem_calloc(mem, ZERO_MEM_PARAMS, P * f, 64);
+        if (!u->full) goto fail;
+        for (int t = 0; t < u->tensor_count; t++)
+            init_tensor_range(u->full + u->offsets[t], 0, u->counts[t], &u->tensors[t],
+                              eng->params.seed, index, t);
+    } else {
+        /* Only the owned range [lo, lo + S), straight into the shard: a full-size scratch
+         * would be a transient P-sized allocation per unit, and freeing such blocks makes
+         * glibc raise its mmap threshold and keep later freed memory resident. */
+        u->shard = zero_mem_calloc(mem, ZERO_MEM_PARAMS, S * f, 64);
         if (!u->shard) goto fail;
-        memcpy(u->shard, u->full + (size_t)eng->rank * S, S * f);
-        zero_mem_free(u->full);
-        u->full = NULL;
+        const size_t lo = (size_t)eng->rank * S;
+        for (int t = 0; t < u->tensor_count; t++) {
+            size_t a = ZERO_MAX(u->offsets[t], lo);
+            size_t b = ZERO_MIN(u->offsets[t] + u->counts[t], lo + S);
+            if (a < b)
+                init_tensor_range(u->shard + (a - lo), a - u->offsets[t], b - u->offsets[t],
+                                  &u->tensors[t], eng->params.seed, index, t);
+        }
     }
     if (stage <= 1) {
         u->work = zero_mem_calloc(mem, ZERO_MEM_GRADS, P * f, 64);

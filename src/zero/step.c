@@ -214,8 +214,10 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
             return st;
         if (eng->world > 1 && p->stage == 3 && (st = gather_params(eng, 1))) return st;
     }
-    for (int i = 0; i < eng->unit_count; i++)
+    for (int i = 0; i < eng->unit_count; i++) {
         memset(eng->units[i].acc, 0, eng->units[i].shard_count * sizeof(float));
+        eng->units[i].acc_used = 0;
+    }
     zero__schedule_end_step(eng);
     zero__accounting_end_step(eng);
     ss.step = eng->step;
@@ -231,5 +233,6 @@ void zero_engine_zero_grads(zero_engine_t *eng) {
         zero__unit_t *u = &eng->units[i];
         if (u->work) memset(u->work, 0, u->padded_count * sizeof(float));
         memset(u->acc, 0, u->shard_count * sizeof(float));
+        u->acc_used = 0;
     }
 }

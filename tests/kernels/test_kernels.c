@@ -580,6 +580,49 @@ static void test_ranks_as_threads(void) {
     }
 }
 
+/* The optimizer step's vector passes against the naive twins; the sum of squares also bitwise
+ * equal for 1 and 2 threads, and NaN/Inf propagating. */
+static void test_vector(size_t n) {
+    float *x = rand_buf(n, 3.0f), *y = rand_buf(n, 1.0f);
+    double want = zero__ref_sumsq(x, n);
+    double s1 = zero__sumsq(x, n, 1), s2 = zero__sumsq(x, n, 2);
+    if (fabs(s1 - want) <= 1e-13 * fabs(want) + 1e-300 && s1 == s2)
+        n_pass++;
+    else
+        n_fail++, printf("FAIL sumsq n=%zu: 1 thread %.17g, 2 threads %.17g, want %.17g\n", n, s1,
+                         s2, want);
+    for (int thr = 1; thr <= 2; thr++) {
+        float *a = dup_buf(x, n), *b = dup_buf(x, n);
+        zero__scale(a, 0.37f, n, thr);
+        zero__ref_scale(b, 0.37f, n);
+        check_close("scale", a, b, n, 0.0, 0.0);
+        memcpy(a, x, n * sizeof(float));
+        memcpy(b, x, n * sizeof(float));
+        zero__add_into(a, y, n, thr);
+        zero__ref_add_into(b, y, n);
+        check_close("add_into", a, b, n, 0.0, 0.0);
+        zero__zero(a, n, thr);
+        for (size_t i = 0; i < n; i++) b[i] = 0.0f;
+        check_close("zero", a, b, n, 0.0, 0.0);
+        free(a);
+        free(b);
+    }
+    if (n > 10) {
+        float keep = x[n / 2];
+        x[n / 2] = NAN;
+        int ok = isnan(zero__sumsq(x, n, 2));
+        x[n / 2] = INFINITY;
+        ok = ok && isinf(zero__sumsq(x, n, 2));
+        x[n / 2] = keep;
+        if (ok)
+            n_pass++;
+        else
+            n_fail++, printf("FAIL sumsq n=%zu: NaN/Inf not propagated\n", n);
+    }
+    free(x);
+    free(y);
+}
+
 int main(void) {
     /* odd shapes, every backward also against finite differences */
     const size_t B = 3, T = 7, C = 12, NH = 3, V = 37, Vp = 40, OC = 29;
@@ -605,6 +648,9 @@ int main(void) {
         test_softmax_ce(37, 1001, 1008, thr, 0);
         test_adamw(100003, thr);
     }
+    /* empty, shorter than a lane group, fewer blocks than parts, above the threading threshold */
+    size_t vn[] = {0, 5, 17, 1000, 1000003};
+    for (size_t i = 0; i < sizeof vn / sizeof vn[0]; i++) test_vector(vn[i]);
     test_attention(1, 133, 16, 2, 2, 37); /* FD across a block boundary, every 37th input */
     test_ranks_as_threads();
     {

@@ -242,12 +242,28 @@ static void residency_rank(zero_comm_t *comm, void *argp) {
                step, rep.memory_bytes[ZERO_MEM_COMM], rep.memory_theory_bytes[ZERO_MEM_COMM],
                buckets, pool);
     }
-    /* Steps 2-3 allocate only the gradient working buffers (stages 2-3: one per unit per
-     * backward, engine.h), nothing per fetch. */
-    LCHECK(counter.calls - calls_after_first == 2 * UNITS,
-           "prefetch %d: %d allocations in steps 2-3, want %d (gradient buffers only: gather "
-           "buffers are pooled)",
-           a->prefetch, counter.calls - calls_after_first, 2 * UNITS);
+    /* Steps 2-3 allocate nothing: gather buffers and the gradient working buffers are pooled
+     * (each unit's gradient is handed back before the next is asked for, so the gradient pool
+     * holds one buffer per distinct padded size), checked against the grads theory. */
+    LCHECK(counter.calls - calls_after_first == 0,
+           "prefetch %d: %d allocations in steps 2-3, want 0 (gather and gradient buffers are "
+           "pooled)",
+           a->prefetch, counter.calls - calls_after_first);
+    size_t grad_pool = 0, Stot = 0;
+    for (int u = 0; u < UNITS; u++) {
+        int seen = 0;
+        for (int v = 0; v < u; v++) seen |= P[v] == P[u];
+        grad_pool += seen ? 0 : 4 * P[u];
+        Stot += P[u] / (size_t)N;
+    }
+    zero_engine_report_t rep;
+    zero_engine_get_report(eng, &rep);
+    LCHECK(rep.memory_bytes[ZERO_MEM_GRADS] == 4 * Stot + grad_pool &&
+               rep.memory_theory_bytes[ZERO_MEM_GRADS] == 4 * Stot + grad_pool,
+           "prefetch %d: gradients %zu bytes, theory %zu, want %zu (shard accumulators) + %zu "
+           "(gradient pool)",
+           a->prefetch, rep.memory_bytes[ZERO_MEM_GRADS], rep.memory_theory_bytes[ZERO_MEM_GRADS],
+           4 * Stot, grad_pool);
     LCHECK(bad == 0, "prefetch %d: %d residency violations", a->prefetch, bad);
     if (a->prefetch)
         LCHECK(worst_extra > 0, "prefetch never gathered ahead (extra live bytes %zu)",

@@ -5,6 +5,7 @@
  * (2) 1 rank with accumulation 4 against 4 ranks with accumulation 1 (the same global batch,
  * summed in another order): weights agree to a stated tolerance; (3) memory: each rank's
  * params / grads / optimizer bytes equal this test's own formula of the padded layout exactly
+ * (stages 2-3: grads include the pool of gradient working buffers, one per unit size)
  * (written here from the GPT's tensor shapes, not read from the engine), and the communication
  * buffers are the two reduce-bucket slots plus, at stage 3, the pool of gather buffers: one
  * embedding-sized buffer and two block-sized ones (prefetch gathers the next block while one is
@@ -82,14 +83,32 @@ static void check_accounting(const run_cfg_t *cfg, const rank_result_t *res) {
         }
         maxP = P[u] > maxP ? P[u] : maxP;
     }
-    /* reduce bucket: bytes / 4 rounded down to 16N, raised to the largest unit, capped at P */
+    /* reduce bucket: bytes / 4 rounded down to 16N, capped at P. A unit of more than half of
+     * it is reduce-scattered straight from its working buffer ("direct"): no send space, but
+     * with accumulation a landing buffer of the largest direct shard per slot. */
     uint64_t B = (uint64_t)cfg->reduce_bucket_bytes / 4 / (16 * (uint64_t)N) * (16 * (uint64_t)N);
-    B = B < maxP ? maxP : B;
     B = B > Ptot ? Ptot : B;
-    const size_t want_comm_mem = (size_t)((N > 1 ? 2 * 4 * (B + B / (uint64_t)N) : 0) + pool);
+    uint64_t maxPd = 0;
+    for (int u = 0; u < n; u++)
+        if (2 * P[u] > B && P[u] > maxPd) maxPd = P[u];
+    const uint64_t drecv = cfg->accum > 1 ? maxPd / (uint64_t)N : 0;
+    const size_t want_comm_mem =
+        (size_t)((N > 1 ? 2 * 4 * (B + B / (uint64_t)N + drecv) : 0) + pool);
+    /* stages 2-3: plus the pool of gradient working buffers. The GPT holds the embedding's
+     * gradient through all of backward and the others one at a time (distinct sizes here);
+     * a direct unit's buffer stays lent until its reduce-scatter lands, after the next unit's
+     * gradient was asked for, so with N > 1 direct blocks need two block-sized buffers. */
+    uint64_t grad_pool = 0;
+    for (int u = 0; u < n; u++) {
+        int seen = 0;
+        for (int v = 0; v < u; v++) seen |= P[v] == P[u];
+        if (seen) continue;
+        int blocks = u >= 1 && u <= HARNESS_LAYERS;
+        grad_pool += 4 * P[u] * (N > 1 && blocks && 2 * P[u] > B && HARNESS_LAYERS >= 2 ? 2 : 1);
+    }
     size_t want[3];
     want[0] = 4 * (stage < 3 ? Ptot : Snp + Ppers);
-    want[1] = 4 * (stage <= 1 ? Ptot + Stot : Stot);
+    want[1] = (size_t)(stage <= 1 ? 4 * (Ptot + Stot) : 4 * Stot + grad_pool);
     want[2] = 4 * (stage == 0 ? 2 * Ptot : 2 * Stot);
     uint64_t ag = stage < 3 ? Stot
                             : (uint64_t)cfg->accum * gathers +

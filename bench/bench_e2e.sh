@@ -1,0 +1,122 @@
+#!/bin/sh
+# bench_e2e.sh — GPT training throughput of `zero train` against issue 3's targets and the
+# PyTorch peer (../shared/peers/torch_gpt.py), side by side, printed as a Markdown table.
+#
+# What it runs (one rank, fp32, stage 0, --threads T), RUNS times, cases interleaved so that a
+# change in the machine's load hits every case alike:
+#   85m       configs/gpt-85m.json   (12 layers, 12 heads, dim 768, V 256, seq 128, batch 4)
+#   torch85m  the peer, --mode single, same model and batch
+#   124m      configs/gpt2-124m.json (GPT-2 124M shape: V 50257, seq 64, batch 4)
+#   124m-ckpt the same with model.activation_checkpointing=true
+# and prints each run's tokens/s, MFU (ours: the report's mfu, against the 2048^3 matmul peak
+# measured at start-up) and the load average before it, then the medians and the targets:
+# 85m mfu >= 0.80 and >= 1.1x the peer; 124m mfu >= 0.75; ckpt >= 0.70x of off.
+# Not here: multi-rank cases (the comm section of docs/benchmarks.md).
+#
+# Usage: bench/bench_e2e.sh [-b BUILD_DIR] [-r RUNS] [-t THREADS] [-c "85m torch85m 124m 124m-ckpt"]
+# Needs: python3 (JSON, medians); Debian's python3-torch for the peer (skipped if missing).
+# Environment: ZERO_SHARED_DIR (default: ../shared next to the repository) finds the peer.
+set -eu
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+build="$here/build"
+runs=3
+threads=2
+cases="85m torch85m 124m 124m-ckpt"
+while getopts b:r:t:c:h opt; do
+    case $opt in
+    b) build=$(cd "$OPTARG" && pwd) ;;
+    r) runs=$OPTARG ;;
+    t) threads=$OPTARG ;;
+    c) cases=$OPTARG ;;
+    *) sed -n '2,20p' "$0"; exit 2 ;;
+    esac
+done
+shared=${ZERO_SHARED_DIR:-"$here/../shared"}
+peer="$shared/peers/torch_gpt.py"
+py=/usr/bin/python3
+zero="$build/zero"
+[ -x "$zero" ] || { echo "bench_e2e: no $zero (build first, or pass -b BUILD_DIR)" >&2; exit 2; }
+out=$(mktemp -d "${TMPDIR:-/tmp}/bench_e2e.XXXXXX")
+trap 'rm -rf "$out"' EXIT
+# The peer fixes OMP_WAIT_POLICY=PASSIVE itself; `zero train` does too when it is unset. Set it
+# here for both so neither side spins.
+export OMP_WAIT_POLICY=passive
+
+load() { cut -d' ' -f1 /proc/loadavg; }
+
+run_case() { # case run -> appends "case run tok_s mfu peak_gflops act_mib load" to $out/rows
+    c=$1 i=$2 l=$(load)
+    case $c in
+    85m | 124m | 124m-ckpt)
+        cfg=gpt-85m.json set=""
+        [ "$c" = 85m ] || cfg=gpt2-124m.json
+        [ "$c" = 124m-ckpt ] && set="--set model.activation_checkpointing=true"
+        # shellcheck disable=SC2086
+        "$zero" train --config "$here/configs/$cfg" --threads "$threads" $set -q \
+            --json-report "$out/$c.$i.json" >"$out/$c.$i.log" 2>&1 ||
+            { echo "bench_e2e: $c run $i failed:" >&2; tail -5 "$out/$c.$i.log" >&2; return 1; }
+        "$py" - "$out/$c.$i.json" "$c" "$i" "$l" >>"$out/rows" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+act = d["memory_peak_bytes"]["activations"] / 2**20
+print(sys.argv[2], sys.argv[3], d["tokens_per_s"], d["mfu"], d["matmul_peak_flops_per_s"] / 1e9,
+      act, sys.argv[4])
+EOF
+        ;;
+    torch85m)
+        if ! "$py" -c "import torch" 2>/dev/null || [ ! -f "$peer" ]; then
+            echo "bench_e2e: skipping the peer (no python3-torch or no $peer)" >&2
+            return 0
+        fi
+        "$py" "$peer" --layers 12 --heads 12 --dim 768 --seq 128 --batch 4 --steps 10 \
+            --mode single --threads "$threads" >"$out/$c.$i.log" 2>&1 ||
+            { echo "bench_e2e: peer run $i failed:" >&2; tail -5 "$out/$c.$i.log" >&2; return 1; }
+        tok=$(sed -n 's/.*tokens\/s=\([0-9.]*\).*/\1/p' "$out/$c.$i.log" | tail -1)
+        echo "$c $i $tok nan nan nan $l" >>"$out/rows"
+        ;;
+    *) echo "bench_e2e: unknown case $c" >&2; return 2 ;;
+    esac
+}
+
+date -u "+bench_e2e: %Y-%m-%d %H:%M UTC, $(nproc) CPUs, threads $threads, runs $runs"
+echo "zero: $zero ($(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?') + working tree)"
+i=1
+while [ "$i" -le "$runs" ]; do
+    for c in $cases; do run_case "$c" "$i"; done
+    i=$((i + 1))
+done
+"$py" - "$out/rows" <<'EOF'
+import math, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    c, i, tok, mfu, peak, act, load = line.split()
+    rows.setdefault(c, []).append((float(tok), float(mfu), float(peak), float(act), float(load)))
+print("| case | run | tokens/s | MFU | matmul peak GFLOP/s | activations MiB | load avg |")
+print("|---|---|---|---|---|---|---|")
+fmt = lambda x, f: "-" if math.isnan(x) else f % x
+for c, rs in rows.items():
+    for k, (tok, mfu, peak, act, load) in enumerate(rs):
+        print(f"| {c} | {k + 1} | {tok:.1f} | {fmt(mfu, '%.3f')} | {fmt(peak, '%.0f')} | "
+              f"{fmt(act, '%.1f')} | {load:.2f} |")
+med = {c: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs))
+       for c, rs in rows.items()}
+print()
+print("| case | median tokens/s | median MFU | target | met |")
+print("|---|---|---|---|---|")
+def line(c, target, ok):
+    tok, mfu = med[c]
+    print(f"| {c} | {tok:.1f} | {fmt(mfu, '%.3f')} | {target} | {'yes' if ok else 'NO'} |")
+if "85m" in med:
+    line("85m", "MFU >= 0.80", med["85m"][1] >= 0.80)
+if "85m" in med and "torch85m" in med:
+    r = med["85m"][0] / med["torch85m"][0]
+    line("torch85m", "-", True)
+    print(f"| 85m / torch85m | {r:.2f}x | | >= 1.10x | {'yes' if r >= 1.1 else 'NO'} |")
+if "124m" in med:
+    line("124m", "MFU >= 0.75", med["124m"][1] >= 0.75)
+if "124m" in med and "124m-ckpt" in med:
+    r = med["124m-ckpt"][0] / med["124m"][0]
+    line("124m-ckpt", "-", True)
+    print(f"| 124m-ckpt / 124m | {r:.2f}x | | >= 0.70x | {'yes' if r >= 0.7 else 'NO'} |")
+EOF

@@ -1,0 +1,119 @@
+/* test_train_resume_mpi.c — `zero train --save-dir` / `--resume` under `mpirun -np 2`: for every
+ * stage 0-3, 3 steps saved then resumed to 6 under MPI give the weights_fingerprint of an
+ * uninterrupted 6-step run on 2 threads (the reference: both backends sum in rank order, so the
+ * weights are bitwise equal); the stage-3 checkpoint written by MPI loads on 3 threads at stage 1
+ * with the fingerprint the saving run reported.
+ *
+ * Arguments: the `zero` program and the MPI launcher (CTest passes both); runs them as child
+ * processes.
+ */
+#include "check.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char dir[256], cfg[512];
+static const char *zero, *mpirun;
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = calloc(1, 1 << 20);
+    size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+    if (buf) buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+/* Run `zero train` (under mpirun when mpi) with extra arguments; returns the report's
+ * weights_fingerprint (malloc'd) or NULL after a failed CHECK. */
+static char *train(int mpi, const char *extra) {
+    char cmd[4096], report[512], errpath[512];
+    snprintf(report, sizeof report, "%s/report.json", dir);
+    snprintf(errpath, sizeof errpath, "%s/err.txt", dir);
+    if (mpi)
+        snprintf(cmd, sizeof cmd,
+                 "%s --allow-run-as-root --oversubscribe -np 2 %s train -q --no-peak --config %s "
+                 "--json-report %s %s 2>%s",
+                 mpirun, zero, cfg, report, extra, errpath);
+    else
+        snprintf(cmd, sizeof cmd, "%s train -q --no-peak --config %s --json-report %s %s 2>%s",
+                 zero, cfg, report, extra, errpath);
+    printf("$ %s\n", cmd);
+    fflush(stdout);
+    int rc = system(cmd);
+    char *err = slurp(errpath);
+    CHECK(rc == 0, "exit %d: %s", rc, err ? err : "");
+    free(err);
+    unlink(errpath);
+    if (rc) return NULL;
+    char *text = slurp(report);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    const cJSON *fp = cJSON_GetObjectItemCaseSensitive(root, "weights_fingerprint");
+    char *out = cJSON_IsString(fp) ? strdup(fp->valuestring) : NULL;
+    CHECK(out != NULL, "%s has no weights_fingerprint", report);
+    cJSON_Delete(root);
+    unlink(report);
+    return out;
+}
+
+static int same(const char *a, const char *b) { return a && b && !strcmp(a, b); }
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: test_train_resume_mpi ZERO_PROGRAM MPIRUN\n");
+        return 2;
+    }
+    zero = argv[1];
+    mpirun = argv[2];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/zero-test-resume-mpi-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (!mkdtemp(dir)) return 1;
+    snprintf(cfg, sizeof cfg, "%s/tiny.json", dir);
+    FILE *f = fopen(cfg, "w");
+    if (!f) return 1;
+    fputs(
+        "{\"model\": {\"layers\": 2, \"heads\": 2, \"dim\": 32, \"seq\": 32},\n"
+        " \"data\": {\"builtin_bytes\": 65536},\n"
+        " \"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 2,\n"
+        " \"optimizer\": {\"params\": {\"lr\": 0.003}},\n"
+        " \"scheduler\": {\"params\": {\"warmup_num_steps\": 2, \"total_num_steps\": 6}},\n"
+        " \"zero_optimization\": {\"reduce_bucket_size\": 5000,\n"
+        "     \"stage3_param_persistence_threshold\": 100},\n"
+        " \"train\": {\"steps\": 6, \"eval_interval\": 0, \"eval_batches\": 1, \"samples\": 0}}\n",
+        f);
+    fclose(f);
+    char extra[1024], save[512];
+    for (int stage = 0; stage <= 3; stage++) {
+        snprintf(save, sizeof save, "%s/ckpt-%d", dir, stage);
+        snprintf(extra, sizeof extra, "--ranks 2 --stage %d", stage);
+        char *ref = train(0, extra);
+        snprintf(extra, sizeof extra, "--stage %d --steps 3 --save-dir %s", stage, save);
+        char *mid = train(1, extra);
+        snprintf(extra, sizeof extra, "--stage %d --save-dir %s --resume latest", stage, save);
+        char *resumed = train(1, extra);
+        printf("stage %d: threads uninterrupted %s, MPI resumed at 3 %s\n", stage, ref ? ref : "-",
+               resumed ? resumed : "-");
+        CHECK(same(ref, resumed), "stage %d: MPI resumed %s, uninterrupted %s", stage,
+              resumed ? resumed : "-", ref ? ref : "-");
+        if (stage == 3) {
+            /* MPI's 2-rank stage-3 checkpoint of step 3, on 3 threads at stage 1 */
+            snprintf(extra, sizeof extra, "--ranks 3 --stage 1 --steps 3 --resume %s/step-00000003",
+                     save);
+            char *loaded = train(0, extra);
+            CHECK(same(mid, loaded), "2 MPI ranks stage 3 -> 3 threads stage 1: %s, saved %s",
+                  loaded ? loaded : "-", mid ? mid : "-");
+            free(loaded);
+        }
+        free(ref);
+        free(mid);
+        free(resumed);
+    }
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (failed == 0 && system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
+    return check_report();
+}
