@@ -26,4 +26,4 @@ ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j "
 echo "== ThreadSanitizer build (threads backend and threaded code)"
 ZERO_BUILD_DIR=build-tsan ZERO_CMAKE_ARGS="-DZERO_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo" \
   bash scripts/setup.sh
-ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L 'comm|core|tsan'
+ctest --test-dir build-tsan --output-on-failure -j "$jobs" -L 'comm|core|tsan' -LE mpi

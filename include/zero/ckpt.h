@@ -227,12 +227,11 @@ ZERO_API zero_status_t zero_ckpt_engine_layout_init(zero_ckpt_engine_layout_t *o
                                                     const zero_engine_t *eng);
 ZERO_API void zero_ckpt_engine_layout_free(zero_ckpt_engine_layout_t *layout);
 
-/* Shard access on top of the engine's public API (zero_engine_params_read/write): the
- * parameters, with ranges clipped to the unpadded unit (padding reads as zeros) and, in stage 3,
- * to this rank's shard (so a safetensors import or a whole-unit load fills what the rank owns).
- * Adam m and v are not reachable through the engine's API yet: asking for them returns
- * ZERO_ERR_UNSUPPORTED (save and load with with_optim = 0 until the engine offers
- * zero_engine_state_read/write; see docs/checkpoint-format.md, "Engine hooks"). */
+/* Shard access on top of the engine's public API (zero_engine_state_read/write): fp32 master,
+ * Adam m and v, with ranges clipped to the unpadded unit (padding reads as zeros) and to what
+ * this rank holds of each state (zero_engine_state_range), so a safetensors import or a
+ * whole-unit load fills exactly that. Loading through a communicator at stage 3 delivers only
+ * the rank's shard: load whole units at world 1 instead (what the trainer does). */
 ZERO_API zero_ckpt_shard_io_t zero_ckpt_engine_io(zero_engine_t *eng);
 
 #ifdef __cplusplus

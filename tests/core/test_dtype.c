@@ -22,23 +22,8 @@
 
 #if defined(__F16C__)
 #include <immintrin.h>
+#include "check.h"
 #endif
-
-static int passed, failed;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            passed++;                                                                              \
-        } else {                                                                                   \
-            if (failed < 30) {                                                                     \
-                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                               \
-                fprintf(stderr, __VA_ARGS__);                                                      \
-                fprintf(stderr, "\n");                                                             \
-            }                                                                                      \
-            failed++;                                                                              \
-        }                                                                                          \
-    } while (0)
 
 static uint32_t f2u(float x) {
     uint32_t u;

@@ -24,24 +24,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "check.h"
 
-static int passed, failed;
 static double worst; /* largest |err| / tol seen: shows the tolerance is not vacuous */
 static char worst_what[256];
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            passed++;                                                                              \
-        } else {                                                                                   \
-            if (failed < 30) {                                                                     \
-                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                               \
-                fprintf(stderr, __VA_ARGS__);                                                      \
-                fprintf(stderr, "\n");                                                             \
-            }                                                                                      \
-            failed++;                                                                              \
-        }                                                                                          \
-    } while (0)
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
 static float frand(void) { /* uniform in [-1, 1) */

@@ -18,22 +18,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-static int passed, failed;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            passed++;                                                                              \
-        } else {                                                                                   \
-            if (failed < 30) {                                                                     \
-                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                               \
-                fprintf(stderr, __VA_ARGS__);                                                      \
-                fprintf(stderr, "\n");                                                             \
-            }                                                                                      \
-            failed++;                                                                              \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 typedef struct {
     int overflow;   /* fed to update() */

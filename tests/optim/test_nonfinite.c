@@ -12,22 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int passed, failed;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            passed++;                                                                              \
-        } else {                                                                                   \
-            if (failed < 30) {                                                                     \
-                fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                               \
-                fprintf(stderr, __VA_ARGS__);                                                      \
-                fprintf(stderr, "\n");                                                             \
-            }                                                                                      \
-            failed++;                                                                              \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t next_u32(void) {

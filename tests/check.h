@@ -1,6 +1,8 @@
-/* check.h — the CHECK macro and pass/fail counters shared by the model tests. */
-#ifndef ZERO_TESTS_MODEL_CHECK_H
-#define ZERO_TESTS_MODEL_CHECK_H
+/* check.h — the CHECK macro and pass/fail counters used by the test binaries: a failed check prints
+ * its place and message (the first 30), counts, and check_report() prints "N passed, M failed" and
+ * gives the exit code. */
+#ifndef ZERO_TESTS_CHECK_H
+#define ZERO_TESTS_CHECK_H
 
 #include <stdio.h>
 
@@ -20,9 +22,9 @@ static int passed, failed;
         }                                                                                          \
     } while (0)
 
-static int check_report(void) {
+static inline int check_report(void) {
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
 
-#endif /* ZERO_TESTS_MODEL_CHECK_H */
+#endif /* ZERO_TESTS_CHECK_H */
