@@ -4,6 +4,8 @@
 #ifndef ZERO_TESTS_CHECK_H
 #define ZERO_TESTS_CHECK_H
 
+#include "zero/core.h"
+
 #include <stdio.h>
 
 static int passed, failed;
@@ -16,7 +18,7 @@ static int passed, failed;
             if (failed < 30) {                                                                     \
                 fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                               \
                 fprintf(stderr, __VA_ARGS__);                                                      \
-                fprintf(stderr, "\n");                                                             \
+                fprintf(stderr, " [last error: %s]\n", zero_last_error());                         \
             }                                                                                      \
             failed++;                                                                              \
         }                                                                                          \

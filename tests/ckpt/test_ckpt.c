@@ -22,8 +22,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static int passed, failed;
+#include "check.h"
 
 /* SIGKILL rounds: 20 in the optimised build; sanitizers make every save several times slower,
  * so fewer there to keep the suite's time budget. */
@@ -32,18 +31,6 @@ static int passed, failed;
 #else
 #define DEFAULT_KILL_ROUNDS 20
 #endif
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            passed++;                                                                              \
-        } else {                                                                                   \
-            failed++;                                                                              \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, " [last error: %s]\n", zero_last_error());                             \
-        }                                                                                          \
-    } while (0)
 
 static char root[512];
 

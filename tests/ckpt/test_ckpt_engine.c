@@ -21,19 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-
-static int passed, failed;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            passed++;                                                                              \
-        } else {                                                                                   \
-            failed++;                                                                              \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, " [last error: %s]\n", zero_last_error());                             \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 typedef struct {
     zero_engine_t *eng;

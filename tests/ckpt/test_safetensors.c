@@ -17,19 +17,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-static int passed, failed;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            passed++;                                                                              \
-        } else {                                                                                   \
-            failed++;                                                                              \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, " [last error: %s]\n", zero_last_error());                             \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 /* ---- a GPT layout, written from the GPT-2 description (not from gpt.c's code) */
 typedef struct gpt {
