@@ -8,8 +8,9 @@
  *
  * Two transports. When all ranks of the communicator are on this node (the common case here),
  * they share one POSIX shared-memory object set up with MPI at creation (see "shared memory"):
- * signatures go through it; calls whose per-rank input is at most 16 KiB carry that input with
- * the signature (one synchronisation per call, "eager"); reduce_scatter and all_reduce's
+ * signatures go through it and calls whose per-rank input is at most 16 KiB carry that input with
+ * the signature (one synchronisation per call, "eager") — both only while the node's ranks fit
+ * its cores, where they measured faster; reduce_scatter and all_reduce's
  * reduce-scatter phase are a single-copy pipeline — each rank copies its send buffer once into
  * a staging slot, a slot at a time, and every rank reduces its own block straight from all slots
  * in rank order 0..N-1. Otherwise (ranks on several nodes, or ZERO_MPI_SHM=0) everything goes
@@ -25,9 +26,8 @@
  * fp16/bf16 travel as raw 2-byte data: we reduce, not MPI.
  *
  * Every wait polls (MPI_Testsome, or the shared counters) against one deadline per collective
- * (start + timeout_s) with a backoff: spin / yield / sleep when the node's ranks fit its cores,
- * and sleep almost at once when they outnumber them (a polling rank takes the CPU from the rank
- * it waits for). After a timeout pending point-to-point requests are cancelled or freed and the
+ * (start + timeout_s) with a spin / yield / nanosleep backoff, because ranks may outnumber cores.
+ * After a timeout pending point-to-point requests are cancelled or freed and the
  * communicator is failed; its MPI handle and scratch are then leaked on purpose (freeing them
  * could block, or let a late message land in freed memory).
  *
@@ -100,6 +100,7 @@ typedef struct mpi_comm {
      * r of shm_rank_bytes belongs to rank r (see the shared-memory section). */
     char *shm;
     size_t shm_rank_bytes;
+    zero_mem_t *shm_mem;     /* the domain this rank's region is accounted to (borrowed) */
     size_t shm_sig_bytes;    /* one signature slot (sig_bytes rounded up to a cache line) */
     size_t shm_eager_offset; /* of the two eager slots in a rank's region */
     size_t shm_slot_bytes;   /* one staging slot */
@@ -114,21 +115,15 @@ static int we_initialised; /* guarded by init_lock */
 
 static double deadline_after(double seconds) { return zero_time_now() + seconds; }
 
-/* How long a wait polls before it sleeps. When this node's ranks fit its cores, spin briefly (a
- * peer's message is usually microseconds away), then yield for about a millisecond (as fast as
- * spinning on an idle core), then sleep with a period growing to 256 us for long waits (a late
- * rank, a timeout). When ranks outnumber cores, every poll of a waiting rank is CPU taken from a
- * rank that has work (and the peer we wait for is often the one descheduled), so after a few
- * immediate retries sleep at once, starting short. */
-static void backoff(const mpi_comm_t *c, unsigned *idle) {
+/* How a wait polls: spin briefly (a peer's message is usually microseconds away), then yield for
+ * about a thousand polls (as fast as spinning on an idle core, and with more ranks than cores it
+ * hands the core to a rank with work), then sleep with a period growing to 256 us for long waits
+ * (a late rank, a timeout). Sleeping much sooner when ranks outnumber cores was tried (after 8-32
+ * polls, or after 200 us of yielding) and was not better for the reduce-scatter at 4 ranks on 2
+ * cores within this machine's noise, but 2-4x slower for 1-256 KiB calls: a sleep costs at least
+ * the timer slack (~50 us), and every wake-up preempts a rank with work. */
+static void backoff(unsigned *idle) {
     unsigned i = (*idle)++;
-    if (c->oversubscribed) {
-        if (i < 32) return;
-        unsigned shift = ZERO_MIN(i - 32, 6u);
-        struct timespec ts = {0, 1000L << shift};
-        nanosleep(&ts, NULL);
-        return;
-    }
     if (i < 16) return;
     if (i < 1024) {
         sched_yield();
@@ -315,7 +310,7 @@ static zero_status_t reqs_wait(mpi_comm_t *c, const zero__coll_args_t *a, double
             continue;
         }
         if (zero_time_now() > deadline) return timeout_error(c, a, agreement);
-        backoff(c, &idle);
+        backoff(&idle);
     }
     c->nreq = 0;
     return ZERO_OK;
@@ -343,7 +338,7 @@ static zero_status_t wait_one(mpi_comm_t *c, MPI_Request *req, const zero__coll_
                                "collective did not complete)",
                                what, c->timeout_s, c->super.rank);
         }
-        backoff(c, &idle);
+        backoff(&idle);
     }
 }
 
@@ -433,7 +428,7 @@ static zero_status_t shm_wait(mpi_comm_t *c, const zero__coll_args_t *a, double 
             r++;
         if (r == n) return ZERO_OK;
         if (zero_time_now() > deadline) break;
-        backoff(c, &idle);
+        backoff(&idle);
     }
     unsigned char flag[n];
     for (int q = 0; q < n; q++)
@@ -529,7 +524,7 @@ static zero_status_t shm_reduce_phase(mpi_comm_t *c, const zero__coll_args_t *a,
                 if (st) return st;
                 continue; /* it arrived just now */
             }
-            backoff(c, &idle);
+            backoff(&idle);
         }
         size_t base = (size_t)(x - first) * w;
         if (base < len[me]) {
@@ -548,7 +543,9 @@ static zero_status_t shm_reduce_phase(mpi_comm_t *c, const zero__coll_args_t *a,
  * ordinary path. Depends only on the signature's fields, so ranks that agree decide alike. */
 static size_t eager_bytes(const mpi_comm_t *c, const zero__coll_args_t *a) {
     size_t es = zero_dtype_size(a->dtype), n = (size_t)c->super.size, bytes;
-    if (!c->shm) return 0;
+    /* Eager data rides on the shared-memory agreement, which is not used with more ranks than
+     * cores (see agree). */
+    if (!c->shm || c->oversubscribed) return 0;
     switch (a->coll) {
     case ZERO_COLL_ALL_REDUCE:
     case ZERO_COLL_ALL_GATHER:
@@ -719,8 +716,11 @@ static zero_status_t agree(mpi_comm_t *c, const zero__coll_args_t *a, double dea
     memcpy(sig_at(c, me), c->sig_send, c->sig_bytes);
 
     zero_status_t st = ZERO_OK;
-    if (c->shm) {
-        /* Through shared memory: no MPI matching and no progress-engine round trip. */
+    if (c->shm && !c->oversubscribed) {
+        /* Through shared memory: no MPI matching and no progress-engine round trip. Not with
+         * more ranks than cores: measured ~3x slower there for small calls (4 ranks, 2 cores;
+         * polling shared memory gives up the core less well than polling MPI, not understood
+         * yet), so those keep the point-to-point round. */
         st = shm_exchange_signatures(c, a, deadline, mine->seq);
         if (st) return st;
     } else {
@@ -784,12 +784,10 @@ static zero_status_t agree(mpi_comm_t *c, const zero__coll_args_t *a, double dea
 
 /* ------------------------------------------------------------------------------ reduce */
 
-/* The point-to-point reduce path's scratch, from the communicator's memory domain. It is also
- * allocated when the shared-memory path will be used instead (and then stays unused): the
- * collective then still fails on every rank when a rank's domain cannot supply comm buffers,
- * which tests/comm_mpi_smoke checks. (The shared object itself is mapped outside the domain.) */
+/* The point-to-point reduce path's scratch, from the communicator's memory domain; the
+ * shared-memory path needs none. */
 static zero_status_t ensure_scratch(mpi_comm_t *c, zero_mem_t *mem) {
-    if (c->scratch || c->super.size == 1) return ZERO_OK;
+    if (c->scratch || c->super.size == 1 || c->shm) return ZERO_OK;
     size_t bytes = (size_t)SLOTS * (size_t)(c->super.size - 1) * c->segment_bytes;
     c->scratch = zero_mem_alloc(mem, ZERO_MEM_COMM, bytes, 4096);
     if (!c->scratch)
@@ -902,7 +900,7 @@ static zero_status_t reduce_phase(mpi_comm_t *c, const zero__coll_args_t *a, con
             continue;
         }
         if (zero_time_now() > deadline) return timeout_error(c, a, 0);
-        backoff(c, &idle);
+        backoff(&idle);
     }
 #undef POST_SEND
 #undef POST_RECVS
@@ -1087,6 +1085,13 @@ static zero_status_t mpi_run(zero_comm_t *comm, const zero__coll_args_t *a) {
     double deadline = deadline_after(c->timeout_s);
     pthread_mutex_unlock(&comm->lock);
 
+    /* This rank's slice of the shared object counts as its comm buffers, in the domain the
+     * communicator has now (zero_comm_set_mem may have changed it). */
+    if (c->shm && c->shm_mem != mem) {
+        zero__mem_untrack(c->shm_mem, ZERO_MEM_COMM, c->shm_rank_bytes);
+        zero__mem_track(mem, ZERO_MEM_COMM, c->shm_rank_bytes);
+        c->shm_mem = mem;
+    }
     zero_status_t local = ZERO_OK;
     if (a->coll == ZERO_COLL_ALL_REDUCE || a->coll == ZERO_COLL_REDUCE_SCATTER)
         local = ensure_scratch(c, mem);
@@ -1121,6 +1126,7 @@ static zero_status_t mpi_run(zero_comm_t *comm, const zero__coll_args_t *a) {
 static void release(mpi_comm_t *c) {
     /* Unmapping is local: the peers keep their own mappings of the object. */
     if (c->shm) munmap(c->shm, c->shm_rank_bytes * (size_t)c->super.size);
+    zero__mem_untrack(c->shm_mem, ZERO_MEM_COMM, c->shm ? c->shm_rank_bytes : 0);
     c->shm = NULL;
     /* After abandoned requests MPI may still write into these: keep them (see file comment). */
     if (!c->leaked) {

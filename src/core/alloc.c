@@ -72,6 +72,20 @@ static void atomic_max(atomic_size_t *peak, size_t value) {
     }
 }
 
+void zero__mem_track(zero_mem_t *mem, zero_mem_category_t category, size_t bytes) {
+    if (!mem) return;
+    size_t live = atomic_fetch_add(&mem->live[category], bytes) + bytes;
+    atomic_max(&mem->peak[category], live);
+    size_t total = atomic_fetch_add(&mem->live_total, bytes) + bytes;
+    atomic_max(&mem->peak_total, total);
+}
+
+void zero__mem_untrack(zero_mem_t *mem, zero_mem_category_t category, size_t bytes) {
+    if (!mem) return;
+    atomic_fetch_sub(&mem->live[category], bytes);
+    atomic_fetch_sub(&mem->live_total, bytes);
+}
+
 void *zero_mem_alloc(zero_mem_t *mem, zero_mem_category_t category, size_t bytes, size_t align) {
     if ((unsigned)category >= ZERO_MEM_CATEGORY_COUNT) {
         zero__error(ZERO_ERR_INVALID_ARG, "zero_mem_alloc: invalid category %d", (int)category);
@@ -98,12 +112,7 @@ void *zero_mem_alloc(zero_mem_t *mem, zero_mem_category_t category, size_t bytes
     unsigned char *ptr = raw + pad;
     block_header_t h = {BLOCK_MAGIC, mem, bytes, pad, category, a};
     memcpy(ptr - sizeof h, &h, sizeof h);
-    if (mem) {
-        size_t live = atomic_fetch_add(&mem->live[category], bytes) + bytes;
-        atomic_max(&mem->peak[category], live);
-        size_t total = atomic_fetch_add(&mem->live_total, bytes) + bytes;
-        atomic_max(&mem->peak_total, total);
-    }
+    zero__mem_track(mem, category, bytes);
     return ptr;
 }
 
@@ -118,10 +127,7 @@ void zero_mem_free(void *ptr) {
     block_header_t h;
     memcpy(&h, (unsigned char *)ptr - sizeof h, sizeof h);
     ZERO_ASSERT(h.magic == BLOCK_MAGIC); /* not from zero_mem_alloc, or freed twice */
-    if (h.mem) {
-        atomic_fetch_sub(&h.mem->live[h.category], h.bytes);
-        atomic_fetch_sub(&h.mem->live_total, h.bytes);
-    }
+    zero__mem_untrack(h.mem, h.category, h.bytes);
     uint64_t dead = 0;
     memcpy((unsigned char *)ptr - sizeof h, &dead, sizeof dead);
     h.allocator.free(h.allocator.user, (unsigned char *)ptr - h.pad);

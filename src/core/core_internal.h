@@ -19,6 +19,11 @@ void zero__set_error_message(const char *message);
 
 void zero__log(zero_log_level_t level, int rank, int world, const char *fmt, ...) ZERO_PRINTF(4, 5);
 
+/* Account `bytes` of memory the library obtained outside zero_mem_alloc (a shared mapping) to
+ * `category` of mem (NULL: nothing), or give them back. */
+void zero__mem_track(zero_mem_t *mem, zero_mem_category_t category, size_t bytes);
+void zero__mem_untrack(zero_mem_t *mem, zero_mem_category_t category, size_t bytes);
+
 /* Always-on invariant check: our own bugs only, never user input. */
 #define ZERO_ASSERT(cond)                                                                          \
     do {                                                                                           \
