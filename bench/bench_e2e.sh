@@ -8,8 +8,10 @@
 #   torch85m  the peer, --mode single, same model and batch
 #   124m      configs/gpt2-124m.json (GPT-2 124M shape: V 50257, seq 64, batch 4)
 #   124m-ckpt the same with model.activation_checkpointing=true
-# and prints each run's tokens/s, MFU (ours: the report's mfu, against the 2048^3 matmul peak
-# measured at start-up) and the load average before it, then the medians and the targets:
+# and prints each run's tokens/s (the report's, over all steps; and the peer's statistic,
+# tokens per step / median step time after 2 warm-up steps, from --metrics: the peer ratio
+# uses it), MFU (ours: the report's mfu, against the 2048^3 matmul peak measured at start-up)
+# and the load average before it, then the medians and the targets:
 # 85m mfu >= 0.80 and >= 1.1x the peer; 124m mfu >= 0.75; ckpt >= 0.70x of off.
 # Not here: multi-rank cases (the comm section of docs/benchmarks.md).
 #
@@ -29,7 +31,7 @@ while getopts b:r:t:c:h opt; do
     r) runs=$OPTARG ;;
     t) threads=$OPTARG ;;
     c) cases=$OPTARG ;;
-    *) sed -n '2,20p' "$0"; exit 2 ;;
+    *) sed -n '2,22p' "$0"; exit 2 ;;
     esac
 done
 shared=${ZERO_SHARED_DIR:-"$here/../shared"}
@@ -54,14 +56,18 @@ run_case() { # case run -> appends "case run tok_s mfu peak_gflops act_mib load"
         [ "$c" = 124m-ckpt ] && set="--set model.activation_checkpointing=true"
         # shellcheck disable=SC2086
         "$zero" train --config "$here/configs/$cfg" --threads "$threads" $set -q \
-            --json-report "$out/$c.$i.json" >"$out/$c.$i.log" 2>&1 ||
+            --json-report "$out/$c.$i.json" --metrics "$out/$c.$i.jsonl" >"$out/$c.$i.log" 2>&1 ||
             { echo "bench_e2e: $c run $i failed:" >&2; tail -5 "$out/$c.$i.log" >&2; return 1; }
-        "$py" - "$out/$c.$i.json" "$c" "$i" "$l" >>"$out/rows" <<'EOF'
-import json, sys
+        "$py" - "$out/$c.$i.json" "$out/$c.$i.jsonl" "$c" "$i" "$l" >>"$out/rows" <<'EOF'
+import json, statistics, sys
 d = json.load(open(sys.argv[1]))
 act = d["memory_peak_bytes"]["activations"] / 2**20
-print(sys.argv[2], sys.argv[3], d["tokens_per_s"], d["mfu"], d["matmul_peak_flops_per_s"] / 1e9,
-      act, sys.argv[4])
+# the peer's statistic: tokens per step / median step time, after 2 warm-up steps
+steps = [json.loads(line) for line in open(sys.argv[2])]
+tok_step = d["tokens"] / d["steps"]
+med = tok_step / statistics.median(s["step_s"] for s in steps[2:] or steps)
+print(sys.argv[3], sys.argv[4], d["tokens_per_s"], med, d["mfu"],
+      d["matmul_peak_flops_per_s"] / 1e9, act, sys.argv[5])
 EOF
         ;;
     torch85m)
@@ -73,7 +79,7 @@ EOF
             --mode single --threads "$threads" >"$out/$c.$i.log" 2>&1 ||
             { echo "bench_e2e: peer run $i failed:" >&2; tail -5 "$out/$c.$i.log" >&2; return 1; }
         tok=$(sed -n 's/.*tokens\/s=\([0-9.]*\).*/\1/p' "$out/$c.$i.log" | tail -1)
-        echo "$c $i $tok nan nan nan $l" >>"$out/rows"
+        echo "$c $i $tok $tok nan nan nan $l" >>"$out/rows"
         ;;
     *) echo "bench_e2e: unknown case $c" >&2; return 2 ;;
     esac
@@ -90,29 +96,33 @@ done
 import math, statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
-    c, i, tok, mfu, peak, act, load = line.split()
-    rows.setdefault(c, []).append((float(tok), float(mfu), float(peak), float(act), float(load)))
-print("| case | run | tokens/s | MFU | matmul peak GFLOP/s | activations MiB | load avg |")
-print("|---|---|---|---|---|---|---|")
+    c, i, tok, mtok, mfu, peak, act, load = line.split()
+    rows.setdefault(c, []).append((float(tok), float(mtok), float(mfu), float(peak), float(act),
+                                   float(load)))
+print("| case | run | tokens/s | tokens/s, median step | MFU | matmul peak GFLOP/s | "
+      "activations MiB | load avg |")
+print("|---|---|---|---|---|---|---|---|")
 fmt = lambda x, f: "-" if math.isnan(x) else f % x
 for c, rs in rows.items():
-    for k, (tok, mfu, peak, act, load) in enumerate(rs):
-        print(f"| {c} | {k + 1} | {tok:.1f} | {fmt(mfu, '%.3f')} | {fmt(peak, '%.0f')} | "
-              f"{fmt(act, '%.1f')} | {load:.2f} |")
-med = {c: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs))
-       for c, rs in rows.items()}
+    for k, (tok, mtok, mfu, peak, act, load) in enumerate(rs):
+        print(f"| {c} | {k + 1} | {fmt(tok, '%.1f') if c[0] != 't' else '-'} | {mtok:.1f} | "
+              f"{fmt(mfu, '%.3f')} | {fmt(peak, '%.0f')} | {fmt(act, '%.1f')} | {load:.2f} |")
+# tokens/s: the report's (all steps) for ours, and the median-step statistic for the peer ratio
+med = {c: (statistics.median(r[0] for r in rs), statistics.median(r[2] for r in rs),
+           statistics.median(r[1] for r in rs)) for c, rs in rows.items()}
 print()
 print("| case | median tokens/s | median MFU | target | met |")
 print("|---|---|---|---|---|")
 def line(c, target, ok):
-    tok, mfu = med[c]
+    tok, mfu, _ = med[c]
     print(f"| {c} | {tok:.1f} | {fmt(mfu, '%.3f')} | {target} | {'yes' if ok else 'NO'} |")
 if "85m" in med:
     line("85m", "MFU >= 0.80", med["85m"][1] >= 0.80)
 if "85m" in med and "torch85m" in med:
-    r = med["85m"][0] / med["torch85m"][0]
+    # like for like: both sides' tokens per step / median step time after 2 warm-up steps
+    r = med["85m"][2] / med["torch85m"][2]
     line("torch85m", "-", True)
-    print(f"| 85m / torch85m | {r:.2f}x | | >= 1.10x | {'yes' if r >= 1.1 else 'NO'} |")
+    print(f"| 85m / torch85m (median step) | {r:.2f}x | | >= 1.10x | {'yes' if r >= 1.1 else 'NO'} |")
 if "124m" in med:
     line("124m", "MFU >= 0.75", med["124m"][1] >= 0.75)
 if "124m" in med and "124m-ckpt" in med:

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # bench_zero.sh — the ZeRO engine's targets side by side: `zero train` at stages 0-3 on 2 MPI
-# ranks (and stage 3 without prefetch) and stages 0 and 3 on 4 MPI ranks (without and with
-# activation checkpointing), and the
-# PyTorch peer's DDP and ZeRO-1 modes on the same model (85M byte-level GPT, 12 layers, 12 heads,
-# dim 768, seq 128, batch 4 per rank, fp32, 1 compute thread per rank), back to back, REPS times
-# (rounds interleave every configuration, so slow drift of the machine's load hits all alike).
+# ranks (and stage 3 without prefetch), the PyTorch peer's DDP and ZeRO-1 modes, and stages 0
+# and 3 on 4 MPI ranks (without and with activation checkpointing), all on the same model (85M
+# byte-level GPT: 12 layers, 12 heads, dim 768, seq 128, batch 4 per rank, fp32, 1 compute
+# thread per rank; configs/bench-85m.json), back to back, REPS rounds (each round runs every
+# configuration, so slow drift of the machine's load hits all of them alike).
 #
 # Prints one line per run and a summary: medians over the rounds of step time, tokens/s and peak
 # RSS per rank (the largest rank), the target ratios, and the load average around each run.
@@ -14,10 +14,11 @@
 #
 # Usage: bench/bench_zero.sh [BUILD_DIR]          (default: build)
 # Environment: REPS (3), STEPS (7: zero 2-rank steps, incl. 2 warm-ups), PEER_STEPS (5: the
-# peer's measured steps), STEPS4 (3: 4-rank steps, memory only), ZERO_SHARED_DIR (../shared
-# beside the repository: holds peers/torch_gpt.py), PYTHON (/usr/bin/python3, Debian's, which
-# has python3-torch), SKIP_PEER=1, SKIP_4=1, OUT (directory for the raw reports), CONFIG (another
-# config, for a quick check of this script).
+# peer's measured steps), STEPS4 (3: 4-rank steps, memory only), REPS4 (REPS: rounds that also
+# run the 4-rank memory configurations), ZERO_SHARED_DIR (../shared beside the repository: holds
+# peers/torch_gpt.py), PYTHON (/usr/bin/python3, Debian's, which has python3-torch),
+# SKIP_PEER=1, SKIP_4=1, OUT (directory for the raw reports), CONFIG (another config, for a
+# quick check of this script).
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
@@ -99,16 +100,17 @@ for rep in $(seq 1 "$reps"); do
     for s in 0 1 2 3; do run_zero "zero-s$s-np2" 2 "$s" "$steps" "$rep"; done
     # stage 3 without prefetch: one gathered unit less resident, gathers not overlapped
     run_zero zero-s3-np2-nopf 2 3 "$steps" "$rep" --set zero_optimization.stage3_prefetch_bucket_size=0
-    if [ "${SKIP_4:-0}" != 1 ]; then
+    if [ "${SKIP_PEER:-0}" != 1 ]; then
+        run_peer torch-ddp ddp "$rep"
+        run_peer torch-zero1 zero1 "$rep"
+    fi
+    # 4 ranks on 2 cores: for peak RSS (deterministic), so REPS4 rounds only (default: all)
+    if [ "${SKIP_4:-0}" != 1 ] && [ "$rep" -le "${REPS4:-$reps}" ]; then
         for s in 0 3; do run_zero "zero-s$s-np4" 4 "$s" "$steps4" "$rep"; done
         for s in 0 3; do
             run_zero "zero-s$s-np4-ckpt" 4 "$s" "$steps4" "$rep" \
                 --set model.activation_checkpointing=true
         done
-    fi
-    if [ "${SKIP_PEER:-0}" != 1 ]; then
-        run_peer torch-ddp ddp "$rep"
-        run_peer torch-zero1 zero1 "$rep"
     fi
 done
 

@@ -126,7 +126,8 @@ typedef struct zero_engine_params {
 
     /* zero_optimization.reduce_bucket_size, in BYTES of fp32 gradient (DeepSpeed counts
      * elements; the trainer converts): gradients of finished units are packed into a bucket of
-     * this size whose reduce-scatter is posted when full (raised to the largest unit). */
+     * this size whose reduce-scatter is posted when full; a unit larger than half a bucket is
+     * reduce-scattered straight from its gradient buffer as soon as backward hands it back. */
     int reduce_bucket_bytes;
     /* Stage 3 (elements): stage3_prefetch_bucket_size (parameters being prefetched at once;
      * 0 disables prefetch), stage3_param_persistence_threshold (units of at most this many
@@ -267,9 +268,8 @@ ZERO_API zero_status_t zero_engine_state_range(const zero_engine_t *eng, int u,
 ZERO_API zero_status_t zero_engine_state_read(const zero_engine_t *eng, int u,
                                               zero_engine_state_t state, size_t offset,
                                               size_t count, float *out);
-ZERO_API zero_status_t zero_engine_state_write(zero_engine_t *eng, int u,
-                                               zero_engine_state_t state, size_t offset,
-                                               size_t count, const float *in);
+ZERO_API zero_status_t zero_engine_state_write(zero_engine_t *eng, int u, zero_engine_state_t state,
+                                               size_t offset, size_t count, const float *in);
 /* Optimizer steps taken (skipped steps not counted): the learning-rate schedule's position and
  * Adam's bias-correction step. Set it when restoring a checkpoint, on every rank alike;
  * ZERO_ERR_INVALID_ARG outside [0, INT32_MAX]. */
@@ -290,12 +290,14 @@ ZERO_API zero_status_t zero_engine_fingerprint(zero_engine_t *eng, uint64_t *out
  * layout between steps (other categories 0 = no theory). With P = padded model, S = P / world,
  * A_s = padded elements of stage-3 persistent units, S_n = shard elements of the other units:
  *   params  stage 0-2: 4P            stage 3: 4(S_n + A_s)
- *   grads   stage 0-1: 4P + 4S       stage 2-3: 4S (the fp32 shard accumulator; the per-unit
- *                                    working buffers live only during backward)
+ *   grads   stage 0-1: 4P + 4S       stage 2-3: 4S (the fp32 shard accumulator) plus the pool
+ *           of working buffers the model fills during backward: 4 sum_p p K'_p, K'_p = the most
+ *           units of padded size p holding gradients at once so far (kept between steps)
  *   optim   stage 0: 8P (Adam m, v)  stage 1-3: 8S (fp32 compute: the params are the master)
  *   comm    2 x 4(B + B/N) for the two reduce-bucket slots once a gradient was reduced with
  *           N > 1 ranks (B = the bucket's elements: reduce_bucket_bytes / 4 rounded down to a
- *           multiple of 16N, raised to the largest unit, capped at P), plus, stage 3, the pool of
+ *           multiple of 16N, capped at P; with accumulation each slot also gets a receive buffer
+ *           of the largest directly reduced unit's shard), plus, stage 3, the pool of
  *           gather buffers: 4 sum_p p K_p, K_p = the most non-persistent units of padded size p
  *           gathered (held or prefetched) at the same time so far. The pool lends a buffer of
  *           exactly a unit's padded size to each gather and takes it back at release; it frees

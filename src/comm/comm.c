@@ -196,8 +196,10 @@ void zero_comm_set_timeout(zero_comm_t *comm, double timeout_s) {
 
 void zero_comm_set_mem(zero_comm_t *comm, zero_mem_t *mem) {
     pthread_mutex_lock(&comm->lock);
+    zero_mem_t *old = comm->mem;
     comm->mem = mem;
     pthread_mutex_unlock(&comm->lock);
+    if (comm->backend->mem_changed && old != mem) comm->backend->mem_changed(comm, old, mem);
 }
 
 void zero_comm_get_stats(const zero_comm_t *comm, zero_comm_stats_t *out) {

@@ -39,6 +39,9 @@ typedef struct zero__comm_backend {
     zero_status_t (*run)(zero_comm_t *comm, const zero__coll_args_t *args);
     /* Release backend state and the struct itself, after the progress thread has stopped. */
     void (*destroy)(zero_comm_t *comm);
+    /* Optional (NULL: nothing to do): the memory domain changed from old_mem to new_mem, called
+     * on the owner's thread by zero_comm_set_mem; memory the backend accounts by itself moves. */
+    void (*mem_changed)(zero_comm_t *comm, zero_mem_t *old_mem, zero_mem_t *new_mem);
 } zero__comm_backend_t;
 
 typedef struct zero__request_queue {

@@ -1085,13 +1085,6 @@ static zero_status_t mpi_run(zero_comm_t *comm, const zero__coll_args_t *a) {
     double deadline = deadline_after(c->timeout_s);
     pthread_mutex_unlock(&comm->lock);
 
-    /* This rank's slice of the shared object counts as its comm buffers, in the domain the
-     * communicator has now (zero_comm_set_mem may have changed it). */
-    if (c->shm && c->shm_mem != mem) {
-        zero__mem_untrack(c->shm_mem, ZERO_MEM_COMM, c->shm_rank_bytes);
-        zero__mem_track(mem, ZERO_MEM_COMM, c->shm_rank_bytes);
-        c->shm_mem = mem;
-    }
     zero_status_t local = ZERO_OK;
     if (a->coll == ZERO_COLL_ALL_REDUCE || a->coll == ZERO_COLL_REDUCE_SCATTER)
         local = ensure_scratch(c, mem);
@@ -1152,8 +1145,21 @@ static void mpi_destroy(zero_comm_t *comm) {
     release(c);
 }
 
-static const zero__comm_backend_t mpi_backend = {
-    .kind = ZERO_BACKEND_MPI, .run = mpi_run, .destroy = mpi_destroy};
+/* This rank's region of the shared object counts as its comm buffers, in whichever domain the
+ * communicator has: moved when the domain changes, so a domain can be detached and freed. */
+static void mpi_mem_changed(zero_comm_t *comm, zero_mem_t *old_mem, zero_mem_t *new_mem) {
+    mpi_comm_t *c = (mpi_comm_t *)comm;
+    (void)old_mem;
+    if (!c->shm) return;
+    zero__mem_untrack(c->shm_mem, ZERO_MEM_COMM, c->shm_rank_bytes);
+    zero__mem_track(new_mem, ZERO_MEM_COMM, c->shm_rank_bytes);
+    c->shm_mem = new_mem;
+}
+
+static const zero__comm_backend_t mpi_backend = {.kind = ZERO_BACKEND_MPI,
+                                                 .run = mpi_run,
+                                                 .destroy = mpi_destroy,
+                                                 .mem_changed = mpi_mem_changed};
 
 /* Take ownership of mc and wrap it in a communicator with its progress thread. oversubscribed < 0
  * asks to find out (collective over mc). */
@@ -1203,6 +1209,7 @@ static zero_status_t create(MPI_Comm mc, int oversubscribed, double timeout_s, z
         MPI_Comm_free(&mc);
         return st;
     }
+    mpi_mem_changed(&c->super, NULL, mem);
     *out = &c->super;
     return ZERO_OK;
 

@@ -22,6 +22,8 @@
  */
 #include "engine_internal.h"
 
+#include "kernels/kernels.h"
+
 #include <string.h>
 
 /* Give unit un a zeroed working buffer: stages 0-1 own one per unit for good; stages 2-3 borrow
@@ -53,10 +55,6 @@ float *zero_unit_grads(zero_engine_t *eng, int u) {
     return un->work;
 }
 
-static void add_into(float *acc, const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) acc[i] += x[i];
-}
-
 /* The slot's collective has landed (or failed): fold results into the accumulators, give lent
  * working buffers back (stages 2-3: to the pool; 0-1: zeroed for the next micro-step). */
 static zero_status_t wait_bucket(zero_engine_t *eng, zero__bucket_t *b) {
@@ -70,12 +68,13 @@ static zero_status_t wait_bucket(zero_engine_t *eng, zero__bucket_t *b) {
         const zero__bucket_entry_t *e = &b->entries[k];
         zero__unit_t *un = &eng->units[e->unit];
         if (!st && !e->into_acc)
-            add_into(un->acc, e->lent ? b->drecv : b->recv + e->offset, un->shard_count);
+            zero__add_into(un->acc, e->lent ? b->drecv : b->recv + e->offset, un->shard_count,
+                           eng->params.threads);
         if (!e->lent) continue;
         if (eng->params.stage >= 2) {
             zero__pool_give(&eng->grad_pool, e->lent);
         } else {
-            memset(e->lent, 0, un->padded_count * sizeof(float));
+            zero__zero(e->lent, un->padded_count, eng->params.threads);
             un->inflight = 0;
         }
     }
@@ -226,7 +225,7 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
         return ZERO_OK;
     }
     if (eng->world == 1) {
-        add_into(un->acc, un->work, S);
+        zero__add_into(un->acc, un->work, S, eng->params.threads);
     } else {
         const size_t stride = eng->bucket_cap / (size_t)eng->world;
         zero__bucket_t *b = &eng->buckets[eng->bucket_cur];
@@ -245,7 +244,7 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
     eng->rs_elems += S;
     un->acc_used = 1;
     if (eng->params.stage <= 1) {
-        memset(un->work, 0, un->padded_count * sizeof(float));
+        zero__zero(un->work, un->padded_count, eng->params.threads);
     } else {
         zero__pool_give(&eng->grad_pool, un->work);
         un->work = NULL;

@@ -131,9 +131,7 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
     double mine = 0.0;
     for (int i = 0; i < eng->unit_count; i++) {
         const zero__unit_t *u = &eng->units[i];
-        double s = 0.0;
-        for (size_t k = 0; k < u->shard_count; k++) s += (double)u->acc[k] * u->acc[k];
-        mine += s;
+        mine += zero__sumsq(u->acc, u->shard_count, p->threads);
     }
     double sumsq = mine;
     if (eng->world > 1) {
@@ -195,8 +193,7 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
                 base = 0;
                 span = u->padded_count;
             }
-            if (gscale != 1.0f)
-                for (size_t k = 0; k < span; k++) g[k] *= gscale;
+            if (gscale != 1.0f) zero__scale(g, gscale, span, p->threads);
             for (int t = 0; t < u->tensor_count; t++) {
                 /* decoupled decay (in the kernel), skipped for NO_DECAY tensors */
                 const float wd =
@@ -215,7 +212,7 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
         if (eng->world > 1 && p->stage == 3 && (st = gather_params(eng, 1))) return st;
     }
     for (int i = 0; i < eng->unit_count; i++) {
-        memset(eng->units[i].acc, 0, eng->units[i].shard_count * sizeof(float));
+        zero__zero(eng->units[i].acc, eng->units[i].shard_count, p->threads);
         eng->units[i].acc_used = 0;
     }
     zero__schedule_end_step(eng);

@@ -211,11 +211,17 @@ static void test_forward_and_gradients(void) {
         rng_state = saved; /* the same random weights in both models */
         randomize(eng[k], 0.3);
     }
-    float loss[2];
+    float loss[2], logits[10 * 11];
     for (int k = 0; k < 2; k++) {
         CHECK(zero__gpt_forward(gpt[k], tok, tgt, B, T, &loss[k]) == ZERO_OK, "forward: %s",
               zero_last_error());
+        memcpy(logits, zero__gpt_logits(gpt[k]), sizeof logits);
         CHECK(zero__gpt_backward(gpt[k]) == ZERO_OK, "backward: %s", zero_last_error());
+        /* gpt.h: backward leaves the logits alone; a second backward needs a new forward */
+        CHECK(memcmp(logits, zero__gpt_logits(gpt[k]), sizeof logits) == 0,
+              "backward changed the logits (checkpointing %d)", k);
+        CHECK(zero__gpt_backward(gpt[k]) == ZERO_ERR_INVALID_ARG,
+              "a second backward after one forward was accepted (checkpointing %d)", k);
     }
     ref_t r;
     ref_from_engine(&r, eng[0], &c);
