@@ -12,18 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "harness.h"
 
 static char dir[256];
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = calloc(1, 1 << 20);
-    size_t n = fread(buf, 1, (1 << 20) - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    return buf;
-}
 
 /* Run a shell command with stderr captured to dir/err.txt; returns the exit status. */
 static int run(const char *cmd, char *err, size_t err_size) {

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "harness.h"
 
 static char warnings[8192];
 
@@ -48,27 +49,6 @@ static const char *tiny = "{\n"
                           "  \"train\": {\"steps\": 6, \"eval_interval\": 3, \"eval_batches\": 2,\n"
                           "            \"samples\": 1, \"sample_tokens\": 16}\n"
                           "}\n";
-
-static int cli(const char *const *args) {
-    int argc = 0;
-    char *argv[64];
-    for (; args[argc]; argc++) argv[argc] = (char *)args[argc];
-    argv[argc] = NULL;
-    fflush(stdout);
-    return zero__cli_train(argc, argv);
-}
-
-static cJSON *load_json(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = calloc(1, 1 << 20);
-    size_t n = fread(buf, 1, (1 << 20) - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    cJSON *root = cJSON_Parse(buf);
-    free(buf);
-    return root;
-}
 
 static double num(const cJSON *o, const char *key) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -147,7 +127,7 @@ static cJSON *train(int ranks, int stage, const char *extra_key, const char *ext
                           r,       "--stage",   s,           "--set",    set,     "--json-report",
                           report,  "--metrics", metrics,     NULL};
     double t0 = zero_time_now();
-    int rc = cli(args);
+    int rc = train_cli(args);
     printf("%d ranks, stage %d%s%s: exit %d in %.2f s\n", ranks, stage, extra_key ? ", " : "",
            extra_key ? set : "", rc, zero_time_now() - t0);
     CHECK(rc == 0, "%d ranks stage %d: %s", ranks, stage, zero_last_error());
@@ -321,7 +301,7 @@ static void test_deepspeed_config(const char *path) {
     warnings[0] = 0;
     const char *args[] = {"train", "-q",      "--no-peak", "--config",      path,   "--ranks",
                           r,       "--stage", s,           "--json-report", report, NULL};
-    int rc = cli(args);
+    int rc = train_cli(args);
     CHECK(rc == 0, "DeepSpeed example config failed: %s", zero_last_error());
     const char *want[] = {"'fp16' ignored: not supported yet",
                           "'zero_optimization.offload_optimizer' ignored: not supported yet",
@@ -350,24 +330,24 @@ int main(int argc, char **argv) {
     fclose(f);
 
     /* usage errors specific to ranks */
-    CHECK(cli((const char *[]){"train", "-q", "--ranks", "0", NULL}) == 1 &&
+    CHECK(train_cli((const char *[]){"train", "-q", "--ranks", "0", NULL}) == 1 &&
               strstr(zero_last_error(), "train.ranks = 0"),
           "--ranks 0: '%s'", zero_last_error());
-    CHECK(cli((const char *[]){"train", "-q", "--backend", "tcp", NULL}) == 1 &&
+    CHECK(train_cli((const char *[]){"train", "-q", "--backend", "tcp", NULL}) == 1 &&
               strstr(zero_last_error(), "auto|threads|mpi"),
           "--backend tcp: '%s'", zero_last_error());
-    CHECK(cli((const char *[]){"train", "-q", "--stage", "4", NULL}) == 1 &&
+    CHECK(train_cli((const char *[]){"train", "-q", "--stage", "4", NULL}) == 1 &&
               strstr(zero_last_error(), "zero_optimization.stage = 4"),
           "--stage 4: '%s'", zero_last_error());
 
     /* rank 0 cannot open its metrics log: every rank stops, none waits for it */
     if (engine_runs(2, 0)) {
         double t0 = zero_time_now();
-        CHECK(cli((const char *[]){"train", "-q", "--no-peak", "--config", cfgpath, "--ranks", "2",
-                                   "--metrics", "/nonexistent/dir/m.jsonl", NULL}) == 1 &&
-                  strstr(zero_last_error(), "/nonexistent/dir/m.jsonl") &&
-                  zero_time_now() - t0 < 10,
-              "bad metrics path: '%s'", zero_last_error());
+        CHECK(
+            train_cli((const char *[]){"train", "-q", "--no-peak", "--config", cfgpath, "--ranks",
+                                       "2", "--metrics", "/nonexistent/dir/m.jsonl", NULL}) == 1 &&
+                strstr(zero_last_error(), "/nonexistent/dir/m.jsonl") && zero_time_now() - t0 < 10,
+            "bad metrics path: '%s'", zero_last_error());
     }
     test_stages();
     if (argc > 1) test_deepspeed_config(argv[1]);

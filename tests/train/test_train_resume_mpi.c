@@ -13,19 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "harness.h"
 
 static char dir[256], cfg[512];
 static const char *zero, *mpirun;
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = calloc(1, 1 << 20);
-    size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
-    if (buf) buf[n] = 0;
-    fclose(f);
-    return buf;
-}
 
 /* Run `zero train` (under mpirun when mpi) with extra arguments; returns the report's
  * weights_fingerprint (malloc'd) or NULL after a failed CHECK. */

@@ -17,30 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static int run(const char *const *args) {
-    int argc = 0;
-    char *argv[64];
-    for (; args[argc]; argc++) argv[argc] = (char *)args[argc];
-    argv[argc] = NULL;
-    fflush(stdout);
-    return zero__cli_train(argc, argv);
-}
+#include "harness.h"
 
 static double num(const cJSON *root, const char *key) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
     CHECK(cJSON_IsNumber(it), "report has no number '%s'", key);
     return cJSON_IsNumber(it) ? it->valuedouble : NAN;
-}
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = calloc(1, 1 << 20);
-    size_t n = fread(buf, 1, (1 << 20) - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    return buf;
 }
 
 int main(void) {
@@ -58,21 +40,23 @@ int main(void) {
     fclose(f);
 
     /* usage and errors */
-    CHECK(run((const char *[]){"train", "--help", NULL}) == 0, "--help");
-    CHECK(run((const char *[]){"train", "--bogus", NULL}) == 2, "unknown option");
-    CHECK(run((const char *[]){"train", "--steps", NULL}) == 2, "missing value");
-    CHECK(run((const char *[]){"train", "--print-config", "--set", "model.layers=3", NULL}) == 0,
+    CHECK(train_cli((const char *[]){"train", "--help", NULL}) == 0, "--help");
+    CHECK(train_cli((const char *[]){"train", "--bogus", NULL}) == 2, "unknown option");
+    CHECK(train_cli((const char *[]){"train", "--steps", NULL}) == 2, "missing value");
+    CHECK(train_cli((const char *[]){"train", "--print-config", "--set", "model.layers=3", NULL}) ==
+              0,
           "--print-config");
-    CHECK(run((const char *[]){"train", "-q", "--data", "/nonexistent/input.txt", NULL}) == 1,
+    CHECK(train_cli((const char *[]){"train", "-q", "--data", "/nonexistent/input.txt", NULL}) == 1,
           "missing data file");
     CHECK(strstr(zero_last_error(), "/nonexistent/input.txt") != NULL, "message: '%s'",
           zero_last_error());
-    CHECK(run((const char *[]){"train", "-q", "--data", empty, NULL}) == 1, "empty data file");
+    CHECK(train_cli((const char *[]){"train", "-q", "--data", empty, NULL}) == 1,
+          "empty data file");
     CHECK(strstr(zero_last_error(), "empty") != NULL, "message: '%s'", zero_last_error());
-    CHECK(run((const char *[]){"train", "-q", "--config", cfgpath, NULL}) == 1,
+    CHECK(train_cli((const char *[]){"train", "-q", "--config", cfgpath, NULL}) == 1,
           "heads not dividing dim");
     CHECK(strstr(zero_last_error(), "model.heads = 5") != NULL, "message: '%s'", zero_last_error());
-    CHECK(run((const char *[]){"train", "-q", "--set", "model.seq=0", NULL}) == 1, "seq 0");
+    CHECK(train_cli((const char *[]){"train", "-q", "--set", "model.seq=0", NULL}) == 1, "seq 0");
 
     /* the short run */
     const char *shared = getenv("ZERO_SHARED_DIR");
@@ -113,7 +97,7 @@ int main(void) {
                           report,
                           NULL};
     double t0 = zero_time_now();
-    int rc = run(args);
+    int rc = train_cli(args);
     double secs = zero_time_now() - t0;
     CHECK(rc == 0, "training run failed: %s", zero_last_error());
     printf("run took %.1f s\n", secs);
