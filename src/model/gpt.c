@@ -6,7 +6,12 @@
  * residual stream keeps every block's input (resid[l], l = 0..L) in both modes, so activation
  * checkpointing only has to drop the per-block activations and recompute them in backward.
  * Gradients of activations live in four scratch buffers reused by every block (see
- * block_backward), so their size does not grow with depth.
+ * block_backward), so their size does not grow with depth. The same scratch also holds what a
+ * block uses once and the backward can rebuild bitwise from what is stored (the kernels are
+ * deterministic): the LayerNorm outputs (from the input and the same kernel), the GELU output
+ * (from the pre-activation), the two projections that only feed a residual add, and the attention
+ * output and probabilities (from qkv; the attention kernel does not depend on the thread count).
+ * Per layer only the ln means/rstds, qkv, res2 and fch stay.
  */
 #include "model/gpt.h"
 
@@ -37,15 +42,11 @@ enum { F_LNFW, F_LNFB, F_COUNT };
 
 /* Activations of one block. */
 typedef struct block_acts {
-    float *ln1, *ln1_mean, *ln1_rstd; /* (B,T,C), (B,T), (B,T) */
-    float *qkv;                       /* (B,T,3C) */
-    float *atty;                      /* (B,T,C) */
-    float *att;                       /* (B,NH,T,T) */
-    float *attproj;                   /* (B,T,C) */
-    float *res2;                      /* (B,T,C) */
-    float *ln2, *ln2_mean, *ln2_rstd; /* (B,T,C), (B,T), (B,T) */
-    float *fch, *fch_gelu;            /* (B,T,4C) each */
-    float *fcproj;                    /* (B,T,C) */
+    float *ln1_mean, *ln1_rstd; /* (B,T), (B,T) */
+    float *qkv;                 /* (B,T,3C) */
+    float *res2;                /* (B,T,C): LayerNorm 2's input, its backward reads it */
+    float *ln2_mean, *ln2_rstd; /* (B,T), (B,T) */
+    float *fch;                 /* (B,T,4C) GELU input; the output is rebuilt from it */
 } block_acts_t;
 
 struct zero_gpt {
@@ -66,6 +67,8 @@ struct zero_gpt {
     float *dres;        /* (B,T,C) gradient of the residual stream */
     float *d4a, *d4b;   /* (B,T,4C) */
     float *dc;          /* (B,T,C) */
+    float *ln;          /* (B,T,C) the current LayerNorm output (ln1 or ln2), rebuilt on use */
+    float *att;         /* (B,NH,T,T) the current block's attention probabilities */
     float *att_scratch; /* zero__attention_scratch_count */
     int32_t *tokens;    /* (B,T) copy of the last forward's inputs */
     int32_t *targets;   /* (B,T) copy of the last forward's targets */
@@ -171,20 +174,13 @@ static void layout(zero_gpt_t *g, float *base, size_t *total) {
     int nacts = g->checkpointing ? 1 : g->cfg.layers;
     for (int l = 0; l < nacts; l++) {
         block_acts_t a, *p = base ? &g->acts[l] : &a;
-        carve(base, &off, BT * C, &p->ln1);
         carve(base, &off, BT, &p->ln1_mean);
         carve(base, &off, BT, &p->ln1_rstd);
         carve(base, &off, BT * 3 * C, &p->qkv);
-        carve(base, &off, BT * C, &p->atty);
-        carve(base, &off, B * NH * T * T, &p->att);
-        carve(base, &off, BT * C, &p->attproj);
         carve(base, &off, BT * C, &p->res2);
-        carve(base, &off, BT * C, &p->ln2);
         carve(base, &off, BT, &p->ln2_mean);
         carve(base, &off, BT, &p->ln2_rstd);
         carve(base, &off, BT * 4 * C, &p->fch);
-        carve(base, &off, BT * 4 * C, &p->fch_gelu);
-        carve(base, &off, BT * C, &p->fcproj);
     }
     carve(base, &off, (L + 1) * BT * C, &g->resid);
     carve(base, &off, BT * C, &g->lnf);
@@ -197,6 +193,8 @@ static void layout(zero_gpt_t *g, float *base, size_t *total) {
     carve(base, &off, BT * 4 * C, &g->d4a);
     carve(base, &off, BT * 4 * C, &g->d4b);
     carve(base, &off, BT * C, &g->dc);
+    carve(base, &off, BT * C, &g->ln);
+    carve(base, &off, B * NH * T * T, &g->att);
     carve(base, &off, zero__attention_scratch_count(T, g->threads), &g->att_scratch);
     float *tok = NULL, *tgt = NULL;
     carve(base, &off, BT, &tok); /* int32 fits a float slot */
@@ -275,23 +273,25 @@ static float *gtensor(const zero_gpt_t *g, float *base, int unit, int t) {
     return base + zero_engine_tensor_offset(g->eng, unit, t);
 }
 
-/* One block forward: x (B,T,C) -> y (B,T,C), activations into a. */
+/* One block forward: x (B,T,C) -> y (B,T,C), activations into a. The single-use values go to
+ * the shared scratch (g->ln, g->d4b, g->dc): between blocks only g->dres is live, so the forward
+ * (and its recompute under checkpointing, which runs before the block's backward) may use them. */
 static void block_forward(zero_gpt_t *g, const float *w, int unit, block_acts_t *a, const float *x,
                           float *y, size_t B, size_t T) {
     const size_t C = (size_t)g->cfg.dim, NH = (size_t)g->cfg.heads, BT = B * T;
     const int th = g->threads;
+    float *ln = g->ln, *atty = g->d4b, *gelu = g->d4b, *proj = g->dc;
 #define W(i) tensor(g, w, unit, i)
-    zero__layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, W(B_LN1W), W(B_LN1B), BT, C, th);
-    zero__matmul_forward(a->qkv, a->ln1, W(B_QKVW), W(B_QKVB), BT, C, 3 * C, th);
-    zero__attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, th);
-    zero__matmul_forward(a->attproj, a->atty, W(B_ATTPROJW), W(B_ATTPROJB), BT, C, C, th);
-    zero__residual_forward(a->res2, x, a->attproj, BT * C, th);
-    zero__layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, W(B_LN2W), W(B_LN2B), BT, C,
-                            th);
-    zero__matmul_forward(a->fch, a->ln2, W(B_FCW), W(B_FCB), BT, C, 4 * C, th);
-    zero__gelu_forward(a->fch_gelu, a->fch, BT * 4 * C, th);
-    zero__matmul_forward(a->fcproj, a->fch_gelu, W(B_FCPROJW), W(B_FCPROJB), BT, 4 * C, C, th);
-    zero__residual_forward(y, a->res2, a->fcproj, BT * C, th);
+    zero__layernorm_forward(ln, a->ln1_mean, a->ln1_rstd, x, W(B_LN1W), W(B_LN1B), BT, C, th);
+    zero__matmul_forward(a->qkv, ln, W(B_QKVW), W(B_QKVB), BT, C, 3 * C, th);
+    zero__attention_forward(atty, g->att, a->qkv, B, T, C, NH, th);
+    zero__matmul_forward(proj, atty, W(B_ATTPROJW), W(B_ATTPROJB), BT, C, C, th);
+    zero__residual_forward(a->res2, x, proj, BT * C, th);
+    zero__layernorm_forward(ln, a->ln2_mean, a->ln2_rstd, a->res2, W(B_LN2W), W(B_LN2B), BT, C, th);
+    zero__matmul_forward(a->fch, ln, W(B_FCW), W(B_FCB), BT, C, 4 * C, th);
+    zero__gelu_forward(gelu, a->fch, BT * 4 * C, th);
+    zero__matmul_forward(proj, gelu, W(B_FCPROJW), W(B_FCPROJB), BT, 4 * C, C, th);
+    zero__residual_forward(y, a->res2, proj, BT * C, th);
 #undef W
 }
 
@@ -317,20 +317,31 @@ static void block_backward(zero_gpt_t *g, const float *w, float *gw, int unit,
 #define W(i) tensor(g, w, unit, i)
 #define G(i) gtensor(g, gw, unit, i)
     float *dres = g->dres;
-    linear_backward_set(g->d4a, G(B_FCPROJW), G(B_FCPROJB), dres, a->fch_gelu, W(B_FCPROJW), BT,
-                        4 * C, C, th); /* d4a = d(fch_gelu) */
+    /* Rebuild the GELU output into d4b (bitwise what the forward fed fc-proj), use it for the
+     * weight gradient, then reuse d4b for d(fch). The recompute is a streaming pass, cheaper
+     * than keeping (B,T,4C) per layer. */
+    zero__gelu_forward(g->d4b, a->fch, BT * 4 * C, th);
+    linear_backward_set(g->d4a, G(B_FCPROJW), G(B_FCPROJB), dres, g->d4b, W(B_FCPROJW), BT, 4 * C,
+                        C, th); /* d4a = d(fch_gelu) */
     memset(g->d4b, 0, BT * 4 * C * sizeof(float));
     zero__gelu_backward(g->d4b, a->fch, g->d4a, BT * 4 * C, th); /* d4b = d(fch) */
-    linear_backward_set(g->dc, G(B_FCW), G(B_FCB), g->d4b, a->ln2, W(B_FCW), BT, C, 4 * C,
+    /* ln2 again from res2: the kernel rewrites mean/rstd with the values they hold. */
+    zero__layernorm_forward(g->ln, a->ln2_mean, a->ln2_rstd, a->res2, W(B_LN2W), W(B_LN2B), BT, C,
+                            th);
+    linear_backward_set(g->dc, G(B_FCW), G(B_FCB), g->d4b, g->ln, W(B_FCW), BT, C, 4 * C,
                         th); /* dc = d(ln2) */
     zero__layernorm_backward(dres, G(B_LN2W), G(B_LN2B), g->dc, a->res2, W(B_LN2W), a->ln2_mean,
                              a->ln2_rstd, BT, C, th); /* dres = d(res2) */
-    linear_backward_set(g->dc, G(B_ATTPROJW), G(B_ATTPROJB), dres, a->atty, W(B_ATTPROJW), BT, C, C,
+    /* Rebuild atty (into d4b, free again) and att from qkv: about 3% of the block's forward
+     * FLOPs for (B,T,C) + (B,NH,T,T) per layer. */
+    zero__attention_forward(g->d4b, g->att, a->qkv, B, T, C, NH, th);
+    linear_backward_set(g->dc, G(B_ATTPROJW), G(B_ATTPROJB), dres, g->d4b, W(B_ATTPROJW), BT, C, C,
                         th); /* dc = d(atty) */
     memset(g->d4a, 0, BT * 3 * C * sizeof(float));
-    zero__attention_backward(g->d4a, g->att_scratch, g->dc, a->qkv, a->att, B, T, C, NH,
+    zero__attention_backward(g->d4a, g->att_scratch, g->dc, a->qkv, g->att, B, T, C, NH,
                              th); /* d4a = d(qkv) */
-    linear_backward_set(g->dc, G(B_QKVW), G(B_QKVB), g->d4a, a->ln1, W(B_QKVW), BT, C, 3 * C,
+    zero__layernorm_forward(g->ln, a->ln1_mean, a->ln1_rstd, x, W(B_LN1W), W(B_LN1B), BT, C, th);
+    linear_backward_set(g->dc, G(B_QKVW), G(B_QKVB), g->d4a, g->ln, W(B_QKVW), BT, C, 3 * C,
                         th); /* dc = d(ln1) */
     zero__layernorm_backward(dres, G(B_LN1W), G(B_LN1B), g->dc, x, W(B_LN1W), a->ln1_mean,
                              a->ln1_rstd, BT, C, th); /* dres = dx */
