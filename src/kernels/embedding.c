@@ -38,15 +38,8 @@ void zero__embedding_backward(float *dwte, float *dwpe, const float *dout, const
     if (dwte) {
 #pragma omp parallel num_threads(nt)
         {
-            int id = 0, n = 1;
-#ifdef _OPENMP
-            id = omp_get_thread_num();
-            n = omp_get_num_threads();
-#endif
-            /* channel slices on 16-float boundaries so threads never share a cache line */
-            size_t blocks = (C + 15) / 16;
-            size_t c0 = ZERO_MIN(C, blocks * (size_t)id / (size_t)n * 16);
-            size_t c1 = ZERO_MIN(C, blocks * (size_t)(id + 1) / (size_t)n * 16);
+            size_t c0, c1; /* channel slices: threads never share a cache line */
+            kslice(C, 16, &c0, &c1);
             for (size_t i = 0; i < B * T && c1 > c0; i++) {
                 float *d = dwte + (size_t)tokens[i] * C;
                 const float *g = dout + i * C;

@@ -10,8 +10,12 @@
 #define ZERO_KERNELS_KMATH_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* exp(x): x = n ln2 + r with |r| <= ln2/2, exp(r) by a degree-6 polynomial (Cephes expf
  * coefficients), times 2^n built in the exponent bits. */
@@ -56,6 +60,21 @@ static inline int kthreads(size_t work, int threads) {
     if (threads < 1) return 1;
     if (work < 32768) return 1;
     return threads;
+}
+
+/* Inside an OpenMP parallel region: the calling thread's contiguous slice [*begin, *end) of n
+ * items, cut on multiples of `granule` items so that no two threads write the same cache line.
+ * The split depends only on n, granule and the team size. */
+static inline void kslice(size_t n, size_t granule, size_t *begin, size_t *end) {
+    size_t id = 0, team = 1;
+#ifdef _OPENMP
+    id = (size_t)omp_get_thread_num();
+    team = (size_t)omp_get_num_threads();
+#endif
+    size_t blocks = (n + granule - 1) / granule;
+    size_t b = blocks * id / team * granule, e = blocks * (id + 1) / team * granule;
+    *begin = b < n ? b : n;
+    *end = e < n ? e : n;
 }
 
 #endif /* ZERO_KERNELS_KMATH_H */

@@ -9,6 +9,7 @@
  * Invariants: every dimension fits the library's 64-bit (dnnl) or int (cblas) index type.
  */
 #include "kernels.h"
+#include "kmath.h"
 
 #include "core/core_internal.h"
 
@@ -132,15 +133,8 @@ void zero__matmul_backward(float *dinp, float *dweight, float *dbias, const floa
          * thread only. */
 #pragma omp parallel num_threads(threads)
         {
-            int nt = 1, id = 0;
-#ifdef _OPENMP
-            nt = omp_get_num_threads();
-            id = omp_get_thread_num();
-#endif
-            /* slice boundaries on 16-float (64-byte) granularity */
-            size_t blocks = (OC + 15) / 16;
-            size_t j0 = ZERO_MIN(OC, blocks * (size_t)id / (size_t)nt * 16);
-            size_t j1 = ZERO_MIN(OC, blocks * (size_t)(id + 1) / (size_t)nt * 16);
+            size_t j0, j1;
+            kslice(OC, 16, &j0, &j1); /* 16 floats: one cache line */
             if (j1 > j0) {
                 float acc[256];
                 for (size_t jb = j0; jb < j1; jb += 256) {

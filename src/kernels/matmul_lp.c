@@ -20,6 +20,7 @@
 
 #include "core/core_internal.h"
 #include "kernels.h"
+#include "kmath.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -440,14 +441,8 @@ static void bias_backward(void *dbias, zero_dtype_t dbdt, const uint16_t *dout, 
                           size_t BT, size_t OC, int threads) {
 #pragma omp parallel num_threads(threads)
     {
-        int nt = 1, id = 0;
-#ifdef _OPENMP
-        nt = omp_get_num_threads();
-        id = omp_get_thread_num();
-#endif
-        size_t blocks = (OC + 31) / 32;
-        size_t j0 = ZERO_MIN(OC, blocks * (size_t)id / (size_t)nt * 32);
-        size_t j1 = ZERO_MIN(OC, blocks * (size_t)(id + 1) / (size_t)nt * 32);
+        size_t j0, j1;
+        kslice(OC, 32, &j0, &j1); /* 32 16-bit values: one cache line */
         float acc[256], tmp[256];
         for (size_t jb = j0; jb < j1; jb += 256) {
             size_t w = ZERO_MIN((size_t)256, j1 - jb);

@@ -77,15 +77,8 @@ void zero__zero(float *x, size_t n, int threads) {
     }
 #pragma omp parallel num_threads(nt)
     {
-        int id = 0, got = 1;
-#ifdef _OPENMP
-        id = omp_get_thread_num();
-        got = omp_get_num_threads();
-#endif
-        /* contiguous 64-byte-aligned slices, one per thread */
-        size_t blocks = (n + 15) / 16;
-        size_t a = ZERO_MIN(n, blocks * (size_t)id / (size_t)got * 16);
-        size_t b = ZERO_MIN(n, blocks * (size_t)(id + 1) / (size_t)got * 16);
+        size_t a, b;
+        kslice(n, 16, &a, &b);
         if (b > a) memset(x + a, 0, (b - a) * sizeof(float));
     }
 }
