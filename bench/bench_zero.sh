@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench_zero.sh — the ZeRO engine's targets side by side: `zero train` at stages 0-3 on 2 MPI
-# ranks (and stage 3 without prefetch), the PyTorch peer's DDP and ZeRO-1 modes, and stages 0
-# and 3 on 4 MPI ranks (without and with activation checkpointing), all on the same model (85M
+# ranks (and stage 3 without prefetch, and memory-lean: without prefetch and reduce-scatter
+# overlap), the PyTorch peer's DDP and ZeRO-1 modes, and stages 0 and 3 on 4 MPI ranks (default,
+# memory-lean, and with activation checkpointing), all on the same model (85M
 # byte-level GPT: 12 layers, 12 heads, dim 768, seq 128, batch 4 per rank, fp32, 1 compute
 # thread per rank; configs/bench-85m.json), back to back, REPS rounds (each round runs every
 # configuration, so slow drift of the machine's load hits all of them alike).
@@ -33,6 +34,7 @@ peer_steps=${PEER_STEPS:-5}
 steps4=${STEPS4:-3}
 out=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/bench_zero.XXXXXX")}
 mpirun=(mpirun --allow-run-as-root --oversubscribe)
+lean=(--set zero_optimization.stage3_prefetch_bucket_size=0 --set zero_optimization.overlap_comm=false)
 
 [ -x "$zero" ] || { echo "bench_zero: $zero not found (build first, or pass the build dir)" >&2; exit 2; }
 mkdir -p "$out"
@@ -100,6 +102,9 @@ for rep in $(seq 1 "$reps"); do
     for s in 0 1 2 3; do run_zero "zero-s$s-np2" 2 "$s" "$steps" "$rep"; done
     # stage 3 without prefetch: one gathered unit less resident, gathers not overlapped
     run_zero zero-s3-np2-nopf 2 3 "$steps" "$rep" --set zero_optimization.stage3_prefetch_bucket_size=0
+    # stage 3, memory-lean: no prefetch and no reduce-scatter overlap (one gathered unit and one
+    # gradient buffer resident instead of two of each); what it costs in time
+    run_zero zero-s3-np2-lean 2 3 "$steps" "$rep" "${lean[@]}"
     if [ "${SKIP_PEER:-0}" != 1 ]; then
         run_peer torch-ddp ddp "$rep"
         run_peer torch-zero1 zero1 "$rep"
@@ -107,6 +112,7 @@ for rep in $(seq 1 "$reps"); do
     # 4 ranks on 2 cores: for peak RSS (deterministic), so REPS4 rounds only (default: all)
     if [ "${SKIP_4:-0}" != 1 ] && [ "$rep" -le "${REPS4:-$reps}" ]; then
         for s in 0 3; do run_zero "zero-s$s-np4" 4 "$s" "$steps4" "$rep"; done
+        for s in 0 3; do run_zero "zero-s$s-np4-lean" 4 "$s" "$steps4" "$rep" "${lean[@]}"; done
         for s in 0 3; do
             run_zero "zero-s$s-np4-ckpt" 4 "$s" "$steps4" "$rep" \
                 --set model.activation_checkpointing=true
@@ -139,6 +145,8 @@ print("\ntargets (ratios of medians)")
 for s, t in ((1, 1.05), (2, 1.05), (3, 1.10)):
     ratio(f"zero-s{s}-np2", "zero-s0-np2", 3, t)
 ratio("zero-s3-np4", "zero-s0-np4", 5, 0.40)
+ratio("zero-s3-np4-lean", "zero-s0-np4-lean", 5, 0.40)
+ratio("zero-s3-np2-lean", "zero-s0-np2", 3, 1.10)
 ratio("zero-s3-np4-ckpt", "zero-s0-np4-ckpt", 5, 0.40)
 if "torch-ddp" in rows:
     best = max(("torch-ddp", "torch-zero1"), key=lambda n: med(n, 4))

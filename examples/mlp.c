@@ -7,6 +7,11 @@
  * parameters before use, hands back gradients after backward, and calls zero_engine_step.
  * Ranks are threads of this process (the threads backend). Exit code 0 when the loss falls to
  * less than half of its first value and both ranks end with the same weights fingerprint.
+ *
+ * `example_mlp bf16` trains the same model with bf16 compute: the engine then hands out bf16
+ * parameters (uint16_t bit patterns) and takes bf16 gradients, keeping fp32 master weights and
+ * Adam moments itself. The model widens what it fetches, computes in fp32, and adds its fp32
+ * gradient into the bf16 buffer (widen, add, round) — the pattern any 16-bit model follows.
  */
 #include "zero/zero.h"
 
@@ -26,7 +31,23 @@ typedef struct result {
 typedef struct job {
     zero_comm_t *comm;
     result_t *res;
+    zero_dtype_t dtype;
 } job_t;
+
+/* bf16 compute: fp32 copies of the fetched parameters and fp32 gradients the model fills. */
+enum { N1 = H * D + H + 16, N2 = H + 1 + 16 }; /* unit sizes with room for padding */
+
+/* The parameters of a unit as fp32: the engine's buffer itself, or a widened copy. */
+static const float *as_fp32(const void *p, float *copy, size_t n, zero_dtype_t dt) {
+    if (dt == ZERO_DTYPE_FP32) return p;
+    zero_bf16_to_fp32_array(copy, p, n);
+    return copy;
+}
+
+/* g (bf16) += add (fp32), rounded once per element. */
+static void add_bf16(uint16_t *g, const float *add, size_t n) {
+    for (size_t i = 0; i < n; i++) g[i] = zero_fp32_to_bf16(zero_bf16_to_fp32(g[i]) + add[i]);
+}
 
 static uint64_t next_u64(uint64_t *s) { /* xorshift64* */
     *s ^= *s >> 12;
@@ -87,6 +108,7 @@ static void *rank_main(void *arg) {
     p.warmup_steps = 10;
     p.total_steps = STEPS;
     p.persistence_threshold_elems = 0; /* shard even these small layers */
+    p.compute_dtype = job->dtype;
     zero_engine_t *eng = NULL;
     zero_status_t st = zero_engine_init(&eng, &p);
     int l1 = -1, l2 = -1;
@@ -99,28 +121,41 @@ static void *rank_main(void *arg) {
     uint64_t rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)(zero_comm_rank(job->comm) + 1);
     size_t b1 = st ? 0 : zero_engine_tensor_offset(eng, l1, 1);
     size_t b2 = st ? 0 : zero_engine_tensor_offset(eng, l2, 1);
+    const zero_dtype_t dt = job->dtype;
+    float w1[N1], w2[N2], d1[N1], d2[N2]; /* bf16 only: widened params, fp32 gradients */
     for (int step = 0; step < STEPS && !st; step++) {
         /* Forward: both layers' parameters, in use order. The forward and backward share one
          * sample here, so the backward fetches again (as a model with activations would). */
-        const float *p1 = zero_unit_fetch(eng, l1), *p2 = zero_unit_fetch(eng, l2);
-        if (!p1 || !p2) {
+        const void *q1 = zero_unit_fetch(eng, l1), *q2 = zero_unit_fetch(eng, l2);
+        if (!q1 || !q2) {
             st = ZERO_ERR_INTERNAL;
             break;
         }
+        const float *p1 = as_fp32(q1, w1, b1 + H, dt), *p2 = as_fp32(q2, w2, b2 + 1, dt);
         uint64_t keep = rng;
         float loss = train_batch(p1, p2, NULL, NULL, b1, b2, &rng);
         zero_unit_release(eng, l2);
         zero_unit_release(eng, l1);
         /* Backward: fetch in reverse order, hand back gradients as they complete. */
         rng = keep;
-        p2 = zero_unit_fetch(eng, l2);
-        p1 = zero_unit_fetch(eng, l1);
-        if (!p1 || !p2) {
+        q2 = zero_unit_fetch(eng, l2);
+        q1 = zero_unit_fetch(eng, l1);
+        if (!q1 || !q2) {
             st = ZERO_ERR_INTERNAL;
             break;
         }
-        float *g1 = zero_unit_grads(eng, l1), *g2 = zero_unit_grads(eng, l2);
-        train_batch(p1, p2, g1, g2, b1, b2, &rng);
+        p1 = as_fp32(q1, w1, b1 + H, dt);
+        p2 = as_fp32(q2, w2, b2 + 1, dt);
+        void *g1 = zero_unit_grads(eng, l1), *g2 = zero_unit_grads(eng, l2);
+        if (dt == ZERO_DTYPE_FP32) {
+            train_batch(p1, p2, g1, g2, b1, b2, &rng);
+        } else {
+            memset(d1, 0, sizeof d1);
+            memset(d2, 0, sizeof d2);
+            train_batch(p1, p2, d1, d2, b1, b2, &rng);
+            add_bf16(g1, d1, b1 + H);
+            add_bf16(g2, d2, b2 + 1);
+        }
         if (!st) st = zero_unit_grads_done(eng, l2);
         zero_unit_release(eng, l2);
         if (!st) st = zero_unit_grads_done(eng, l1);
@@ -136,7 +171,9 @@ static void *rank_main(void *arg) {
     return NULL;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const zero_dtype_t dtype =
+        argc > 1 && !strcmp(argv[1], "bf16") ? ZERO_DTYPE_BF16 : ZERO_DTYPE_FP32;
     zero_comm_t *comms[RANKS];
     if (zero_comm_threads_init_all(RANKS, comms, NULL)) {
         fprintf(stderr, "threads backend: %s\n", zero_last_error());
@@ -147,7 +184,7 @@ int main(void) {
     result_t res[RANKS];
     memset(res, 0, sizeof res);
     for (int r = 0; r < RANKS; r++) {
-        jobs[r] = (job_t){comms[r], &res[r]};
+        jobs[r] = (job_t){comms[r], &res[r], dtype};
         pthread_create(&th[r], NULL, rank_main, &jobs[r]);
     }
     for (int r = 0; r < RANKS; r++) pthread_join(th[r], NULL);
@@ -156,8 +193,8 @@ int main(void) {
     for (int r = 0; r < RANKS; r++) ok &= res[r].status == ZERO_OK;
     ok &= res[0].fingerprint == res[1].fingerprint;
     ok &= res[0].last_loss < 0.5f * res[0].first_loss;
-    printf("mlp, 2 ranks, ZeRO stage 3: loss %.4f -> %.4f, fingerprints %016llx %016llx: %s\n",
-           (double)res[0].first_loss, (double)res[0].last_loss,
+    printf("mlp, 2 ranks, ZeRO stage 3, %s: loss %.4f -> %.4f, fingerprints %016llx %016llx: %s\n",
+           zero_dtype_name(dtype), (double)res[0].first_loss, (double)res[0].last_loss,
            (unsigned long long)res[0].fingerprint, (unsigned long long)res[1].fingerprint,
            ok ? "ok" : "FAILED");
     printf("%d passed, %d failed\n", ok, !ok);

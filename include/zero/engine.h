@@ -27,9 +27,16 @@
  * reduce-scattered (rank-order sums, done by the comm layer), the reduced shards are accumulated
  * in fp32 in micro-step order, the global norm is a sum of float64 per-rank partials over the
  * owned shards combined in rank order. Unlike DeepSpeed, stage 1 therefore communicates per
- * micro-step (its traffic is that of stage 2), and stages 0/1 keep an fp32 shard accumulator
- * beside the full gradient buffer (counted in the memory theory).
- * Not implemented: bf16/fp16 compute (ZERO_ERR_UNSUPPORTED).
+ * micro-step (its traffic is that of stage 2), and stages 0/1 keep a shard accumulator
+ * (grad_accum_dtype) beside the full gradient buffer (counted in the memory theory).
+ * Mixed precision (compute_dtype bf16 or fp16, docs/mixed-precision.md): parameters as fetched,
+ * the model's gradient buffers, the reduce buckets and every collective are in the compute
+ * dtype (the comm layer sums 16-bit values in fp32 in rank order and rounds once); the reduced
+ * gradient accumulator (the shard) is in grad_accum_dtype (fp32 by default); the fp32 master
+ * weights live beside the parameters (stage 0: full; stages 1-3: the owned shard) with Adam m
+ * and v. After AdamW updates the master shard it is rounded (RNE) into the parameters and
+ * all-gathered as the stage requires. fp16 scales the loss (zero_engine_loss_scale); every dtype
+ * checks the reduced gradient for inf/NaN and skips the step on every rank when any has one.
  *
  * Collectives: with world > 1, zero_engine_init (it splits a private communicator so the
  * engine's traffic is counted apart), zero_unit_fetch / _release / _grads_done (they post
@@ -44,6 +51,7 @@
 
 #include "zero/comm.h"
 #include "zero/core.h"
+#include "zero/optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -109,9 +117,15 @@ typedef struct zero_engine_params {
     int stage;                  /* ZeRO stage 0-3 (zero_optimization.stage) */
     zero_comm_t *comm;          /* borrowed; NULL = one rank. The engine splits its own copy. */
     zero_mem_t *mem;            /* borrowed accounting domain; NULL: the engine makes its own */
-    zero_dtype_t compute_dtype; /* ZERO_DTYPE_FP32 (bf16/fp16 later) */
-    uint64_t seed;              /* parameter initialisation */
-    int threads;                /* cores the optimizer step may use (>= 1) */
+    zero_dtype_t compute_dtype; /* ZERO_DTYPE_FP32, _BF16 or _FP16 (bf16.enabled / fp16.enabled) */
+    /* data_types.grad_accum_dtype: dtype of the reduced gradient accumulator (the shard the
+     * micro-step gradients are summed into): ZERO_DTYPE_FP32 (default) or compute_dtype. */
+    zero_dtype_t grad_accum_dtype;
+    /* fp16 only: DeepSpeed's fp16.* loss scaling (dynamic by default). bf16 and fp32 use a
+     * static scale of 1 and still check for inf/NaN and skip. */
+    zero_loss_scaler_params_t loss_scaler;
+    uint64_t seed; /* parameter initialisation */
+    int threads;   /* cores the optimizer step may use (>= 1) */
 
     /* AdamW with decoupled weight decay (Loshchilov & Hutter): p -= lr * (m^/(sqrt(v^)+eps)
      * + wd * p), wd skipped for ZERO_TENSOR_NO_DECAY tensors. */
@@ -129,6 +143,10 @@ typedef struct zero_engine_params {
      * this size whose reduce-scatter is posted when full; a unit larger than half a bucket is
      * reduce-scattered straight from its gradient buffer as soon as backward hands it back. */
     int reduce_bucket_bytes;
+    /* zero_optimization.overlap_comm (default 1): gradient reduce-scatters run while backward
+     * goes on. 0: zero_unit_grads_done waits for them, so a stage-2/3 rank holds one unit's
+     * gradient buffer at a time instead of two (less memory, no overlap). Same results. */
+    int overlap_comm;
     /* Stage 3 (elements): stage3_prefetch_bucket_size (parameters being prefetched at once;
      * 0 disables prefetch), stage3_param_persistence_threshold (units of at most this many
      * parameters stay gathered), stage3_max_live_parameters (prefetch never makes the gathered,
@@ -136,16 +154,17 @@ typedef struct zero_engine_params {
     int64_t prefetch_bucket_elems, persistence_threshold_elems, max_live_elems;
 } zero_engine_params_t;
 
-/* Defaults: stage 0, one rank, fp32, seed 1337, 1 thread, lr 3e-4, min_lr 3e-5, betas (0.9, 0.95),
- * eps 1e-8, weight_decay 0.1, cosine, warm-up 0 (linear, from 0), total 1, clip 1.0, one
- * micro-step; DeepSpeed's ZeRO defaults: reduce bucket 5e8 elements (2e9 bytes, capped at
- * INT_MAX), prefetch 5e7, persistence 1e5, max live 1e9 elements. */
+/* Defaults: stage 0, one rank, fp32 (grad accumulation fp32, loss scaler defaults), seed 1337, 1
+ * thread, lr 3e-4, min_lr 3e-5, betas (0.9, 0.95), eps 1e-8, weight_decay 0.1, cosine, warm-up 0
+ * (linear, from 0), total 1, clip 1.0, one micro-step; DeepSpeed's ZeRO defaults: reduce bucket 5e8
+ * elements (2e9 bytes, capped at INT_MAX), prefetch 5e7, persistence 1e5, max live 1e9 elements. */
 ZERO_API zero_engine_params_t zero_engine_params_default(void);
 
 typedef struct zero_engine zero_engine_t;
 
-/* Create an engine. Returns ZERO_ERR_UNSUPPORTED for a compute dtype other than fp32 (with a
- * message naming what was asked), ZERO_ERR_CONFIG for invalid values. *out is owned by the
+/* Create an engine. Returns ZERO_ERR_CONFIG for invalid values (a compute dtype other than
+ * fp32/bf16/fp16, a grad_accum_dtype other than fp32 or the compute dtype, bad loss-scaler
+ * params) with a message naming the value and what is allowed. *out is owned by the
  * caller: zero_engine_free. Collective over params->comm when it has more than one rank. */
 ZERO_API zero_status_t zero_engine_init(zero_engine_t **out, const zero_engine_params_t *params);
 /* Free the engine and every buffer it owns. NULL is accepted. */
@@ -162,21 +181,23 @@ ZERO_API zero_status_t zero_engine_add_unit(zero_engine_t *eng, const char *name
 
 /* ------------------------------------------------------------------------------ per step */
 
-/* Full parameters of unit u for compute (compute dtype), valid until the matching
+/* Full parameters of unit u for compute, valid until the matching
  * zero_unit_release (stage 3 then gives the buffer back to its pool of gather buffers unless the
  * unit is persistent; stages 0-2 keep them until zero_engine_free). Fetches nest (a counter).
+ * Elements are of the compute dtype: float for fp32, uint16_t bit patterns for bf16 / fp16.
  * Tensor t starts at element zero_engine_tensor_offset(eng, u, t). Returns NULL with
  * zero_last_error() set for a bad unit or a failed gather (the message names the unit and step; the
  * engine is then failed and zero_engine_step returns the status). The model must not write the
  * memory. Collective in stage 3 (all-gather, possibly prefetches). */
-ZERO_API const float *zero_unit_fetch(zero_engine_t *eng, int u);
+ZERO_API const void *zero_unit_fetch(zero_engine_t *eng, int u);
 /* The model is done with unit u's parameters for now. */
 ZERO_API void zero_unit_release(zero_engine_t *eng, int u);
-/* Gradient buffer of unit u for this micro-step (same layout as the parameters, zero-filled at
- * the start of each micro-step). The model ADDS its gradient into it (+=) during backward, then
+/* Gradient buffer of unit u for this micro-step (same layout and dtype as the parameters,
+ * zero-filled at the start of each micro-step). The model ADDS its gradient, multiplied by
+ * zero_engine_loss_scale(), into it (+=) during backward, then
  * calls zero_unit_grads_done. In stages 2-3 the buffer exists only between the two calls.
  * NULL for a bad unit or out of memory. */
-ZERO_API float *zero_unit_grads(zero_engine_t *eng, int u);
+ZERO_API void *zero_unit_grads(zero_engine_t *eng, int u);
 /* The gradient of unit u for this micro-step is complete: it joins the reduce bucket (whose
  * reduce-scatter is posted when full) and the buffer from zero_unit_grads is recycled (stages
  * 0-1: zeroed; 2-3: freed). Collective (may post a reduce-scatter). A unit whose buffer was taken
@@ -188,18 +209,32 @@ typedef struct zero_step_stats {
     float lr;         /* learning rate used by this step */
     double grad_norm; /* global L2 norm of the averaged gradient before clipping (-1: non-finite) */
     int clipped;      /* 1 if the gradient was scaled down to grad_clip */
-    int skipped;      /* 1 if the step was skipped (non-finite gradient): weights unchanged */
+    int skipped;      /* 1 if the step was skipped (inf/NaN gradient on some rank): master
+                         weights, parameters, Adam moments, step count and LR schedule unchanged */
+    float loss_scale; /* the scale this step's gradients carried (fp16; 1 for fp32 and bf16) */
     double step_s;    /* seconds spent in zero_engine_step */
 } zero_step_stats_t;
 
 /* End of a global batch: wait for the reduce-scatters, average the accumulated gradient over
- * ranks x grad_accum_steps, compute its global norm (float64), check the fetch schedule across
- * ranks, clip, run AdamW with the scheduled learning rate on this rank's shard (stage 0: on the
- * full buffers), all-gather the updated parameters (stages 1-2; stage 3 persistent units) and
- * zero the gradients. A non-finite gradient skips the update (stats->skipped = 1) and returns
- * ZERO_OK on every rank. Ranks that called units differently get ZERO_ERR_MISMATCH naming the
- * step, the first differing call and the units. stats may be NULL. Collective. */
+ * ranks x grad_accum_steps (and divide out the loss scale), compute its global norm (float64),
+ * check the fetch schedule across ranks, clip, run AdamW with the scheduled learning rate on this
+ * rank's shard (stage 0: on the full buffers; 16-bit compute: on the fp32 master, then rounded
+ * into the parameters), all-gather the updated parameters (stages 1-2; stage 3 persistent units)
+ * and zero the gradients. An inf/NaN in any rank's reduced gradient skips the update on every
+ * rank (stats->skipped = 1, a warning is logged, fp16's scale follows the loss scaler's rules)
+ * and returns ZERO_OK; an overflow at fp16's floor with raise_error_at_min_scale returns
+ * ZERO_ERR_CONFIG on every rank, naming the step and the scale. Ranks that called units differently
+ * get ZERO_ERR_MISMATCH naming the step, the first differing call and the units. stats may be NULL.
+ * Collective. */
 ZERO_API zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats);
+
+/* The factor the model multiplies the loss gradient by before backward in this micro-step:
+ * fp16's dynamic (or static) loss scale, 1.0f for fp32 and bf16. Constant between two
+ * zero_engine_step calls; zero_engine_step divides it back out. */
+ZERO_API float zero_engine_loss_scale(const zero_engine_t *eng);
+/* The engine's loss scaler (borrowed, valid until zero_engine_free): for checkpoints
+ * (zero_loss_scaler_get_state / _set_state; set it on every rank alike) and reports. */
+ZERO_API zero_loss_scaler_t *zero_engine_loss_scaler(const zero_engine_t *eng);
 
 /* Zero all gradients (e.g. after an evaluation pass that ran backward by mistake). */
 ZERO_API void zero_engine_zero_grads(zero_engine_t *eng);
@@ -224,12 +259,15 @@ ZERO_API const zero_engine_params_t *zero_engine_params(const zero_engine_t *eng
 
 /* Copy `count` parameter (or gradient) elements of unit u starting at `offset` out of / into the
  * engine: for checkpoints and tests (finite differences). Writing parameters keeps the optimizer
- * state. ZERO_ERR_INVALID_ARG when the range leaves the unit. Parameters: every rank may read
- * and write the whole unit in stages 0-2 (writes must then be the same on every rank); stage 3
- * reads and writes the owned shard only (or the whole unit if it is persistent). Gradients: the
- * reduced (summed over ranks, not averaged) gradient accumulated so far this step, owned shard
- * only when world > 1; reading first flushes the partly filled bucket and waits for the posted
- * reduce-scatters (collective when world > 1: call it on every rank). */
+ * state. Values are fp32 whatever the compute dtype: with bf16/fp16 a read widens the parameters
+ * the model sees (exactly), a write rounds them (RNE) and sets the fp32 master where this rank
+ * holds it to the written value; gradients are widened from grad_accum_dtype. ZERO_ERR_INVALID_ARG
+ * when the range leaves the unit. Parameters: every rank may read and write the whole unit in
+ * stages 0-2 (writes must then be the same on every rank); stage 3 reads and writes the owned shard
+ * only (or the whole unit if it is persistent). Gradients: the reduced (summed over ranks, not
+ * averaged) gradient accumulated so far this step, owned shard only when world > 1; reading first
+ * flushes the partly filled bucket and waits for the posted reduce-scatters (collective when world
+ * > 1: call it on every rank). */
 ZERO_API zero_status_t zero_engine_params_read(const zero_engine_t *eng, int u, size_t offset,
                                                size_t count, float *out);
 ZERO_API zero_status_t zero_engine_params_write(zero_engine_t *eng, int u, size_t offset,
@@ -248,7 +286,9 @@ ZERO_API size_t zero_engine_unit_padded_count(const zero_engine_t *eng, int u);
 /* Training state beyond the parameters, for checkpoints (src/zero/state.c). None of these calls
  * is collective; each touches this rank's memory only. */
 typedef enum {
-    ZERO_ENGINE_STATE_MASTER, /* fp32 master weights (fp32 compute: the parameters themselves) */
+    ZERO_ENGINE_STATE_MASTER, /* fp32 master weights (fp32 compute: the parameters themselves;
+                                 bf16/fp16: a separate fp32 copy, full at stage 0, the owned
+                                 shard at stages 1-3; see zero_engine_state_read) */
     ZERO_ENGINE_STATE_ADAM_M, /* Adam first moment */
     ZERO_ENGINE_STATE_ADAM_V, /* Adam second moment */
     ZERO_ENGINE_STATE_COUNT
@@ -257,14 +297,18 @@ typedef enum {
 ZERO_API const char *zero_engine_state_name(zero_engine_state_t state); /* "master", "adam_m" */
 /* The range [*offset, *offset + *count) of `state` of unit u that this rank holds (padded
  * layout): the whole unit for the master in stages 0-2 and for stage-3 persistent units, and for
- * m and v in stage 0; otherwise the owned shard. */
+ * m and v in stage 0; otherwise the owned shard. The same ranges hold for every compute dtype. */
 ZERO_API zero_status_t zero_engine_state_range(const zero_engine_t *eng, int u,
                                                zero_engine_state_t state, size_t *offset,
                                                size_t *count);
 /* Copy `count` elements of `state` of unit u starting at `offset` (padded layout) out of / into
  * the engine; the range must lie inside zero_engine_state_range (ZERO_ERR_INVALID_ARG naming the
  * range and what the rank holds otherwise). Writers keep the padding zero and, where the master
- * is a whole unit, write the same values on every rank. Call between steps. */
+ * is a whole unit, write the same values on every rank. Call between steps.
+ * bf16/fp16 in stages 1-3 keep the fp32 master for the owned shard only: reading the master
+ * outside it gives the compute-dtype parameters widened, and writing it there rounds the values
+ * into the parameters (so a whole-unit load refreshes the full parameters of stages 1-2 and of
+ * stage-3 persistent units); inside it, writes set the master and round it into the params. */
 ZERO_API zero_status_t zero_engine_state_read(const zero_engine_t *eng, int u,
                                               zero_engine_state_t state, size_t offset,
                                               size_t count, float *out);
@@ -288,29 +332,33 @@ ZERO_API zero_status_t zero_engine_fingerprint(zero_engine_t *eng, uint64_t *out
  * model's activations appear under ZERO_MEM_ACTIVATIONS when it allocates them there), and the
  * theory for params / grads / optimizer states / communication buffers of this engine's padded
  * layout between steps (other categories 0 = no theory). With P = padded model, S = P / world,
- * A_s = padded elements of stage-3 persistent units, S_n = shard elements of the other units:
- *   params  stage 0-2: 4P            stage 3: 4(S_n + A_s)
- *   grads   stage 0-1: 4P + 4S       stage 2-3: 4S (the fp32 shard accumulator) plus the pool
- *           of working buffers the model fills during backward: 4 sum_p p K'_p, K'_p = the most
- *           units of padded size p holding gradients at once so far (kept between steps)
- *   optim   stage 0: 8P (Adam m, v)  stage 1-3: 8S (fp32 compute: the params are the master)
- *   comm    2 x 4(B + B/N) for the two reduce-bucket slots once a gradient was reduced with
+ * A_s = padded elements of stage-3 persistent units, S_n = shard elements of the other units,
+ * c = bytes per compute element (4 fp32, 2 bf16/fp16), a = bytes per grad_accum_dtype element:
+ *   params  stage 0-2: cP            stage 3: c(S_n + A_s)
+ *   grads   stage 0-1: cP + aS       stage 2-3: aS (the shard accumulator) plus the pool
+ *           of working buffers the model fills during backward: c sum_p p K'_p, K'_p = the most
+ *           units of padded size p holding gradients at once so far (kept between steps); with
+ *           16-bit compute at stage 0 and N > 1 the pool also holds one aP_u buffer per padded
+ *           size, the landing place of the step's gradient all-gather
+ *   optim   fp32 compute: stage 0: 8P (Adam m, v), stage 1-3: 8S (the params are the master)
+ *           16-bit compute: stage 0: 12P (fp32 master, m, v), stage 1-3: 12S
+ *   comm    2 x c(B + B/N) for the two reduce-bucket slots once a gradient was reduced with
  *           N > 1 ranks (B = the bucket's elements: reduce_bucket_bytes / 4 rounded down to a
  *           multiple of 16N, capped at P; with accumulation each slot also gets a receive buffer
  *           of the largest directly reduced unit's shard), plus, stage 3, the pool of
- *           gather buffers: 4 sum_p p K_p, K_p = the most non-persistent units of padded size p
+ *           gather buffers: c sum_p p K_p, K_p = the most non-persistent units of padded size p
  *           gathered (held or prefetched) at the same time so far. The pool lends a buffer of
  *           exactly a unit's padded size to each gather and takes it back at release; it frees
  *           them only in zero_engine_free. gather_pool_bytes reports it, gather_pool_idle_bytes
  *           the part not lent now (the rest are the units gathered now).
  * Communication (bytes SENT by this rank in the last completed optimizer step, every collective
  * the engine issued; N = world, M = micro-steps (grads_done rounds) of that step, control = one
- * all-gather of 32 bytes per rank per step (norm partial + schedule hash)):
- *   stage 0-2: (N-1) * 4S * M (reduce-scatter per micro-step) + (N-1) * 4S (all-gather of
- *              grads (0) or params (1, 2)) + (N-1) * 32
- *   stage 3:   (N-1) * 4S * M + sum over non-persistent units u of G_u * (N-1) * 4 S_u, where G_u
+ * all-gather of 32 bytes per rank per step (norm partial, schedule hash, inf/NaN flag)):
+ *   stage 0-2: (N-1) * cS * M (reduce-scatter per micro-step) + (N-1) * aS (stage 0: all-gather
+ *              of the reduced gradient) or (N-1) * cS (stages 1, 2: of the params) + (N-1) * 32
+ *   stage 3:   (N-1) * cS * M + sum over non-persistent units u of G_u * (N-1) * c S_u, where G_u
  *              is the number of fetch windows of u in the step (fetches with u not held: twice
- *              per micro-step for a forward + backward use), + (N-1) * 4 S_pers (persistent
+ *              per micro-step for a forward + backward use), + (N-1) * c S_pers (persistent
  *              units all-gathered after the step) + (N-1) * 32. Prefetch changes when a
  *              window's gather is posted, not how many: it follows a confirmed fetch sequence
  *              only while the calls match it, so no gather is dropped unused (if one ever is, the
@@ -327,8 +375,18 @@ typedef struct zero_engine_report {
     size_t padded_param_count; /* P */
     int stage, world_size, rank;
     /* Stage 3 (ZERO_MEM_COMM, included in memory_bytes): the pool of gather buffers, in all
-     * (4 sum_p p K_p) and the part not lent to a unit now. */
+     * (c sum_p p K_p) and the part not lent to a unit now. */
     size_t gather_pool_bytes, gather_pool_idle_bytes;
+    /* The ZeRO paper's breakdown of model states (live bytes of this rank, and the theory):
+     * [0] parameters in the compute dtype, [1] gradients kept between steps (the shard
+     * accumulator, plus at stages 0-1 the full working buffer), [2] optimizer states (fp32
+     * master when separate, Adam m and v). With 16-bit compute and 16-bit accumulation that is
+     * 2P + (2P + 2S) + 12P at stage 0 ... 2S + 2S + 12S = 16P/N at stage 3 (no persistent
+     * units). Transient buffers are apart: grad_pool_bytes (stage 2-3 working buffers, the
+     * stage-0 16-bit gather landing) and the comm buffers (reduce buckets, gather pool). */
+    size_t model_state_bytes[3], model_state_theory_bytes[3];
+    size_t grad_pool_bytes;
+    zero_dtype_t compute_dtype, grad_accum_dtype;
 } zero_engine_report_t;
 
 /* Fill *out (not collective). */

@@ -28,7 +28,9 @@ static void usage(FILE *out) {
         "options:\n"
         "  --config FILE        JSON config: DeepSpeed keys (ds_config.json) + model/data/train\n"
         "  --json-report FILE   write the run report as JSON (rank 0)\n"
-        "  --metrics FILE       JSON lines, one object per step (rank 0)\n");
+        "  --metrics FILE       JSON lines, one object per step (rank 0)\n"
+        "  --dtype NAME         compute dtype fp32, bf16 or fp16 (sets bf16.enabled and\n"
+        "                       fp16.enabled over the config file)\n");
     zero__train_config_print_flags(out);
     fprintf(out,
             "  --set KEY=VALUE      set any config key, e.g. --set model.layers=2\n"
@@ -114,7 +116,7 @@ int zero__cli_train(int argc, char **argv) {
             quiet = 1;
         } else if (!strcmp(a, "--no-peak")) {
             peak = 0;
-        } else if (!strcmp(a, "--set") || zero__train_config_flag_key(a)) {
+        } else if (!strcmp(a, "--set") || !strcmp(a, "--dtype") || zero__train_config_flag_key(a)) {
             if (!need_value(i, argc, argv)) return 2;
             i++;
         } else {
@@ -143,6 +145,8 @@ int zero__cli_train(int argc, char **argv) {
             *eq = 0;
             key = buf;
             value = eq + 1;
+        } else if (!strcmp(a, "--dtype")) {
+            if (zero__train_config_set_dtype(&cfg, argv[++i])) return fail("invalid option value");
         } else if (!strcmp(a, "--config") || !strcmp(a, "--json-report") ||
                    !strcmp(a, "--metrics")) {
             i++;

@@ -321,3 +321,21 @@ void zero_fp32_to_fp16_array(uint16_t *out, const float *in, size_t count) {
 void zero_fp16_to_fp32_array(float *out, const uint16_t *in, size_t count) {
     impls[current()].from_f16(out, in, count);
 }
+
+void zero__widen(float *out, const void *in, size_t n, zero_dtype_t dt) {
+    switch (dt) {
+    case ZERO_DTYPE_FP32: memmove(out, in, n * sizeof(float)); break;
+    case ZERO_DTYPE_BF16: zero_bf16_to_fp32_array(out, in, n); break;
+    case ZERO_DTYPE_FP16: zero_fp16_to_fp32_array(out, in, n); break;
+    default: ZERO_ASSERT(!"dtype is not fp32, bf16 or fp16");
+    }
+}
+
+void zero__narrow(void *out, const float *in, size_t n, zero_dtype_t dt) {
+    switch (dt) {
+    case ZERO_DTYPE_FP32: memmove(out, in, n * sizeof(float)); break;
+    case ZERO_DTYPE_BF16: zero_fp32_to_bf16_array(out, in, n); break;
+    case ZERO_DTYPE_FP16: zero_fp32_to_fp16_array(out, in, n); break;
+    default: ZERO_ASSERT(!"dtype is not fp32, bf16 or fp16");
+    }
+}

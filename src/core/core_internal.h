@@ -44,4 +44,9 @@ void zero__mem_untrack(zero_mem_t *mem, zero_mem_category_t category, size_t byt
 #define ZERO_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define ZERO_MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* out(n) fp32 <- in(n) of dt (FP32, BF16 or FP16): exact. Another dtype trips ZERO_ASSERT. */
+void zero__widen(float *out, const void *in, size_t n, zero_dtype_t dt);
+/* out(n) of dt <- in(n) fp32, rounded to nearest even (FP32: a copy; in and out may overlap). */
+void zero__narrow(void *out, const float *in, size_t n, zero_dtype_t dt);
+
 #endif /* ZERO_CORE_INTERNAL_H */

@@ -55,6 +55,10 @@ void zero__matmul_backward(float *dinp, float *dweight, float *dbias, const floa
                            const float *inp, const float *weight, size_t BT, size_t C, size_t OC,
                            int threads);
 
+/* Make the calling thread's next GEMM-library call (and OpenMP regions) use `threads` threads
+ * (1 inside a parallel region). Shared by matmul.c and matmul_lp.c. */
+void zero__matmul_set_threads(int threads);
+
 /* Best measured fp32 throughput (FLOP/s) of a 2048^3 GEMM on `threads` threads of the calling
  * thread, over a few repetitions (~0.3-0.5 s; allocates 48 MiB for the call). The MFU
  * denominator. Returns 0 if the buffers cannot be allocated. */

@@ -10,7 +10,11 @@
  * 0.6-4 ms measured on the GPT shapes here). oneDNN 2.6 has no f16 matmul on CPU, so fp16 (and
  * bf16 without oneDNN) widens the operands to fp32 in a per-thread scratch buffer and calls
  * zero__sgemm: exact products, fp32 speed.
- * What it is not: no other 16-bit kernel lives here yet (layernorm, GELU, ... stay fp32).
+ * The other 16-bit I/O kernels (below the matmul) mirror kernels.h: each tensor marked `dt`
+ * holds bf16 or fp16 bit patterns, every `float *` stays fp32. They widen row or element tiles
+ * into per-thread fp32 scratch, run the fp32 kernel's own math and round each output once; an
+ * accumulating output becomes round(old + fp32 update). See docs/kernels-matmul.md section
+ * "16-bit kernels".
  * Thread safety: as kernels.h; each call may use `threads` cores of the calling thread. The
  * primitive cache is shared and locked; per-thread scratch is freed when the thread exits.
  * Misuse (bad dtype, NULL operand) is our bug and trips ZERO_ASSERT.
@@ -58,5 +62,67 @@ const char *zero__matmul_lp_impl(zero_dtype_t dtype);
 
 /* Destroy every cached primitive. Only when no thread is inside a 16-bit matmul (tests). */
 void zero__matmul_lp_cache_clear(void);
+
+/* ------------------------------------------------------------------------------ 16-bit I/O */
+
+/* LayerNorm forward (as zero__layernorm_forward). out, inp: (BT, C) dt; weight, bias: (C) dt;
+ * mean, rstd: (BT) fp32. */
+void zero__layernorm_forward_lp(void *out, float *mean, float *rstd, const void *inp,
+                                const void *weight, const void *bias, zero_dtype_t dt, size_t BT,
+                                size_t C, int threads);
+
+/* LayerNorm backward, accumulates (+=). dinp, dout, inp: (BT, C) dt; dweight, dbias: (C) dt or
+ * both NULL (summed over rows in fp32, rounded once); weight: (C) dt; mean, rstd: (BT) fp32. */
+void zero__layernorm_backward_lp(void *dinp, void *dweight, void *dbias, const void *dout,
+                                 const void *inp, const void *weight, const float *mean,
+                                 const float *rstd, zero_dtype_t dt, size_t BT, size_t C,
+                                 int threads);
+
+/* GELU (tanh form). out, inp: (n) dt; out == inp allowed. */
+void zero__gelu_forward_lp(void *out, const void *inp, zero_dtype_t dt, size_t n, int threads);
+
+/* GELU backward, accumulates: dinp += gelu'(inp) * dout. All (n) dt. */
+void zero__gelu_backward_lp(void *dinp, const void *inp, const void *dout, zero_dtype_t dt,
+                            size_t n, int threads);
+
+/* out = a + b, overwrites; all (n) dt; out may alias a or b. */
+void zero__residual_forward_lp(void *out, const void *a, const void *b, zero_dtype_t dt, size_t n,
+                               int threads);
+
+/* Token + position embedding, overwrites: out[b,t,:] = round(wte[tokens[b,t],:] + wpe[t,:]).
+ * out: (B, T, C) dt; tokens: (B, T); wte: (V, C) dt; wpe: (maxT >= T, C) dt. */
+void zero__embedding_forward_lp(void *out, const int32_t *tokens, const void *wte, const void *wpe,
+                                zero_dtype_t dt, size_t B, size_t T, size_t C, int threads);
+
+/* Embedding backward, accumulates: every row of dwte (V, C) and dwpe (maxT, C) (dt, either may
+ * be NULL) receives round(old + sum of its dout (B, T, C) rows), the sum in fp32 over positions
+ * in increasing order: one rounding per row however often a token occurs. tokens in [0, V). */
+void zero__embedding_backward_lp(void *dwte, void *dwpe, const void *dout, const int32_t *tokens,
+                                 zero_dtype_t dt, size_t B, size_t T, size_t C, size_t V,
+                                 int threads);
+
+/* Fused softmax + cross-entropy forward and backward (as zero__softmax_ce_forward_backward) on
+ * fp32 logits (BT, Vp), writing losses (BT) fp32 and dlogits (BT, Vp) in dt: each element the
+ * fp32 kernel's value rounded once. dloss carries the loss scale (fp16 loss scaling). */
+void zero__softmax_ce_forward_backward_lp(float *losses, void *dlogits, zero_dtype_t dt,
+                                          const float *logits, const int32_t *targets, float dloss,
+                                          size_t BT, size_t V, size_t Vp, int threads);
+
+/* Scratch floats the 16-bit attention kernels need (forward and backward) for sequence length
+ * T, head size hs and `threads` threads. */
+size_t zero__attention_scratch_count_lp(size_t T, size_t hs, int threads);
+
+/* Causal self-attention forward (as zero__attention_forward). out: (B, T, C) dt; att:
+ * (B, NH, T, T) fp32 probabilities; inp: (B, T, 3C) dt; scratch: count above, clobbered. Each
+ * head's q, k, v are widened to fp32, the fp32 attention runs on them, out is rounded once. */
+void zero__attention_forward_lp(void *out, float *att, const void *inp, float *scratch,
+                                zero_dtype_t dt, size_t B, size_t T, size_t C, size_t NH,
+                                int threads);
+
+/* Attention backward, accumulates into dinp (B, T, 3C) dt: round(old + fp32 dq, dk, dv).
+ * dout: (B, T, C) dt; inp: (B, T, 3C) dt; att: the forward's fp32 probabilities. */
+void zero__attention_backward_lp(void *dinp, float *scratch, const void *dout, const void *inp,
+                                 const float *att, zero_dtype_t dt, size_t B, size_t T, size_t C,
+                                 size_t NH, int threads);
 
 #endif /* ZERO_KERNELS_LP_H */

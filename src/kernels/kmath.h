@@ -62,6 +62,17 @@ static inline int kthreads(size_t work, int threads) {
     return threads;
 }
 
+/* The calling thread's number and team size (0 and 1 outside a parallel region). */
+static inline void kteam(int *id, int *n) {
+#ifdef _OPENMP
+    *id = omp_get_thread_num();
+    *n = omp_get_num_threads();
+#else
+    *id = 0;
+    *n = 1;
+#endif
+}
+
 /* Inside an OpenMP parallel region: the calling thread's contiguous slice [*begin, *end) of n
  * items, cut on multiples of `granule` items so that no two threads write the same cache line.
  * The split depends only on n, granule and the team size. */

@@ -25,7 +25,7 @@
 
 /* Make the calling thread's next library call use `threads` threads. Inside an OpenMP
  * parallel region (attention's per-head loop) the call must stay on the calling thread. */
-static void set_threads(int threads) {
+void zero__matmul_set_threads(int threads) {
     ZERO_ASSERT(threads >= 1);
 #if defined(_OPENMP)
     if (omp_in_parallel()) threads = 1;
@@ -66,7 +66,7 @@ void zero__sgemm(int trans_a, int trans_b, size_t M, size_t N, size_t K, float a
                 C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
         return;
     }
-    set_threads(threads);
+    zero__matmul_set_threads(threads);
 #if defined(ZERO_HAVE_DNNL)
     dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', (dnnl_dim_t)M,
                                   (dnnl_dim_t)N, (dnnl_dim_t)K, alpha, A, (dnnl_dim_t)lda, B,

@@ -13,7 +13,7 @@
  * Invariants: the cache only grows (bounded by CACHE_MAX; beyond it a primitive is made and
  * destroyed per call) and its entries are never freed while the process runs, except by
  * zero__matmul_lp_cache_clear when no call is in flight. Per-thread scratch only grows and is
- * freed by a pthread key destructor when its thread exits. Allocation failure of scratch is
+ * freed when its thread exits (lp_io.c). Allocation failure of scratch is
  * fatal (ZERO_ASSERT): these kernels return void like every kernel in kernels.h.
  */
 #include "kernels_lp.h"
@@ -21,6 +21,7 @@
 #include "core/core_internal.h"
 #include "kernels.h"
 #include "kmath.h"
+#include "lp_io.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -31,84 +32,19 @@
 #include <dnnl.h>
 #endif
 
-/* ------------------------------------------------------------------------------ scratch */
-
-enum { SLOT_A, SLOT_B, SLOT_C, SLOT_BIAS, SLOT_DNNL, SLOT_COUNT };
-
-typedef struct {
-    void *p[SLOT_COUNT];
-    size_t bytes[SLOT_COUNT];
-} scratch_t;
-
-static pthread_key_t scratch_key;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-
-static void scratch_destroy(void *v) {
-    scratch_t *s = v;
-    for (int i = 0; i < SLOT_COUNT; i++) free(s->p[i]);
-    free(s);
-}
-
-static void scratch_key_init(void) {
-    ZERO_ASSERT(pthread_key_create(&scratch_key, scratch_destroy) == 0);
-}
-
-/* A 64-byte aligned per-thread buffer of at least `bytes` for `slot` (contents not kept). */
-static void *scratch(int slot, size_t bytes) {
-    pthread_once(&scratch_once, scratch_key_init);
-    scratch_t *s = pthread_getspecific(scratch_key);
-    if (!s) {
-        s = calloc(1, sizeof *s);
-        ZERO_ASSERT(s != NULL);
-        ZERO_ASSERT(pthread_setspecific(scratch_key, s) == 0);
-    }
-    if (s->bytes[slot] < bytes || !s->p[slot]) {
-        free(s->p[slot]);
-        size_t b = (bytes + 4095) & ~(size_t)4095;
-        if (b == 0) b = 4096;
-        s->p[slot] = aligned_alloc(64, b);
-        ZERO_ASSERT(s->p[slot] != NULL);
-        s->bytes[slot] = b;
-    }
-    return s->p[slot];
-}
-
 /* ------------------------------------------------------------------------------ helpers */
-
-static void set_threads(int threads) {
-    ZERO_ASSERT(threads >= 1);
-#if defined(_OPENMP)
-    if (omp_in_parallel()) threads = 1;
-    /* nthreads-var is per task: only this thread's later regions (and oneDNN calls) change. */
-    if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
-#endif
-}
-
-static void widen(float *out, const uint16_t *in, size_t n, zero_dtype_t dt) {
-    if (dt == ZERO_DTYPE_BF16)
-        zero_bf16_to_fp32_array(out, in, n);
-    else
-        zero_fp16_to_fp32_array(out, in, n);
-}
-
-static void narrow(uint16_t *out, const float *in, size_t n, zero_dtype_t dt) {
-    if (dt == ZERO_DTYPE_BF16)
-        zero_fp32_to_bf16_array(out, in, n);
-    else
-        zero_fp32_to_fp16_array(out, in, n);
-}
 
 /* dst(rows, cols; ld dld) <- src(rows, cols; ld sld), 16-bit -> fp32. */
 static void widen_rows(float *dst, size_t dld, const uint16_t *src, size_t sld, size_t rows,
                        size_t cols, zero_dtype_t dt, int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static) if (rows * cols >= 65536)
-    for (size_t i = 0; i < rows; i++) widen(dst + i * dld, src + i * sld, cols, dt);
+    for (size_t i = 0; i < rows; i++) zero__widen(dst + i * dld, src + i * sld, cols, dt);
 }
 
 static void narrow_rows(uint16_t *dst, size_t dld, const float *src, size_t sld, size_t rows,
                         size_t cols, zero_dtype_t dt, int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static) if (rows * cols >= 65536)
-    for (size_t i = 0; i < rows; i++) narrow(dst + i * dld, src + i * sld, cols, dt);
+    for (size_t i = 0; i < rows; i++) zero__narrow(dst + i * dld, src + i * sld, cols, dt);
 }
 
 static int is16(zero_dtype_t dt) { return dt == ZERO_DTYPE_BF16 || dt == ZERO_DTYPE_FP16; }
@@ -121,8 +57,8 @@ static void gemm_widen(int ta, int tb, size_t M, size_t N, size_t K, const uint1
                        zero_dtype_t cdt, const uint16_t *bias, int threads) {
     size_t ar = ta ? K : M, ac = ta ? M : K; /* stored shape of A */
     size_t br = tb ? N : K, bc = tb ? K : N;
-    float *a = scratch(SLOT_A, ar * ac * sizeof(float));
-    float *b = scratch(SLOT_B, br * bc * sizeof(float));
+    float *a = zero__kscratch(ZERO__KS_MM_A, ar * ac * sizeof(float));
+    float *b = zero__kscratch(ZERO__KS_MM_B, br * bc * sizeof(float));
     widen_rows(a, ac, A, lda, ar, ac, dt, threads);
     widen_rows(b, bc, B, ldb, br, bc, dt, threads);
     float *c;
@@ -131,14 +67,14 @@ static void gemm_widen(int ta, int tb, size_t M, size_t N, size_t K, const uint1
         c = C;
         cld = ldc;
     } else {
-        c = scratch(SLOT_C, M * N * sizeof(float));
+        c = zero__kscratch(ZERO__KS_MM_C, M * N * sizeof(float));
         cld = N;
         if (acc) widen_rows(c, cld, C, ldc, M, N, cdt, threads);
     }
     float beta = acc ? 1.0f : 0.0f;
     if (bias) {
-        float *fb = scratch(SLOT_BIAS, N * sizeof(float));
-        widen(fb, bias, N, dt);
+        float *fb = zero__kscratch(ZERO__KS_MM_BIAS, N * sizeof(float));
+        zero__widen(fb, bias, N, dt);
         /* Seed (or add to) C with the bias and let the GEMM accumulate: one pass over C. */
 #pragma omp parallel for num_threads(threads) schedule(static) if (M * N >= 65536)
         for (size_t i = 0; i < M; i++) {
@@ -281,6 +217,12 @@ static int gemm_dnnl(int ta, int tb, size_t M, size_t N, size_t K, const void *A
                      const void *bias, int threads) {
     pthread_once(&engine_once, engine_init);
     if (!engine) return 0;
+    /* oneDNN 2.6.3's AMX bf16 matmul returns wrong sums (or dies of SIGILL in a worker thread
+     * whose tile configuration was skipped) for K = 63 with two threads and M >= 37, every
+     * transpose combination (found by an exhaustive scan of M, K <= 70; oneDNN issue #1661 shows
+     * the same K = 63 crash). No even K failed, so odd K takes the exact widening path: the model
+     * only meets one when B x T or the width is odd. */
+    if (K % 2) return 0;
     gemm_key_t k;
     memset(&k, 0, sizeof k);
     k.ta = ta != 0;
@@ -303,7 +245,7 @@ static int gemm_dnnl(int ta, int tb, size_t M, size_t N, size_t K, const void *A
     entry_t *e = lookup(&k, &owned);
     if (!e) return 0;
 
-    void *sp = e->scratch_bytes ? scratch(SLOT_DNNL, e->scratch_bytes) : NULL;
+    void *sp = e->scratch_bytes ? zero__kscratch(ZERO__KS_MM_DNNL, e->scratch_bytes) : NULL;
     dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, mbias = NULL, ms = NULL;
     dnnl_stream_t stream = NULL;
     /* oneDNN takes non-const handles but only reads SRC, WEIGHTS and BIAS. */
@@ -396,7 +338,7 @@ void zero__gemm_lp(int trans_a, int trans_b, size_t M, size_t N, size_t K, const
                        N * zero_dtype_size(c_dtype));
         return;
     }
-    set_threads(threads);
+    zero__matmul_set_threads(threads);
 #if defined(ZERO_HAVE_DNNL)
     if (ab_dtype == ZERO_DTYPE_BF16 && gemm_dnnl(trans_a, trans_b, M, N, K, A, lda, B, ldb,
                                                  accumulate, C, ldc, c_dtype, NULL, threads))
@@ -415,8 +357,8 @@ void zero__matmul_forward_lp(void *out, zero_dtype_t out_dtype, const void *inp,
     if (C == 0) { /* out = bias (or 0), as the fp32 kernel */
         zero__gemm_lp(0, 1, BT, OC, 0, inp, C, weight, C, dtype, 0, out, OC, out_dtype, threads);
         if (!bias) return;
-        float *fb = scratch(SLOT_BIAS, OC * sizeof(float));
-        widen(fb, bias, OC, dtype);
+        float *fb = zero__kscratch(ZERO__KS_MM_BIAS, OC * sizeof(float));
+        zero__widen(fb, bias, OC, dtype);
         for (size_t i = 0; i < BT; i++) {
             if (out_dtype == ZERO_DTYPE_FP32)
                 memcpy((float *)out + i * OC, fb, OC * sizeof(float));
@@ -425,7 +367,7 @@ void zero__matmul_forward_lp(void *out, zero_dtype_t out_dtype, const void *inp,
         }
         return;
     }
-    set_threads(threads);
+    zero__matmul_set_threads(threads);
     /* out(BT, OC) = inp(BT, C) · weight(OC, C)ᵀ + bias: NT, bias fused. */
 #if defined(ZERO_HAVE_DNNL)
     if (dtype == ZERO_DTYPE_BF16 &&
@@ -448,7 +390,7 @@ static void bias_backward(void *dbias, zero_dtype_t dbdt, const uint16_t *dout, 
             size_t w = ZERO_MIN((size_t)256, j1 - jb);
             for (size_t j = 0; j < w; j++) acc[j] = 0.0f;
             for (size_t i = 0; i < BT; i++) {
-                widen(tmp, dout + i * OC + jb, w, dt);
+                zero__widen(tmp, dout + i * OC + jb, w, dt);
                 for (size_t j = 0; j < w; j++) acc[j] += tmp[j];
             }
             if (dbdt == ZERO_DTYPE_FP32) {
@@ -456,9 +398,9 @@ static void bias_backward(void *dbias, zero_dtype_t dbdt, const uint16_t *dout, 
                 for (size_t j = 0; j < w; j++) db[j] += acc[j];
             } else {
                 uint16_t *db = (uint16_t *)dbias + jb;
-                widen(tmp, db, w, dbdt);
+                zero__widen(tmp, db, w, dbdt);
                 for (size_t j = 0; j < w; j++) tmp[j] += acc[j];
-                narrow(db, tmp, w, dbdt);
+                zero__narrow(db, tmp, w, dbdt);
             }
         }
     }

@@ -8,13 +8,28 @@
  * thread count. Targets < 0 are ignored positions (loss 0, gradient 0).
  * zero__softmax_ce_forward_backward fuses both for a known, uniform dloss: one DRAM read of each
  * row instead of two (measured at V = 50257: see docs/kernels-matmul.md).
+ * The 16-bit variant reads fp32 logits (the model keeps them fp32) and rounds the row's fp32
+ * gradient, computed by the same row function into per-thread scratch, into a 16-bit dlogits.
  */
 #include "kernels.h"
+#include "kernels_lp.h"
 #include "kmath.h"
+#include "lp_io.h"
 
 #include "core/core_internal.h"
 
 #include <math.h>
+
+/* log-sum-exp of x(V): max first, so exp never overflows. */
+static inline float row_lse(const float *x, size_t V) {
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (size_t j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (size_t j = 0; j < V; j++) s += kexp(x[j] - mx);
+    return mx + logf(s);
+}
 
 void zero__softmax_ce_forward(float *losses, float *lse, const float *logits,
                               const int32_t *targets, size_t BT, size_t V, size_t Vp, int threads) {
@@ -23,13 +38,7 @@ void zero__softmax_ce_forward(float *losses, float *lse, const float *logits,
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (size_t i = 0; i < BT; i++) {
         const float *x = logits + i * Vp;
-        float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-        for (size_t j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (size_t j = 0; j < V; j++) s += kexp(x[j] - mx);
-        float l = mx + logf(s);
+        float l = row_lse(x, V);
         if (lse) lse[i] = l;
         int32_t tg = targets[i];
         ZERO_DEBUG_ASSERT(tg < (int32_t)V);
@@ -57,30 +66,45 @@ void zero__softmax_ce_backward(float *dlogits, const float *logits, const float 
     }
 }
 
+/* One row of the fused forward + backward: returns the loss, writes dx(Vp). */
+static inline float ce_row(float *dx, const float *x, int32_t tg, float dloss, size_t V,
+                           size_t Vp) {
+    float l = row_lse(x, V);
+    ZERO_DEBUG_ASSERT(tg < (int32_t)V);
+    /* read x[tg] before the row is overwritten (dlogits may alias logits) */
+    float loss = tg < 0 ? 0.0f : l - x[tg];
+    float d = tg < 0 ? 0.0f : dloss;
+#pragma omp simd
+    for (size_t j = 0; j < V; j++) dx[j] = kexp(x[j] - l) * d;
+    for (size_t j = V; j < Vp; j++) dx[j] = 0.0f;
+    if (tg >= 0) dx[tg] -= d;
+    return loss;
+}
+
 void zero__softmax_ce_forward_backward(float *losses, float *dlogits, const float *logits,
                                        const int32_t *targets, float dloss, size_t BT, size_t V,
                                        size_t Vp, int threads) {
     ZERO_ASSERT(losses && dlogits && logits && targets && V > 0 && Vp >= V);
     int nt = kthreads(BT * V, threads);
 #pragma omp parallel for num_threads(nt) schedule(static)
-    for (size_t i = 0; i < BT; i++) {
-        const float *x = logits + i * Vp;
-        float *dx = dlogits + i * Vp;
-        float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-        for (size_t j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (size_t j = 0; j < V; j++) s += kexp(x[j] - mx);
-        float l = mx + logf(s);
-        int32_t tg = targets[i];
-        ZERO_DEBUG_ASSERT(tg < (int32_t)V);
-        /* read x[tg] before the row is overwritten (dlogits may alias logits) */
-        losses[i] = tg < 0 ? 0.0f : l - x[tg];
-        float d = tg < 0 ? 0.0f : dloss;
-#pragma omp simd
-        for (size_t j = 0; j < V; j++) dx[j] = kexp(x[j] - l) * d;
-        for (size_t j = V; j < Vp; j++) dx[j] = 0.0f;
-        if (tg >= 0) dx[tg] -= d;
+    for (size_t i = 0; i < BT; i++)
+        losses[i] = ce_row(dlogits + i * Vp, logits + i * Vp, targets[i], dloss, V, Vp);
+}
+
+void zero__softmax_ce_forward_backward_lp(float *losses, void *dlogits, zero_dtype_t dt,
+                                          const float *logits, const int32_t *targets, float dloss,
+                                          size_t BT, size_t V, size_t Vp, int threads) {
+    ZERO_ASSERT(losses && dlogits && logits && targets && V > 0 && Vp >= V);
+    const size_t es = zero_dtype_size(dt);
+    int nt = kthreads(BT * V, threads);
+#pragma omp parallel num_threads(nt)
+    {
+        /* the row's fp32 gradient, rounded once (a V = 50257 row is 200 KB: stays in L2) */
+        float *dx = zero__kscratch(ZERO__KS_ROWS, Vp * sizeof(float));
+#pragma omp for schedule(static)
+        for (size_t i = 0; i < BT; i++) {
+            losses[i] = ce_row(dx, logits + i * Vp, targets[i], dloss, V, Vp);
+            zero__narrow((char *)dlogits + i * Vp * es, dx, Vp, dt);
+        }
     }
 }

@@ -12,11 +12,20 @@
  * (from the pre-activation), the two projections that only feed a residual add, and the attention
  * output and probabilities (from qkv; the attention kernel does not depend on the thread count).
  * Per layer only the ln means/rstds, qkv, res2 and fch stay.
+ * Compute dtype (the engine's: fp32, bf16 or fp16): parameters as fetched, every activation, the
+ * residual stream, activation gradients and weight gradients are in it; bf16/fp16 run the
+ * 16-bit I/O kernels (kernels_lp.h), which compute in fp32 and round each output once. fp32 in
+ * every dtype: LayerNorm mean/rstd, the attention probabilities (one shared buffer), the logits
+ * (the head GEMM accumulates in fp32; loss and sampling read them) and the losses. The residual
+ * stream stays 16-bit: bf16 training of a small GPT on tinyshakespeare ends within 1% of fp32's
+ * validation loss with it (tests/model/test_gpt_lp.c). fp16 multiplies the loss gradient by the
+ * engine's loss scale. The fp32 path calls the fp32 kernels exactly as before (bitwise).
  */
 #include "model/gpt.h"
 
 #include "core/core_internal.h"
 #include "kernels/kernels.h"
+#include "kernels/kernels_lp.h"
 
 #include <math.h>
 #include <string.h>
@@ -40,13 +49,14 @@ enum {
 enum { E_WTE, E_WPE, E_COUNT };
 enum { F_LNFW, F_LNFB, F_COUNT };
 
-/* Activations of one block. */
+/* Activations of one block. `void *` tensors are in the compute dtype (float for fp32, 16-bit
+ * patterns for bf16/fp16); `float *` ones are fp32 in every dtype. */
 typedef struct block_acts {
     float *ln1_mean, *ln1_rstd; /* (B,T), (B,T) */
-    float *qkv;                 /* (B,T,3C) */
-    float *res2;                /* (B,T,C): LayerNorm 2's input, its backward reads it */
+    void *qkv;                  /* (B,T,3C) */
+    void *res2;                 /* (B,T,C): LayerNorm 2's input, its backward reads it */
     float *ln2_mean, *ln2_rstd; /* (B,T), (B,T) */
-    float *fch;                 /* (B,T,4C) GELU input; the output is rebuilt from it */
+    void *fch;                  /* (B,T,4C) GELU input; the output is rebuilt from it */
 } block_acts_t;
 
 struct zero_gpt {
@@ -54,22 +64,25 @@ struct zero_gpt {
     zero_engine_t *eng; /* borrowed */
     int batch, checkpointing, threads;
     int unit_emb, unit_block0, unit_final;
+    zero_dtype_t dt; /* the engine's compute dtype: parameters, activations, gradients */
+    size_t es;       /* its element size */
 
-    float *act_mem; /* owned, one block of ZERO_MEM_ACTIVATIONS */
+    void *act_mem; /* owned, one block of ZERO_MEM_ACTIVATIONS */
     size_t act_bytes;
     block_acts_t *acts; /* L entries, or 1 with checkpointing */
-    float *resid;       /* (L+1, B, T, C): resid[0] = embeddings, resid[l+1] = block l output */
-    float *lnf, *lnf_mean, *lnf_rstd; /* (B,T,C), (B,T), (B,T) */
-    float *logits;                    /* (B,T,V) */
-    float *dlogits;                   /* (B,T,V) gradient of the mean loss, from the forward */
-    float *losses;                    /* (B,T) */
+    void *resid;        /* (L+1, B, T, C): resid[0] = embeddings, resid[l+1] = block l output */
+    void *lnf;          /* (B,T,C) */
+    float *lnf_mean, *lnf_rstd; /* (B,T), (B,T) */
+    float *logits; /* (B,T,V) fp32 in every dtype (the head GEMM accumulates in fp32) */
+    void *dlogits; /* (B,T,V) gradient of the mean loss, from the forward */
+    float *losses; /* (B,T) */
     /* activation-gradient scratch */
-    float *dres;        /* (B,T,C) gradient of the residual stream */
-    float *d4a, *d4b;   /* (B,T,4C) */
-    float *dc;          /* (B,T,C) */
-    float *ln;          /* (B,T,C) the current LayerNorm output (ln1 or ln2), rebuilt on use */
-    float *att;         /* (B,NH,T,T) the current block's attention probabilities */
-    float *att_scratch; /* zero__attention_scratch_count */
+    void *dres;         /* (B,T,C) gradient of the residual stream */
+    void *d4a, *d4b;    /* (B,T,4C) */
+    void *dc;           /* (B,T,C) */
+    void *ln;           /* (B,T,C) the current LayerNorm output (ln1 or ln2), rebuilt on use */
+    float *att;         /* (B,NH,T,T) the current block's attention probabilities, fp32 */
+    float *att_scratch; /* zero__attention_scratch_count(_lp) */
     int32_t *tokens;    /* (B,T) copy of the last forward's inputs */
     int32_t *targets;   /* (B,T) copy of the last forward's targets */
 
@@ -158,51 +171,48 @@ static zero_status_t declare_units(zero_gpt_t *g) {
     return zero_engine_add_unit(g->eng, "final", fin, F_COUNT, &g->unit_final);
 }
 
-/* Carve activation views out of one block: the first pass (base == NULL) only counts. */
-static size_t carve(float *base, size_t *off, size_t count, float **out) {
-    size_t aligned = (count + 15) / 16 * 16; /* 64-byte aligned views */
-    if (base) *out = base + *off;
-    *off += aligned;
-    return aligned;
+/* Carve a view of `count` elements of `es` bytes out of one block, 64-byte aligned: the first
+ * pass (base == NULL) only counts bytes. */
+static void carve(char *base, size_t *off, size_t count, size_t es, void *out) {
+    if (base) *(void **)out = base + *off;
+    *off += (count * es + 63) / 64 * 64;
 }
 
-static void layout(zero_gpt_t *g, float *base, size_t *total) {
+static void layout(zero_gpt_t *g, char *base, size_t *total) {
     const size_t B = (size_t)g->batch, T = (size_t)g->cfg.seq, C = (size_t)g->cfg.dim;
     const size_t L = (size_t)g->cfg.layers, NH = (size_t)g->cfg.heads, V = (size_t)g->cfg.vocab;
-    const size_t BT = B * T;
+    const size_t BT = B * T, f = sizeof(float), e = g->es;
     size_t off = 0;
     int nacts = g->checkpointing ? 1 : g->cfg.layers;
     for (int l = 0; l < nacts; l++) {
         block_acts_t a, *p = base ? &g->acts[l] : &a;
-        carve(base, &off, BT, &p->ln1_mean);
-        carve(base, &off, BT, &p->ln1_rstd);
-        carve(base, &off, BT * 3 * C, &p->qkv);
-        carve(base, &off, BT * C, &p->res2);
-        carve(base, &off, BT, &p->ln2_mean);
-        carve(base, &off, BT, &p->ln2_rstd);
-        carve(base, &off, BT * 4 * C, &p->fch);
+        carve(base, &off, BT, f, &p->ln1_mean);
+        carve(base, &off, BT, f, &p->ln1_rstd);
+        carve(base, &off, BT * 3 * C, e, &p->qkv);
+        carve(base, &off, BT * C, e, &p->res2);
+        carve(base, &off, BT, f, &p->ln2_mean);
+        carve(base, &off, BT, f, &p->ln2_rstd);
+        carve(base, &off, BT * 4 * C, e, &p->fch);
     }
-    carve(base, &off, (L + 1) * BT * C, &g->resid);
-    carve(base, &off, BT * C, &g->lnf);
-    carve(base, &off, BT, &g->lnf_mean);
-    carve(base, &off, BT, &g->lnf_rstd);
-    carve(base, &off, BT * V, &g->logits);
-    carve(base, &off, BT * V, &g->dlogits);
-    carve(base, &off, BT, &g->losses);
-    carve(base, &off, BT * C, &g->dres);
-    carve(base, &off, BT * 4 * C, &g->d4a);
-    carve(base, &off, BT * 4 * C, &g->d4b);
-    carve(base, &off, BT * C, &g->dc);
-    carve(base, &off, BT * C, &g->ln);
-    carve(base, &off, B * NH * T * T, &g->att);
-    carve(base, &off, zero__attention_scratch_count(T, g->threads), &g->att_scratch);
-    float *tok = NULL, *tgt = NULL;
-    carve(base, &off, BT, &tok); /* int32 fits a float slot */
-    carve(base, &off, BT, &tgt);
-    if (base) {
-        g->tokens = (int32_t *)(void *)tok;
-        g->targets = (int32_t *)(void *)tgt;
-    }
+    carve(base, &off, (L + 1) * BT * C, e, &g->resid);
+    carve(base, &off, BT * C, e, &g->lnf);
+    carve(base, &off, BT, f, &g->lnf_mean);
+    carve(base, &off, BT, f, &g->lnf_rstd);
+    carve(base, &off, BT * V, f, &g->logits);
+    carve(base, &off, BT * V, e, &g->dlogits);
+    carve(base, &off, BT, f, &g->losses);
+    carve(base, &off, BT * C, e, &g->dres);
+    carve(base, &off, BT * 4 * C, e, &g->d4a);
+    carve(base, &off, BT * 4 * C, e, &g->d4b);
+    carve(base, &off, BT * C, e, &g->dc);
+    carve(base, &off, BT * C, e, &g->ln);
+    carve(base, &off, B * NH * T * T, f, &g->att);
+    size_t nscr = g->dt == ZERO_DTYPE_FP32
+                      ? zero__attention_scratch_count(T, g->threads)
+                      : zero__attention_scratch_count_lp(T, C / NH, g->threads);
+    carve(base, &off, nscr, f, &g->att_scratch);
+    carve(base, &off, BT, sizeof(int32_t), &g->tokens);
+    carve(base, &off, BT, sizeof(int32_t), &g->targets);
     *total = off;
 }
 
@@ -221,6 +231,14 @@ zero_status_t zero__gpt_init(zero_gpt_t **out, const zero_gpt_config_t *cfg, zer
     g->batch = batch;
     g->checkpointing = checkpointing ? 1 : 0;
     g->threads = threads < 1 ? 1 : threads;
+    g->dt = zero_engine_params(eng)->compute_dtype;
+    if (g->dt != ZERO_DTYPE_FP32 && g->dt != ZERO_DTYPE_BF16 && g->dt != ZERO_DTYPE_FP16) {
+        st = zero__error(ZERO_ERR_UNSUPPORTED,
+                         "model: compute dtype %s is not supported (expected fp32, bf16 or fp16)",
+                         zero_dtype_name(g->dt));
+        goto fail;
+    }
+    g->es = zero_dtype_size(g->dt);
     st = declare_units(g);
     if (st) goto fail;
     g->acts = calloc(g->checkpointing ? 1 : (size_t)cfg->layers, sizeof *g->acts);
@@ -230,7 +248,7 @@ zero_status_t zero__gpt_init(zero_gpt_t **out, const zero_gpt_config_t *cfg, zer
     }
     size_t total = 0;
     layout(g, NULL, &total);
-    g->act_bytes = total * sizeof(float);
+    g->act_bytes = total;
     g->act_mem = zero_mem_alloc(zero_engine_mem(eng), ZERO_MEM_ACTIVATIONS, g->act_bytes, 64);
     if (!g->act_mem) {
         st = zero__error(ZERO_ERR_OUT_OF_MEMORY,
@@ -243,9 +261,9 @@ zero_status_t zero__gpt_init(zero_gpt_t **out, const zero_gpt_config_t *cfg, zer
     /* Touch every page now: otherwise the first training step pays ~0.1 ms per MiB of page
      * faults inside the timed loop (seen in perf as clear_page under the kernels). */
     memset(g->act_mem, 0, g->act_bytes);
-    zero__log(ZERO_LOG_DEBUG, -1, 0, "model: %zu parameters, %.1f MiB activations (%s)",
+    zero__log(ZERO_LOG_DEBUG, -1, 0, "model: %zu parameters, %.1f MiB activations (%s, %s)",
               zero__gpt_param_count(cfg), (double)g->act_bytes / 1048576.0,
-              g->checkpointing ? "checkpointing" : "all stored");
+              g->checkpointing ? "checkpointing" : "all stored", zero_dtype_name(g->dt));
     *out = g;
     return ZERO_OK;
 fail:
@@ -266,85 +284,167 @@ const float *zero__gpt_logits(const zero_gpt_t *g) { return g->logits; }
 size_t zero__gpt_activation_bytes(const zero_gpt_t *g) { return g->act_bytes; }
 const zero_gpt_config_t *zero__gpt_config(const zero_gpt_t *g) { return &g->cfg; }
 
-static const float *tensor(const zero_gpt_t *g, const float *base, int unit, int t) {
-    return base + zero_engine_tensor_offset(g->eng, unit, t);
+/* Element i of a compute-dtype buffer. */
+static void *at(const zero_gpt_t *g, const void *base, size_t i) {
+    return (char *)(uintptr_t)base + i * g->es;
 }
-static float *gtensor(const zero_gpt_t *g, float *base, int unit, int t) {
-    return base + zero_engine_tensor_offset(g->eng, unit, t);
+static const void *tensor(const zero_gpt_t *g, const void *base, int unit, int t) {
+    return at(g, base, zero_engine_tensor_offset(g->eng, unit, t));
+}
+static void *gtensor(const zero_gpt_t *g, void *base, int unit, int t) {
+    return at(g, base, zero_engine_tensor_offset(g->eng, unit, t));
 }
 
-/* One block forward: x (B,T,C) -> y (B,T,C), activations into a. The single-use values go to
- * the shared scratch (g->ln, g->d4b, g->dc): between blocks only g->dres is live, so the forward
- * (and its recompute under checkpointing, which runs before the block's backward) may use them. */
-static void block_forward(zero_gpt_t *g, const float *w, int unit, block_acts_t *a, const float *x,
-                          float *y, size_t B, size_t T) {
-    const size_t C = (size_t)g->cfg.dim, NH = (size_t)g->cfg.heads, BT = B * T;
-    const int th = g->threads;
-    float *ln = g->ln, *atty = g->d4b, *gelu = g->d4b, *proj = g->dc;
-#define W(i) tensor(g, w, unit, i)
-    zero__layernorm_forward(ln, a->ln1_mean, a->ln1_rstd, x, W(B_LN1W), W(B_LN1B), BT, C, th);
-    zero__matmul_forward(a->qkv, ln, W(B_QKVW), W(B_QKVB), BT, C, 3 * C, th);
-    zero__attention_forward(atty, g->att, a->qkv, B, T, C, NH, th);
-    zero__matmul_forward(proj, atty, W(B_ATTPROJW), W(B_ATTPROJB), BT, C, C, th);
-    zero__residual_forward(a->res2, x, proj, BT * C, th);
-    zero__layernorm_forward(ln, a->ln2_mean, a->ln2_rstd, a->res2, W(B_LN2W), W(B_LN2B), BT, C, th);
-    zero__matmul_forward(a->fch, ln, W(B_FCW), W(B_FCB), BT, C, 4 * C, th);
-    zero__gelu_forward(gelu, a->fch, BT * 4 * C, th);
-    zero__matmul_forward(proj, gelu, W(B_FCPROJW), W(B_FCPROJB), BT, 4 * C, C, th);
-    zero__residual_forward(y, a->res2, proj, BT * C, th);
-#undef W
+/* ------------------------------------------------------------------------------ dtype dispatch */
+
+/* One model code path for every dtype: these pick the fp32 kernel (kernels.h) or its 16-bit
+ * I/O twin (kernels_lp.h). Arguments as the kernels'; `void *` tensors are in g->dt. */
+#define LP (g->dt != ZERO_DTYPE_FP32)
+
+static void k_layernorm(const zero_gpt_t *g, void *out, float *mean, float *rstd, const void *inp,
+                        const void *w, const void *b, size_t BT, size_t C) {
+    if (LP)
+        zero__layernorm_forward_lp(out, mean, rstd, inp, w, b, g->dt, BT, C, g->threads);
+    else
+        zero__layernorm_forward(out, mean, rstd, inp, w, b, BT, C, g->threads);
+}
+
+static void k_layernorm_backward(const zero_gpt_t *g, void *dinp, void *dw, void *db,
+                                 const void *dout, const void *inp, const void *w,
+                                 const float *mean, const float *rstd, size_t BT, size_t C) {
+    if (LP)
+        zero__layernorm_backward_lp(dinp, dw, db, dout, inp, w, mean, rstd, g->dt, BT, C,
+                                    g->threads);
+    else
+        zero__layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, BT, C, g->threads);
+}
+
+static void k_matmul(const zero_gpt_t *g, void *out, const void *inp, const void *w,
+                     const void *bias, size_t BT, size_t C, size_t OC) {
+    if (LP)
+        zero__matmul_forward_lp(out, g->dt, inp, w, bias, g->dt, BT, C, OC, g->threads);
+    else
+        zero__matmul_forward(out, inp, w, bias, BT, C, OC, g->threads);
+}
+
+static void k_gelu(const zero_gpt_t *g, void *out, const void *inp, size_t n) {
+    if (LP)
+        zero__gelu_forward_lp(out, inp, g->dt, n, g->threads);
+    else
+        zero__gelu_forward(out, inp, n, g->threads);
+}
+
+static void k_gelu_backward(const zero_gpt_t *g, void *dinp, const void *inp, const void *dout,
+                            size_t n) {
+    if (LP)
+        zero__gelu_backward_lp(dinp, inp, dout, g->dt, n, g->threads);
+    else
+        zero__gelu_backward(dinp, inp, dout, n, g->threads);
+}
+
+static void k_residual(const zero_gpt_t *g, void *out, const void *a, const void *b, size_t n) {
+    if (LP)
+        zero__residual_forward_lp(out, a, b, g->dt, n, g->threads);
+    else
+        zero__residual_forward(out, a, b, n, g->threads);
+}
+
+static void k_attention(const zero_gpt_t *g, void *out, const void *qkv, size_t B, size_t T) {
+    const size_t C = (size_t)g->cfg.dim, NH = (size_t)g->cfg.heads;
+    if (LP)
+        zero__attention_forward_lp(out, g->att, qkv, g->att_scratch, g->dt, B, T, C, NH,
+                                   g->threads);
+    else
+        zero__attention_forward(out, g->att, qkv, B, T, C, NH, g->threads);
+}
+
+static void k_attention_backward(const zero_gpt_t *g, void *dinp, const void *dout, const void *qkv,
+                                 size_t B, size_t T) {
+    const size_t C = (size_t)g->cfg.dim, NH = (size_t)g->cfg.heads;
+    if (LP)
+        zero__attention_backward_lp(dinp, g->att_scratch, dout, qkv, g->att, g->dt, B, T, C, NH,
+                                    g->threads);
+    else
+        zero__attention_backward(dinp, g->att_scratch, dout, qkv, g->att, B, T, C, NH, g->threads);
 }
 
 /* Linear backward that OVERWRITES dinp (BT, C) and accumulates dweight/dbias: the activation
  * gradients are scratch buffers reused by every block, so writing them with beta = 0 saves
  * zeroing them first (a memset pass over up to (BT, 4C) per linear). */
-static void linear_backward_set(float *dinp, float *dweight, float *dbias, const float *dout,
-                                const float *inp, const float *weight, size_t BT, size_t C,
-                                size_t OC, int th) {
+static void linear_backward_set(const zero_gpt_t *g, void *dinp, void *dweight, void *dbias,
+                                const void *dout, const void *inp, const void *weight, size_t BT,
+                                size_t C, size_t OC) {
+    const int th = g->threads;
+    if (LP) {
+        zero__gemm_lp(0, 0, BT, C, OC, dout, OC, weight, C, g->dt, 0, dinp, C, g->dt, th);
+        zero__matmul_backward_lp(NULL, g->dt, dweight, dbias, g->dt, dout, inp, weight, g->dt, BT,
+                                 C, OC, th);
+        return;
+    }
     /* dinp(BT, C) = dout(BT, OC) · weight(OC, C): NN */
     zero__sgemm(0, 0, BT, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C, th);
     zero__matmul_backward(NULL, dweight, dbias, dout, inp, weight, BT, C, OC, th);
+}
+
+/* ------------------------------------------------------------------------------ blocks */
+
+/* One block forward: x (B,T,C) -> y (B,T,C), activations into a. The single-use values go to
+ * the shared scratch (g->ln, g->d4b, g->dc): between blocks only g->dres is live, so the forward
+ * (and its recompute under checkpointing, which runs before the block's backward) may use them. */
+static void block_forward(zero_gpt_t *g, const void *w, int unit, block_acts_t *a, const void *x,
+                          void *y, size_t B, size_t T) {
+    const size_t C = (size_t)g->cfg.dim, BT = B * T;
+    void *ln = g->ln, *atty = g->d4b, *gelu = g->d4b, *proj = g->dc;
+#define W(i) tensor(g, w, unit, i)
+    k_layernorm(g, ln, a->ln1_mean, a->ln1_rstd, x, W(B_LN1W), W(B_LN1B), BT, C);
+    k_matmul(g, a->qkv, ln, W(B_QKVW), W(B_QKVB), BT, C, 3 * C);
+    k_attention(g, atty, a->qkv, B, T);
+    k_matmul(g, proj, atty, W(B_ATTPROJW), W(B_ATTPROJB), BT, C, C);
+    k_residual(g, a->res2, x, proj, BT * C);
+    k_layernorm(g, ln, a->ln2_mean, a->ln2_rstd, a->res2, W(B_LN2W), W(B_LN2B), BT, C);
+    k_matmul(g, a->fch, ln, W(B_FCW), W(B_FCB), BT, C, 4 * C);
+    k_gelu(g, gelu, a->fch, BT * 4 * C);
+    k_matmul(g, proj, gelu, W(B_FCPROJW), W(B_FCPROJB), BT, 4 * C, C);
+    k_residual(g, y, a->res2, proj, BT * C);
+#undef W
 }
 
 /* One block backward. On entry g->dres holds dL/dy; on exit it holds dL/dx. The residual
  * connections let dres serve as the gradient of both branches: y = res2 + fcproj gives
  * d(fcproj) = dy and d(res2) = dy + (the MLP branch's contribution), accumulated in place; the
  * same holds for res2 = x + attproj. */
-static void block_backward(zero_gpt_t *g, const float *w, float *gw, int unit,
-                           const block_acts_t *a, const float *x, size_t B, size_t T) {
-    const size_t C = (size_t)g->cfg.dim, NH = (size_t)g->cfg.heads, BT = B * T;
-    const int th = g->threads;
+static void block_backward(zero_gpt_t *g, const void *w, void *gw, int unit, const block_acts_t *a,
+                           const void *x, size_t B, size_t T) {
+    const size_t C = (size_t)g->cfg.dim, BT = B * T, es = g->es;
 #define W(i) tensor(g, w, unit, i)
 #define G(i) gtensor(g, gw, unit, i)
-    float *dres = g->dres;
+    void *dres = g->dres;
     /* Rebuild the GELU output into d4b (bitwise what the forward fed fc-proj), use it for the
      * weight gradient, then reuse d4b for d(fch). The recompute is a streaming pass, cheaper
      * than keeping (B,T,4C) per layer. */
-    zero__gelu_forward(g->d4b, a->fch, BT * 4 * C, th);
-    linear_backward_set(g->d4a, G(B_FCPROJW), G(B_FCPROJB), dres, g->d4b, W(B_FCPROJW), BT, 4 * C,
-                        C, th); /* d4a = d(fch_gelu) */
-    memset(g->d4b, 0, BT * 4 * C * sizeof(float));
-    zero__gelu_backward(g->d4b, a->fch, g->d4a, BT * 4 * C, th); /* d4b = d(fch) */
+    k_gelu(g, g->d4b, a->fch, BT * 4 * C);
+    linear_backward_set(g, g->d4a, G(B_FCPROJW), G(B_FCPROJB), dres, g->d4b, W(B_FCPROJW), BT,
+                        4 * C, C); /* d4a = d(fch_gelu) */
+    memset(g->d4b, 0, BT * 4 * C * es);
+    k_gelu_backward(g, g->d4b, a->fch, g->d4a, BT * 4 * C); /* d4b = d(fch) */
     /* ln2 again from res2: the kernel rewrites mean/rstd with the values they hold. */
-    zero__layernorm_forward(g->ln, a->ln2_mean, a->ln2_rstd, a->res2, W(B_LN2W), W(B_LN2B), BT, C,
-                            th);
-    linear_backward_set(g->dc, G(B_FCW), G(B_FCB), g->d4b, g->ln, W(B_FCW), BT, C, 4 * C,
-                        th); /* dc = d(ln2) */
-    zero__layernorm_backward(dres, G(B_LN2W), G(B_LN2B), g->dc, a->res2, W(B_LN2W), a->ln2_mean,
-                             a->ln2_rstd, BT, C, th); /* dres = d(res2) */
+    k_layernorm(g, g->ln, a->ln2_mean, a->ln2_rstd, a->res2, W(B_LN2W), W(B_LN2B), BT, C);
+    linear_backward_set(g, g->dc, G(B_FCW), G(B_FCB), g->d4b, g->ln, W(B_FCW), BT, C,
+                        4 * C); /* dc = d(ln2) */
+    k_layernorm_backward(g, dres, G(B_LN2W), G(B_LN2B), g->dc, a->res2, W(B_LN2W), a->ln2_mean,
+                         a->ln2_rstd, BT, C); /* dres = d(res2) */
     /* Rebuild atty (into d4b, free again) and att from qkv: about 3% of the block's forward
      * FLOPs for (B,T,C) + (B,NH,T,T) per layer. */
-    zero__attention_forward(g->d4b, g->att, a->qkv, B, T, C, NH, th);
-    linear_backward_set(g->dc, G(B_ATTPROJW), G(B_ATTPROJB), dres, g->d4b, W(B_ATTPROJW), BT, C, C,
-                        th); /* dc = d(atty) */
-    memset(g->d4a, 0, BT * 3 * C * sizeof(float));
-    zero__attention_backward(g->d4a, g->att_scratch, g->dc, a->qkv, g->att, B, T, C, NH,
-                             th); /* d4a = d(qkv) */
-    zero__layernorm_forward(g->ln, a->ln1_mean, a->ln1_rstd, x, W(B_LN1W), W(B_LN1B), BT, C, th);
-    linear_backward_set(g->dc, G(B_QKVW), G(B_QKVB), g->d4a, g->ln, W(B_QKVW), BT, C, 3 * C,
-                        th); /* dc = d(ln1) */
-    zero__layernorm_backward(dres, G(B_LN1W), G(B_LN1B), g->dc, x, W(B_LN1W), a->ln1_mean,
-                             a->ln1_rstd, BT, C, th); /* dres = dx */
+    k_attention(g, g->d4b, a->qkv, B, T);
+    linear_backward_set(g, g->dc, G(B_ATTPROJW), G(B_ATTPROJB), dres, g->d4b, W(B_ATTPROJW), BT, C,
+                        C); /* dc = d(atty) */
+    memset(g->d4a, 0, BT * 3 * C * es);
+    k_attention_backward(g, g->d4a, g->dc, a->qkv, B, T); /* d4a = d(qkv) */
+    k_layernorm(g, g->ln, a->ln1_mean, a->ln1_rstd, x, W(B_LN1W), W(B_LN1B), BT, C);
+    linear_backward_set(g, g->dc, G(B_QKVW), G(B_QKVB), g->d4a, g->ln, W(B_QKVW), BT, C,
+                        3 * C); /* dc = d(ln1) */
+    k_layernorm_backward(g, dres, G(B_LN1W), G(B_LN1B), g->dc, x, W(B_LN1W), a->ln1_mean,
+                         a->ln1_rstd, BT, C); /* dres = dx */
 #undef W
 #undef G
 }
@@ -393,35 +493,54 @@ zero_status_t zero__gpt_forward(zero_gpt_t *g, const int32_t *tokens, const int3
     g->have_targets = targets != NULL;
     g->valid_targets = valid;
 
-    const float *we;
+    const void *we;
     FETCH(we, g->unit_emb);
-    zero__embedding_forward(g->resid, g->tokens, tensor(g, we, g->unit_emb, E_WTE),
-                            tensor(g, we, g->unit_emb, E_WPE), B, T, C, th);
+    if (LP)
+        zero__embedding_forward_lp(g->resid, g->tokens, tensor(g, we, g->unit_emb, E_WTE),
+                                   tensor(g, we, g->unit_emb, E_WPE), g->dt, B, T, C, th);
+    else
+        zero__embedding_forward(g->resid, g->tokens, tensor(g, we, g->unit_emb, E_WTE),
+                                tensor(g, we, g->unit_emb, E_WPE), B, T, C, th);
     zero_unit_release(g->eng, g->unit_emb);
     for (int l = 0; l < g->cfg.layers; l++) {
         int u = g->unit_block0 + l;
-        const float *w;
+        const void *w;
         FETCH(w, u);
-        block_forward(g, w, u, &g->acts[g->checkpointing ? 0 : l], g->resid + (size_t)l * BT * C,
-                      g->resid + (size_t)(l + 1) * BT * C, B, T);
+        block_forward(g, w, u, &g->acts[g->checkpointing ? 0 : l], at(g, g->resid, l * BT * C),
+                      at(g, g->resid, (l + 1) * BT * C), B, T);
         zero_unit_release(g->eng, u);
     }
-    const float *wf;
+    const void *wf;
     FETCH(wf, g->unit_final);
-    zero__layernorm_forward(
-        g->lnf, g->lnf_mean, g->lnf_rstd, g->resid + (size_t)g->cfg.layers * BT * C,
-        tensor(g, wf, g->unit_final, F_LNFW), tensor(g, wf, g->unit_final, F_LNFB), BT, C, th);
+    k_layernorm(g, g->lnf, g->lnf_mean, g->lnf_rstd,
+                at(g, g->resid, (size_t)g->cfg.layers * BT * C),
+                tensor(g, wf, g->unit_final, F_LNFW), tensor(g, wf, g->unit_final, F_LNFB), BT, C);
     zero_unit_release(g->eng, g->unit_final);
     FETCH(we, g->unit_emb); /* the head is the tied token embedding */
-    zero__matmul_forward(g->logits, g->lnf, tensor(g, we, g->unit_emb, E_WTE), NULL, BT, C, V, th);
+    /* Logits stay fp32 in every dtype: the GEMM accumulates in fp32 anyway, so this costs no
+     * rounding and no time, and the loss and sampling read them unrounded. */
+    if (LP)
+        zero__matmul_forward_lp(g->logits, ZERO_DTYPE_FP32, g->lnf,
+                                tensor(g, we, g->unit_emb, E_WTE), NULL, g->dt, BT, C, V, th);
+    else
+        zero__matmul_forward(g->logits, g->lnf, tensor(g, we, g->unit_emb, E_WTE), NULL, BT, C, V,
+                             th);
     zero_unit_release(g->eng, g->unit_emb);
     if (targets) {
         /* The loss is the mean over the counted positions, so its gradient is known now: one
          * pass over the logits gives both, into a separate buffer (the logits stay readable,
          * and out of place is faster than in place; docs/kernels-matmul.md section 3). */
         float dloss = valid ? 1.0f / (float)valid : 0.0f;
-        zero__softmax_ce_forward_backward(g->losses, g->dlogits, g->logits, g->targets, dloss, BT,
-                                          V, V, th);
+        if (LP) {
+            /* fp16 loss scaling: the gradient of (scale * loss), so small gradients stay above
+             * fp16's subnormal range; the engine divides the scale back out in its step. */
+            dloss = valid ? zero_engine_loss_scale(g->eng) / (float)valid : 0.0f;
+            zero__softmax_ce_forward_backward_lp(g->losses, g->dlogits, g->dt, g->logits,
+                                                 g->targets, dloss, BT, V, V, th);
+        } else {
+            zero__softmax_ce_forward_backward(g->losses, g->dlogits, g->logits, g->targets, dloss,
+                                              BT, V, V, th);
+        }
         double sum = 0.0;
         for (size_t i = 0; i < BT; i++) sum += g->losses[i];
         if (loss) *loss = valid ? (float)(sum / (double)valid) : 0.0f;
@@ -439,42 +558,51 @@ zero_status_t zero__gpt_backward(zero_gpt_t *g) {
     const int L = g->cfg.layers, th = g->threads;
     g->have_targets = 0; /* one backward per forward: a second would add the gradient twice */
 
-    const float *we;
+    const void *we;
     FETCH(we, g->unit_emb);
-    float *gwe = zero_unit_grads(g->eng, g->unit_emb);
-    linear_backward_set(g->dc, gtensor(g, gwe, g->unit_emb, E_WTE), NULL, g->dlogits, g->lnf,
-                        tensor(g, we, g->unit_emb, E_WTE), BT, C, V, th); /* dc = d(lnf) */
+    void *gwe = zero_unit_grads(g->eng, g->unit_emb);
+    if (!gwe) return ZERO_ERR_INVALID_ARG;
+    linear_backward_set(g, g->dc, gtensor(g, gwe, g->unit_emb, E_WTE), NULL, g->dlogits, g->lnf,
+                        tensor(g, we, g->unit_emb, E_WTE), BT, C, V); /* dc = d(lnf) */
 
-    const float *wf;
+    const void *wf;
     FETCH(wf, g->unit_final);
-    float *gwf = zero_unit_grads(g->eng, g->unit_final);
-    memset(g->dres, 0, BT * C * sizeof(float));
-    zero__layernorm_backward(g->dres, gtensor(g, gwf, g->unit_final, F_LNFW),
-                             gtensor(g, gwf, g->unit_final, F_LNFB), g->dc,
-                             g->resid + (size_t)L * BT * C, tensor(g, wf, g->unit_final, F_LNFW),
-                             g->lnf_mean, g->lnf_rstd, BT, C, th);
+    void *gwf = zero_unit_grads(g->eng, g->unit_final);
+    if (!gwf) return ZERO_ERR_INVALID_ARG;
+    memset(g->dres, 0, BT * C * g->es);
+    k_layernorm_backward(g, g->dres, gtensor(g, gwf, g->unit_final, F_LNFW),
+                         gtensor(g, gwf, g->unit_final, F_LNFB), g->dc,
+                         at(g, g->resid, (size_t)L * BT * C), tensor(g, wf, g->unit_final, F_LNFW),
+                         g->lnf_mean, g->lnf_rstd, BT, C);
     zero_status_t st = zero_unit_grads_done(g->eng, g->unit_final);
     zero_unit_release(g->eng, g->unit_final);
     if (st) return st;
 
     for (int l = L - 1; l >= 0; l--) {
         int u = g->unit_block0 + l;
-        const float *w;
+        const void *w;
         FETCH(w, u);
-        float *gw = zero_unit_grads(g->eng, u);
-        const float *x = g->resid + (size_t)l * BT * C;
+        void *gw = zero_unit_grads(g->eng, u);
+        if (!gw) return ZERO_ERR_INVALID_ARG;
+        const void *x = at(g, g->resid, (size_t)l * BT * C);
         block_acts_t *a = &g->acts[g->checkpointing ? 0 : l];
         /* Recompute: y is rewritten with the values it already holds (kernels are
          * deterministic), and nothing reads it any more. */
         if (g->checkpointing)
-            block_forward(g, w, u, a, x, g->resid + (size_t)(l + 1) * BT * C, B, T);
+            block_forward(g, w, u, a, x, at(g, g->resid, (size_t)(l + 1) * BT * C), B, T);
         block_backward(g, w, gw, u, a, x, B, T);
         st = zero_unit_grads_done(g->eng, u);
         zero_unit_release(g->eng, u);
         if (st) return st;
     }
-    zero__embedding_backward(gtensor(g, gwe, g->unit_emb, E_WTE),
-                             gtensor(g, gwe, g->unit_emb, E_WPE), g->dres, g->tokens, B, T, C, th);
+    if (LP)
+        zero__embedding_backward_lp(gtensor(g, gwe, g->unit_emb, E_WTE),
+                                    gtensor(g, gwe, g->unit_emb, E_WPE), g->dres, g->tokens, g->dt,
+                                    B, T, C, V, th);
+    else
+        zero__embedding_backward(gtensor(g, gwe, g->unit_emb, E_WTE),
+                                 gtensor(g, gwe, g->unit_emb, E_WPE), g->dres, g->tokens, B, T, C,
+                                 th);
     st = zero_unit_grads_done(g->eng, g->unit_emb);
     zero_unit_release(g->eng, g->unit_emb);
     return st;

@@ -13,6 +13,9 @@
  * Activation checkpointing keeps only each block's input and one block's activations, and
  * recomputes a block's forward just before its backward.
  *
+ * Compute dtype: the engine's (zero_engine_params(eng)->compute_dtype: fp32, bf16 or fp16).
+ * Activations and gradients use it; the logits are fp32 in every dtype (see gpt.c).
+ *
  * Threading: a model belongs to one rank; calls are not concurrent.
  */
 #ifndef ZERO_MODEL_GPT_H
@@ -59,8 +62,9 @@ zero_status_t zero__gpt_forward(zero_gpt_t *gpt, const int32_t *tokens, const in
  * mean loss into the engine's gradient buffers and calls zero_unit_grads_done per unit. */
 zero_status_t zero__gpt_backward(zero_gpt_t *gpt);
 
-/* Logits (B, T, V) of the last forward; valid until the next forward (backward leaves them
- * alone: a training forward writes the loss gradient to a separate buffer). */
+/* Logits (B, T, V) of the last forward, fp32 in every compute dtype; valid until the next
+ * forward (backward leaves them alone: a training forward writes the loss gradient to a
+ * separate buffer). */
 const float *zero__gpt_logits(const zero_gpt_t *gpt);
 
 /* Bytes of activation memory allocated at init. */

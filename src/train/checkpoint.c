@@ -4,7 +4,10 @@
  * Not here: file formats, atomicity and resharding (src/ckpt), when to save (trainer.c).
  * Invariants: a resumed run continues bitwise like an uninterrupted one because everything that
  * feeds the arithmetic comes back: fp32 master, Adam m and v, the engine's step count (schedule
- * and bias correction), and the sampler's 64-bit state (the next batches). Evaluation and
+ * and bias correction), the loss scaler's state (fp16's scale and hysteresis; the skip count of
+ * every dtype) and the sampler's 64-bit state (the next batches). A checkpoint of another
+ * compute dtype resumes too (the master weights are fp32 whatever the dtype): its weights and
+ * moments carry over and the loss scaler starts afresh, with a warning. Evaluation and
  * sampling draw from fixed seeds per call, so they hold no state. 64-bit values are stored as
  * hex strings: JSON numbers are doubles.
  */
@@ -61,7 +64,7 @@ zero_status_t zero__train_ckpt_save(const zero_train_config_t *cfg, zero_engine_
                                     char *path_out, size_t path_out_size) {
     const zero_engine_params_t *ep = zero_engine_params(eng);
     cJSON *model = cJSON_CreateObject(), *data = cJSON_CreateObject(), *rng = cJSON_CreateObject(),
-          *lr = cJSON_CreateObject();
+          *lr = cJSON_CreateObject(), *ls = cJSON_CreateObject();
     if (model) {
         cJSON_AddStringToObject(model, "type", "gpt");
         cJSON_AddNumberToObject(model, "layers", cfg->model.layers);
@@ -91,12 +94,24 @@ zero_status_t zero__train_ckpt_save(const zero_train_config_t *cfg, zero_engine_
         cJSON_AddNumberToObject(lr, "total_steps", ep->total_steps);
         cJSON_AddNumberToObject(lr, "next_lr", zero_engine_lr_at(eng, zero_engine_step_count(eng)));
     }
+    if (ls) {
+        zero_loss_scaler_t *scaler = zero_engine_loss_scaler(eng);
+        zero_loss_scaler_state_t lst;
+        zero_loss_scaler_get_state(scaler, &lst);
+        cJSON_AddStringToObject(ls, "compute_dtype", zero_dtype_name(ep->compute_dtype));
+        cJSON_AddBoolToObject(ls, "dynamic", zero_loss_scaler_is_dynamic(scaler));
+        cJSON_AddNumberToObject(ls, "scale", lst.scale);
+        cJSON_AddNumberToObject(ls, "iter", (double)lst.iter);
+        cJSON_AddNumberToObject(ls, "last_overflow_iter", (double)lst.last_overflow_iter);
+        cJSON_AddNumberToObject(ls, "hysteresis_left", lst.hysteresis_left);
+        cJSON_AddNumberToObject(ls, "skipped_steps", (double)lst.skipped_steps);
+    }
     char *model_s = print_json(model), *data_s = print_json(data), *rng_s = print_json(rng),
-         *lr_s = print_json(lr), *train_s = config_json(cfg);
+         *lr_s = print_json(lr), *ls_s = print_json(ls), *train_s = config_json(cfg);
     zero_ckpt_engine_layout_t L;
     zero_status_t st = ZERO_OK;
     int have_layout = 0;
-    if (!model_s || !data_s || !rng_s || !lr_s || !train_s)
+    if (!model_s || !data_s || !rng_s || !lr_s || !ls_s || !train_s)
         st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "checkpoint: out of memory for the manifest");
     if (!st) {
         st = zero_ckpt_engine_layout_init(&L, eng);
@@ -121,7 +136,7 @@ zero_status_t zero__train_ckpt_save(const zero_train_config_t *cfg, zero_engine_
     sp.world = 0;
     sp.with_optim = 1;
     sp.keep_last = cfg->keep_last;
-    zero_ckpt_meta_t meta = {pos->step, cfg->stage, model_s, train_s, data_s, rng_s, lr_s, NULL};
+    zero_ckpt_meta_t meta = {pos->step, cfg->stage, model_s, train_s, data_s, rng_s, lr_s, ls_s};
     st = zero_ckpt_save(&sp, &L.layout, &meta, &io, path_out, path_out_size);
 done:
     if (have_layout) zero_ckpt_engine_layout_free(&L);
@@ -129,6 +144,7 @@ done:
     cJSON_free(data_s);
     cJSON_free(rng_s);
     cJSON_free(lr_s);
+    cJSON_free(ls_s);
     free(train_s);
     return st;
 }
@@ -185,6 +201,51 @@ static zero_status_t parse_position(const zero_ckpt_t *c, zero_train_position_t 
     return st;
 }
 
+/* The loss scaler's state from the manifest (absent or null in checkpoints older than mixed
+ * precision: nothing to restore). Restored only when the checkpoint was saved with this compute
+ * dtype: an fp32 or bf16 run's static scale of 1 is no starting point for fp16's dynamic one. */
+static zero_status_t restore_scaler(const zero_ckpt_t *c, zero_engine_t *eng) {
+    const zero_ckpt_meta_t *meta = zero_ckpt_get_meta(c);
+    if (!meta->loss_scaler_json) return ZERO_OK;
+    cJSON *ls = cJSON_Parse(meta->loss_scaler_json);
+    if (!ls || cJSON_IsNull(ls)) {
+        cJSON_Delete(ls);
+        return ZERO_OK;
+    }
+    const zero_dtype_t now = zero_engine_params(eng)->compute_dtype;
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(ls, "compute_dtype");
+    double scale = 0, iter = 0, last = 0, hyst = 0, skipped = 0;
+    zero_status_t st = ZERO_OK;
+    if (!cJSON_IsString(dt) || get_number(ls, "scale", &scale) || get_number(ls, "iter", &iter) ||
+        get_number(ls, "last_overflow_iter", &last) || get_number(ls, "hysteresis_left", &hyst) ||
+        get_number(ls, "skipped_steps", &skipped)) {
+        st = zero__error(ZERO_ERR_FORMAT,
+                         "checkpoint %s: manifest loss scaler is %s (expected an object with "
+                         "\"compute_dtype\", \"scale\", \"iter\", \"last_overflow_iter\", "
+                         "\"hysteresis_left\" and \"skipped_steps\", as `zero train` saves)",
+                         zero_ckpt_path(c), meta->loss_scaler_json);
+    } else if (strcmp(dt->valuestring, zero_dtype_name(now)) != 0) {
+        zero__log(ZERO_LOG_WARN, -1, 0,
+                  "checkpoint %s was saved with compute dtype %s and resumes in %s: the fp32 "
+                  "master weights and Adam moments carry over, the loss scaler starts afresh",
+                  zero_ckpt_path(c), dt->valuestring, zero_dtype_name(now));
+    } else {
+        zero_loss_scaler_state_t s = {scale, (int64_t)iter, (int64_t)last, (int)hyst,
+                                      (int64_t)skipped};
+        st = zero_loss_scaler_set_state(zero_engine_loss_scaler(eng), &s);
+        if (st) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", zero_last_error());
+            st = zero__error(st,
+                             "checkpoint %s: its loss scaler state does not fit this run's fp16 "
+                             "settings (%s); resume with the fp16.* keys it was saved with",
+                             zero_ckpt_path(c), msg);
+        }
+    }
+    cJSON_Delete(ls);
+    return st;
+}
+
 zero_status_t zero__train_ckpt_resume(const zero_train_config_t *cfg, zero_engine_t *eng,
                                       zero_train_position_t *pos, char *path_out,
                                       size_t path_out_size) {
@@ -228,6 +289,7 @@ zero_status_t zero__train_ckpt_resume(const zero_train_config_t *cfg, zero_engin
         st = zero_ckpt_load(c, &lp, &L.layout, &io);
     }
     if (!st) st = zero_engine_set_step_count(eng, opt_step);
+    if (!st) st = restore_scaler(c, eng);
     if (!st) {
         *pos = p;
         if (path_out && path_out_size) snprintf(path_out, path_out_size, "%s", zero_ckpt_path(c));

@@ -1,7 +1,7 @@
 /* config.c — the table of training keys and the JSON reader (cJSON).
  *
  * Not here: what the values do (the trainer maps them onto the engine and the model). DeepSpeed
- * keys we know but do not support yet (fp16, bf16, offload, aio, ...) are listed in `ignored` and
+ * keys we know but do not support yet (offload, aio, ...) are listed in `ignored` and
  * warned about by name rather than silently accepted. Invariant: every field of
  * zero_train_config_t that a user can set appears exactly once in `keys`, so defaults, parsing,
  * flags, printing and docs/config.md agree; keys are grouped by JSON section so that printing can
@@ -20,9 +20,9 @@
 #include <string.h>
 #include <strings.h>
 
-typedef enum { K_INT, K_I64, K_FLOAT, K_BOOL, K_STR, K_PAIR, K_TYPE_COUNT } key_type_t;
-static const char *const type_names[] = {"integer", "integer", "number",
-                                         "boolean", "string",  "[number, number]"};
+typedef enum { K_INT, K_I64, K_FLOAT, K_BOOL, K_STR, K_PAIR, K_DOUBLE, K_TYPE_COUNT } key_type_t;
+static const char *const type_names[] = {"integer", "integer",          "number", "boolean",
+                                         "string",  "[number, number]", "number"};
 _Static_assert(sizeof type_names / sizeof type_names[0] == K_TYPE_COUNT, "type name table");
 
 typedef struct key {
@@ -71,6 +71,30 @@ static const cfg_key_t keys[] = {
      "micro-steps per optimizer step"},
     {"gradient_clipping", K_FLOAT, OFF(grad_clip), 1.0, 0, 1e30, NULL, NULL, NULL,
      "global L2 norm clip (0 disables)"},
+    {"bf16.enabled", K_BOOL, OFF(bf16), 0, 0, 1, NULL, NULL, NULL,
+     "bf16 compute: parameters, activations, gradients and collectives in bf16; fp32 master "
+     "weights and Adam moments (see --dtype)"},
+    {"fp16.enabled", K_BOOL, OFF(fp16), 0, 0, 1, NULL, NULL, NULL,
+     "fp16 compute with dynamic loss scaling (the fp16.* keys); not with bf16.enabled"},
+    /* fp16.*: stored by zero_loss_scaler_params_set (set_number), which checks the range and
+     * names the key and value; the table's range only excludes non-finite numbers. */
+    {"fp16.loss_scale", K_DOUBLE, OFF(loss_scaler.loss_scale), 0, -1e300, 1e300, NULL, NULL, NULL,
+     "0: dynamic loss scaling; > 0: this static scale (an overflowed step is still skipped)"},
+    {"fp16.initial_scale_power", K_INT, OFF(loss_scaler.initial_scale_power), 16, -1e300, 1e300,
+     NULL, NULL, NULL,
+     "first dynamic scale 2^power (always 16 by default, never DeepSpeed's 2^32)"},
+    {"fp16.loss_scale_window", K_INT, OFF(loss_scaler.loss_scale_window), 1000, -1e300, 1e300, NULL,
+     NULL, NULL, "clean steps before the scale doubles"},
+    {"fp16.hysteresis", K_INT, OFF(loss_scaler.hysteresis), 2, -1e300, 1e300, NULL, NULL, NULL,
+     "overflows tolerated before the scale halves (always 2 by default)"},
+    {"fp16.consecutive_hysteresis", K_BOOL, OFF(loss_scaler.consecutive_hysteresis), 0, 0, 1, NULL,
+     NULL, NULL, "refill the hysteresis on every clean step"},
+    {"fp16.min_loss_scale", K_DOUBLE, OFF(loss_scaler.min_loss_scale), 1, -1e300, 1e300, NULL, NULL,
+     NULL, "floor of the dynamic scale"},
+    {"fp16.raise_error_at_min_scale", K_BOOL, OFF(loss_scaler.raise_error_at_min_scale), 1, 0, 1,
+     NULL, NULL, NULL, "an overflow at the floor stops training (false: skip and stay)"},
+    {"data_types.grad_accum_dtype", K_STR, OFF(grad_accum_dtype), 0, 0, 0, "fp32", "fp32|bf16|fp16",
+     NULL, "dtype of the reduced gradient accumulator: fp32, or the compute dtype"},
     {"steps_per_print", K_INT, OFF(steps_per_print), 10, 1, INT_MAX, NULL, NULL, NULL,
      "steps between progress lines when output is not a terminal"},
     {"seed", K_INT, OFF(seed), 1337, 0, INT_MAX, NULL, NULL, "--seed",
@@ -107,7 +131,9 @@ static const cfg_key_t keys[] = {
     {"zero_optimization.allgather_bucket_size", K_I64, OFF(allgather_bucket_elems), DS_BUCKET, 1,
      I64_MAX, NULL, NULL, NULL, "accepted; stages 1-2 all-gather updated parameters per unit"},
     {"zero_optimization.overlap_comm", K_BOOL, OFF(overlap_comm), 1, 0, 1, NULL, NULL, NULL,
-     "accepted; bucket reduce-scatters always overlap backward"},
+     "gradient reduce-scatters overlap backward; false: each large unit's is waited for (stages "
+     "2-3 "
+     "hold one gradient buffer instead of two)"},
     {"zero_optimization.contiguous_gradients", K_BOOL, OFF(contiguous_gradients), 1, 0, 1, NULL,
      NULL, NULL, "accepted; gradients are always contiguous (one flat buffer per unit)"},
     {"zero_optimization.reduce_scatter", K_BOOL, OFF(reduce_scatter), 1, 0, 1, NULL, NULL, NULL,
@@ -159,8 +185,8 @@ _Static_assert(sizeof keys / sizeof keys[0] <= ZERO_CONFIG_MAX_KEYS, "key_set is
 /* DeepSpeed keys (whole subtrees) we know but do not implement yet: warned about by name as
  * "ignored: not supported yet", so a user's ds_config.json runs and says what it dropped. */
 static const char *const ignored[] = {
-    "fp16",
-    "bf16",
+    "fp16.auto_cast",
+    "fp16.fp16_master_weights_and_grads",
     "amp",
     "aio",
     "activation_checkpointing",
@@ -181,7 +207,6 @@ static const char *const ignored[] = {
     "elasticity",
     "autotuning",
     "checkpoint",
-    "data_types",
     "data_efficiency",
     "curriculum_learning",
     "compression_training",
@@ -234,7 +259,8 @@ static size_t str_cap(const cfg_key_t *k) {
         o == offsetof(zero_train_config_t, scheduler))
         return sizeof((zero_train_config_t *)0)->optimizer;
     if (o == offsetof(zero_train_config_t, warmup_type) ||
-        o == offsetof(zero_train_config_t, backend))
+        o == offsetof(zero_train_config_t, backend) ||
+        o == offsetof(zero_train_config_t, grad_accum_dtype))
         return sizeof((zero_train_config_t *)0)->backend;
     return ZERO_CONFIG_STR_MAX;
 }
@@ -250,6 +276,7 @@ void zero__train_config_default(zero_train_config_t *cfg) {
         case K_BOOL: *(int *)f = (int)k->def; break;
         case K_I64: *(int64_t *)f = (int64_t)k->def; break;
         case K_FLOAT: *(float *)f = (float)k->def; break;
+        case K_DOUBLE: *(double *)f = k->def; break;
         case K_STR: snprintf((char *)f, str_cap(k), "%s", k->def_str); break;
         case K_PAIR: break;
         default: ZERO_ASSERT(0);
@@ -257,6 +284,15 @@ void zero__train_config_default(zero_train_config_t *cfg) {
     }
     cfg->beta[0] = 0.9f;
     cfg->beta[1] = 0.95f;
+    /* cfg->loss_scaler holds the table's fp16.* defaults, which are the scaler's own
+     * (zero_loss_scaler_params_default; test_config compares them). Not assigned from it: a
+     * struct copy may leave padding bytes that the config's byte comparisons would see. */
+}
+
+/* fp16.* keys are the loss scaler's: they go through its setter (one table of DeepSpeed names,
+ * ranges and messages). */
+static int is_scaler_key(const cfg_key_t *k) {
+    return !strncmp(k->name, "fp16.", 5) && strcmp(k->name, "fp16.enabled");
 }
 
 static const cfg_key_t *find_key(const char *name) {
@@ -298,6 +334,16 @@ static zero_status_t range_error(const char *src, const cfg_key_t *k, double v) 
 static zero_status_t set_number(zero_train_config_t *cfg, const cfg_key_t *k, double v, int idx,
                                 const char *src) {
     if (!isfinite(v) || v < k->min || v > k->max) return range_error(src, k, v);
+    if (is_scaler_key(k)) {
+        zero_status_t st = zero_loss_scaler_params_set(&cfg->loss_scaler, k->name + 5, v);
+        if (st) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", zero_last_error());
+            return zero__error(st, "%s: %s", src, msg);
+        }
+        mark_set(cfg, k);
+        return ZERO_OK;
+    }
     void *f = field(cfg, k);
     switch (k->type) {
     case K_INT:
@@ -314,6 +360,7 @@ static zero_status_t set_number(zero_train_config_t *cfg, const cfg_key_t *k, do
         break;
     case K_BOOL: *(int *)f = v != 0.0; break;
     case K_FLOAT: *(float *)f = (float)v; break;
+    case K_DOUBLE: *(double *)f = v; break;
     case K_PAIR: ((float *)f)[idx] = (float)v; break;
     default: ZERO_ASSERT(0);
     }
@@ -368,6 +415,7 @@ static zero_status_t apply_item(zero_train_config_t *cfg, const cfg_key_t *k, co
     case K_INT:
     case K_I64:
     case K_FLOAT:
+    case K_DOUBLE:
         if (!cJSON_IsNumber(item)) return type_error(src, k, item);
         return set_number(cfg, k, item->valuedouble, 0, src);
     case K_BOOL:
@@ -597,11 +645,54 @@ zero_status_t zero__train_config_check(zero_train_config_t *cfg, int world) {
                            "train.resume = \"%s\" and train.init_from = \"%s\" both given "
                            "(expected one: a resume restores the weights itself)",
                            cfg->resume, cfg->init_from);
+    if (cfg->bf16 && cfg->fp16)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "bf16.enabled and fp16.enabled are both true (expected at most one: "
+                           "the compute dtype is bf16, fp16 or, with neither, fp32)");
+    zero_dtype_t cdt = zero__train_config_compute_dtype(cfg);
+    zero_dtype_t adt = zero__train_config_accum_dtype(cfg);
+    if (adt != ZERO_DTYPE_FP32 && adt != cdt)
+        return zero__error(
+            ZERO_ERR_CONFIG,
+            "data_types.grad_accum_dtype = \"%s\" does not fit compute dtype %s "
+            "(expected \"fp32\"%s%s%s)",
+            cfg->grad_accum_dtype, zero_dtype_name(cdt), cdt == ZERO_DTYPE_FP32 ? "" : " or \"",
+            cdt == ZERO_DTYPE_FP32 ? "" : zero_dtype_name(cdt), cdt == ZERO_DTYPE_FP32 ? "" : "\"");
+    st = zero_loss_scaler_params_check(&cfg->loss_scaler);
+    if (st) return st;
     if (!cfg->reduce_scatter)
         zero__log(ZERO_LOG_WARN, -1, 0,
                   "zero_optimization.reduce_scatter = false ignored: gradients are always "
                   "reduce-scattered (same result, less traffic)");
     return ZERO_OK;
+}
+
+zero_status_t zero__train_config_set_dtype(zero_train_config_t *cfg, const char *name) {
+    int bf = 0, fp = 0;
+    if (!strcmp(name, "bf16"))
+        bf = 1;
+    else if (!strcmp(name, "fp16"))
+        fp = 1;
+    else if (strcmp(name, "fp32"))
+        return zero__error(ZERO_ERR_CONFIG,
+                           "command line: --dtype %s is not a compute dtype (expected fp32, bf16 "
+                           "or fp16)",
+                           name);
+    cfg->bf16 = bf;
+    cfg->fp16 = fp;
+    mark_set(cfg, find_key("bf16.enabled"));
+    mark_set(cfg, find_key("fp16.enabled"));
+    return ZERO_OK;
+}
+
+zero_dtype_t zero__train_config_compute_dtype(const zero_train_config_t *cfg) {
+    return cfg->bf16 ? ZERO_DTYPE_BF16 : cfg->fp16 ? ZERO_DTYPE_FP16 : ZERO_DTYPE_FP32;
+}
+
+zero_dtype_t zero__train_config_accum_dtype(const zero_train_config_t *cfg) {
+    return !strcmp(cfg->grad_accum_dtype, "bf16")   ? ZERO_DTYPE_BF16
+           : !strcmp(cfg->grad_accum_dtype, "fp16") ? ZERO_DTYPE_FP16
+                                                    : ZERO_DTYPE_FP32;
 }
 
 /* The shortest decimal that reads back as the same float (0.1, not 0.100000001). */
@@ -621,6 +712,7 @@ static void print_value(const zero_train_config_t *cfg, const cfg_key_t *k, FILE
     case K_I64: fprintf(out, "%lld", (long long)*(const int64_t *)f); break;
     case K_BOOL: fprintf(out, "%s", *(const int *)f ? "true" : "false"); break;
     case K_FLOAT: print_float(*(const float *)f, out); break;
+    case K_DOUBLE: fprintf(out, "%.17g", *(const double *)f); break;
     case K_PAIR:
         fputc('[', out);
         print_float(((const float *)f)[0], out);

@@ -4,7 +4,7 @@
  * and docs/config.md.
  *
  * Parsing rules: a JSON syntax error names the file, line and column; an unknown key is a warning
- * naming it; a DeepSpeed key we know but do not support yet (fp16, bf16, offload, aio, ...) warns
+ * naming it; a DeepSpeed key we know but do not support yet (offload, aio, ...) warns
  * "ignored: not supported yet"; a value of the wrong type or out of range fails naming the key,
  * the value and what is allowed.
  *
@@ -16,6 +16,7 @@
 #define ZERO_TRAIN_CONFIG_H
 
 #include "model/gpt.h"
+#include "zero/optim.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -36,6 +37,11 @@ typedef struct zero_train_config {
     int micro_batch;      /* train_micro_batch_size_per_gpu */
     int grad_accum;       /* gradient_accumulation_steps */
     float grad_clip;      /* gradient_clipping */
+    /* mixed precision: bf16.enabled, fp16.enabled (at most one), fp16.* loss scaling (each key
+     * set through zero_loss_scaler_params_set), data_types.grad_accum_dtype */
+    int bf16, fp16;
+    zero_loss_scaler_params_t loss_scaler;
+    char grad_accum_dtype[16]; /* "fp32" | "bf16" | "fp16" */
     int steps_per_print;
     int seed;
     char optimizer[32]; /* optimizer.type */
@@ -93,6 +99,13 @@ void zero__train_config_print_flags(FILE *out);
  * triple fails naming the three values and the world size. Warns about accepted values that have
  * no effect (reduce_scatter false). */
 zero_status_t zero__train_config_check(zero_train_config_t *cfg, int world);
+
+/* `zero train --dtype NAME`: fp32, bf16 or fp16 sets bf16.enabled and fp16.enabled (both marked
+ * as set); ZERO_ERR_CONFIG naming the value otherwise. */
+zero_status_t zero__train_config_set_dtype(zero_train_config_t *cfg, const char *name);
+/* The compute dtype and the gradient-accumulation dtype the config asks for (after check). */
+zero_dtype_t zero__train_config_compute_dtype(const zero_train_config_t *cfg);
+zero_dtype_t zero__train_config_accum_dtype(const zero_train_config_t *cfg);
 
 /* Write the effective configuration as JSON (nested like the input). */
 void zero__train_config_print(const zero_train_config_t *cfg, FILE *out);

@@ -47,7 +47,8 @@ typedef struct run {
     zero_comm_t *comm; /* borrowed: this rank's communicator (NULL: one rank) */
     zero_engine_t *eng;
     zero_gpt_t *gpt;
-    int32_t *x, *y; /* (B, T) */
+    int32_t *x, *y;        /* (B, T) */
+    int64_t skipped_steps; /* steps this run skipped for an inf/NaN gradient */
 } run_t;
 
 static void say(const run_t *r, const char *fmt, ...) ZERO_PRINTF(2, 3);
@@ -103,20 +104,31 @@ static void fmt_duration(char *buf, size_t n, double s) {
 }
 
 static void progress(const run_t *r, int step, int steps, float loss, double tok_s, double eta,
-                     float lr, double norm) {
-    char etas[32];
+                     const zero_step_stats_t *ss) {
+    const float lr = ss->lr;
+    const double norm = ss->grad_norm;
+    char etas[32], extra[96] = "";
     fmt_duration(etas, sizeof etas, eta);
+    /* fp16 shows its loss scale; a skipped step (inf/NaN gradient) says so on its line. */
+    const float next_scale = zero_engine_loss_scale(r->eng);
+    if (ss->skipped && r->cfg->fp16)
+        snprintf(extra, sizeof extra, " | skipped: inf/NaN gradient, loss scale %g -> %g",
+                 (double)ss->loss_scale, (double)next_scale);
+    else if (ss->skipped)
+        snprintf(extra, sizeof extra, " | skipped: inf/NaN gradient");
+    else if (r->cfg->fp16)
+        snprintf(extra, sizeof extra, " | scale %g", (double)ss->loss_scale);
     if (r->job->io->tty) {
         const int width = 24;
         int filled = steps ? (int)((double)step * width / steps) : width;
         char bar[64];
         for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
         bar[width] = 0;
-        say(r, "\r\033[K[%s] step %d/%d | loss %.4f | %.1fk tok/s | ETA %s", bar, step, steps,
-            (double)loss, tok_s / 1e3, etas);
+        say(r, "\r\033[K[%s] step %d/%d | loss %.4f | %.1fk tok/s | ETA %s%s", bar, step, steps,
+            (double)loss, tok_s / 1e3, etas, extra);
     } else {
-        say(r, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1fk tok/s | ETA %s\n", step,
-            steps, (double)loss, (double)lr, norm, tok_s / 1e3, etas);
+        say(r, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1fk tok/s | ETA %s%s\n", step,
+            steps, (double)loss, (double)lr, norm, tok_s / 1e3, etas, extra);
     }
 }
 
@@ -182,6 +194,12 @@ static void rank_report(run_t *r, zero_train_rank_report_t *rr) {
     for (int c = 0; c < ZERO_COLL_COUNT; c++)
         rr->comm_sent_bytes_per_step_by_coll[c] = er.comm_sent_bytes_per_step_by_coll[c];
     rr->padded_params = er.padded_param_count;
+    for (int k = 0; k < 3; k++) {
+        rr->model_state_bytes[k] = er.model_state_bytes[k];
+        rr->model_state_theory_bytes[k] = er.model_state_theory_bytes[k];
+    }
+    rr->grad_pool_bytes = er.grad_pool_bytes;
+    rr->gather_pool_bytes = er.gather_pool_bytes;
 }
 
 static const zero_mem_category_t table_cats[] = {ZERO_MEM_PARAMS, ZERO_MEM_GRADS, ZERO_MEM_OPTIM,
@@ -207,6 +225,27 @@ static void print_tables(const run_t *r, const zero_train_rank_report_t *all) {
     }
     if (r->job->backend == ZERO_BACKEND_THREADS && r->world > 1)
         say(r, "  (peak RSS is the whole process: the ranks are its threads)\n");
+    /* The ZeRO paper's breakdown: what stays between steps, the transient pools apart. */
+    say(r,
+        "report: model states per rank in MiB (%s compute, %s gradient accumulation), "
+        "measured / theory\n",
+        zero_dtype_name(zero__train_config_compute_dtype(r->cfg)),
+        zero_dtype_name(zero__train_config_accum_dtype(r->cfg)));
+    for (int k = 0; k < r->world; k++) {
+        uint64_t m = 0, t = 0;
+        for (int i = 0; i < 3; i++) {
+            m += all[k].model_state_bytes[i];
+            t += all[k].model_state_theory_bytes[i];
+        }
+        say(r,
+            "  rank %d: parameters %.2f / %.2f, gradients %.2f / %.2f, optimizer states %.2f / "
+            "%.2f, total %.2f / %.2f; transient: gradient pool %.2f, gather pool %.2f\n",
+            (int)all[k].rank, all[k].model_state_bytes[0] / MiB,
+            all[k].model_state_theory_bytes[0] / MiB, all[k].model_state_bytes[1] / MiB,
+            all[k].model_state_theory_bytes[1] / MiB, all[k].model_state_bytes[2] / MiB,
+            all[k].model_state_theory_bytes[2] / MiB, m / MiB, t / MiB,
+            all[k].grad_pool_bytes / MiB, all[k].gather_pool_bytes / MiB);
+    }
     say(r, "report: communication per rank per step, measured / theory\n");
     for (int k = 0; k < r->world; k++) {
         say(r, "  rank %d: %.3f / %.3f MiB", (int)all[k].rank,
@@ -229,10 +268,13 @@ static void metrics_line(run_t *r, int step, float loss, const zero_step_stats_t
     fprintf(r->metrics,
             "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"clipped\": %s, "
             "\"skipped\": %s, \"tokens\": %.0f, \"tokens_per_s\": %.6g, \"step_s\": %.6g, "
-            "\"elapsed_s\": %.6g",
+            "\"elapsed_s\": %.6g, \"optimizer_step_s\": %.6g, \"compute_dtype\": \"%s\", "
+            "\"loss_scale\": %.9g, \"skipped_steps\": %lld",
             step, (double)loss, (double)ss->lr, ss->grad_norm, ss->clipped ? "true" : "false",
             ss->skipped ? "true" : "false", tokens, tok_s, step_s,
-            zero_time_now() - r->job->t_start);
+            zero_time_now() - r->job->t_start, ss->step_s,
+            zero_dtype_name(zero__train_config_compute_dtype(r->cfg)), (double)ss->loss_scale,
+            (long long)r->skipped_steps);
     if (!isnan(val_loss)) fprintf(r->metrics, ", \"val_loss\": %.9g", (double)val_loss);
     fprintf(r->metrics, "}\n");
     fflush(r->metrics);
@@ -245,6 +287,9 @@ static zero_status_t engine_params(const run_t *r, zero_engine_params_t *ep) {
     ep->threads = r->job->threads;
     ep->stage = cfg->stage;
     ep->comm = r->comm;
+    ep->compute_dtype = zero__train_config_compute_dtype(cfg);
+    ep->grad_accum_dtype = zero__train_config_accum_dtype(cfg);
+    ep->loss_scaler = cfg->loss_scaler;
     /* DeepSpeed: WarmupLR and WarmupDecayLR take their peak from warmup_max_lr and decay to
      * warmup_min_lr; WarmupCosineLR scales the optimizer's lr by cos_min_ratio at the end. */
     int warmup_family = strcmp(cfg->scheduler, "WarmupCosineLR") != 0;
@@ -271,9 +316,11 @@ static zero_status_t engine_params(const run_t *r, zero_engine_params_t *ep) {
     ep->grad_accum_steps = cfg->grad_accum;
     ep->warmup_min_lr = warmup_start;
     ep->warmup_type = !strcmp(cfg->warmup_type, "log") ? ZERO_WARMUP_LOG : ZERO_WARMUP_LINEAR;
-    /* DeepSpeed sizes buckets in elements; our gradients are fp32. */
+    /* DeepSpeed sizes buckets in elements; the engine takes bytes of fp32 gradient (with 16-bit
+     * compute the bucket keeps this element count in half the bytes). */
     int64_t bucket_bytes = cfg->reduce_bucket_elems * (int64_t)sizeof(float);
     ep->reduce_bucket_bytes = bucket_bytes > INT32_MAX ? INT32_MAX : (int)bucket_bytes;
+    ep->overlap_comm = cfg->overlap_comm;
     ep->prefetch_bucket_elems = cfg->prefetch_bucket_elems;
     ep->persistence_threshold_elems = cfg->persistence_threshold_elems;
     ep->max_live_elems = cfg->max_live_elems;
@@ -426,6 +473,9 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
         st = zero_engine_step(r.eng, &ss);
         if (!st) st = sum_ranks(&r, &loss_sum, 1);
         if (st) goto done;
+        r.skipped_steps += ss.skipped;
+        rep->skipped_steps = r.skipped_steps;
+        rep->loss_scale = zero_engine_loss_scale(r.eng);
         double step_s = zero_time_now() - t0;
         train_s += step_s;
         float loss = (float)(loss_sum / ((double)cfg->grad_accum * W));
@@ -435,8 +485,9 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
         double tok_s = rep->tokens / train_s;
         double eta = train_s / (step + 1 - start) * (cfg->steps - step - 1);
         int last = step + 1 == cfg->steps;
-        if (job->io->tty || (step + 1) % cfg->steps_per_print == 0 || step == start || last)
-            progress(&r, step + 1, cfg->steps, (float)smooth, tok_s, eta, ss.lr, ss.grad_norm);
+        if (job->io->tty || (step + 1) % cfg->steps_per_print == 0 || step == start || last ||
+            ss.skipped)
+            progress(&r, step + 1, cfg->steps, (float)smooth, tok_s, eta, &ss);
         float val = NAN;
         if ((cfg->eval_interval > 0 && (step + 1) % cfg->eval_interval == 0) || last) {
             st = evaluate(&r, 0, &rep->final_val_loss);
@@ -737,6 +788,12 @@ zero_status_t zero__train_report_write(const zero_train_report_t *rep,
     cJSON_AddNumberToObject(root, "ranks", rep->world);
     cJSON_AddNumberToObject(root, "zero_stage", rep->stage);
     cJSON_AddStringToObject(root, "matmul_library", zero__matmul_library());
+    cJSON_AddStringToObject(root, "compute_dtype",
+                            zero_dtype_name(zero__train_config_compute_dtype(cfg)));
+    cJSON_AddStringToObject(root, "grad_accum_dtype",
+                            zero_dtype_name(zero__train_config_accum_dtype(cfg)));
+    cJSON_AddNumberToObject(root, "loss_scale", rep->loss_scale);
+    cJSON_AddNumberToObject(root, "skipped_steps", (double)rep->skipped_steps);
     cJSON *mem = cJSON_AddObjectToObject(root, "memory_peak_bytes");
     for (int c = 0; mem && c < ZERO_MEM_CATEGORY_COUNT; c++)
         cJSON_AddNumberToObject(mem, zero_mem_category_name((zero_mem_category_t)c),
@@ -761,6 +818,22 @@ zero_status_t zero__train_report_write(const zero_train_report_t *rep,
             cJSON_AddNumberToObject(bc, zero_coll_name((zero_coll_t)c),
                                     (double)rr->comm_sent_bytes_per_step_by_coll[c]);
         cJSON_AddNumberToObject(o, "padded_params", (double)rr->padded_params);
+        /* The paper's breakdown of model states, measured and theory, transient pools apart. */
+        static const char *const ms_names[3] = {"parameters", "gradients", "optimizer_states"};
+        cJSON *ms = cJSON_AddObjectToObject(o, "model_state_bytes");
+        cJSON *mt = cJSON_AddObjectToObject(o, "model_state_theory_bytes");
+        double ms_total = 0, mt_total = 0;
+        for (int i = 0; i < 3; i++) {
+            if (ms) cJSON_AddNumberToObject(ms, ms_names[i], (double)rr->model_state_bytes[i]);
+            if (mt)
+                cJSON_AddNumberToObject(mt, ms_names[i], (double)rr->model_state_theory_bytes[i]);
+            ms_total += (double)rr->model_state_bytes[i];
+            mt_total += (double)rr->model_state_theory_bytes[i];
+        }
+        if (ms) cJSON_AddNumberToObject(ms, "total", ms_total);
+        if (mt) cJSON_AddNumberToObject(mt, "total", mt_total);
+        cJSON_AddNumberToObject(o, "grad_pool_bytes", (double)rr->grad_pool_bytes);
+        cJSON_AddNumberToObject(o, "gather_pool_bytes", (double)rr->gather_pool_bytes);
         cJSON_AddNumberToObject(o, "matmul_peak_flops_per_s", rr->peak_flops_per_s);
     }
     cJSON *model = cJSON_AddObjectToObject(root, "model");

@@ -25,6 +25,10 @@ typedef struct zero_train_rank_report {
     uint64_t comm_bytes_per_step, comm_theory_bytes_per_step;
     uint64_t comm_sent_bytes_per_step_by_coll[ZERO_COLL_COUNT];
     uint64_t padded_params;
+    /* The ZeRO paper's breakdown (zero_engine_report_t): parameters, gradients, optimizer
+     * states; and the transient pools beside them. */
+    uint64_t model_state_bytes[3], model_state_theory_bytes[3];
+    uint64_t grad_pool_bytes, gather_pool_bytes;
     double peak_flops_per_s; /* matmul peak this rank measured at start-up (0: not measured) */
 } zero_train_rank_report_t;
 
@@ -50,6 +54,8 @@ typedef struct zero_train_report {
     size_t activation_bytes;
     zero_mem_stats_t mem;            /* rank 0's accounting domain */
     uint64_t weights_fingerprint;    /* hash of the full fp32 weights, canonical order */
+    int64_t skipped_steps;           /* steps skipped for an inf/NaN gradient */
+    float loss_scale;                /* the loss scale after the last step (fp16; else 1) */
     zero_train_rank_report_t *ranks; /* world entries on rank 0 (NULL elsewhere); owned */
 } zero_train_report_t;
 

@@ -58,13 +58,25 @@ zero_status_t zero_engine_fingerprint(zero_engine_t *eng, uint64_t *out) {
         zero__unit_t *u = &eng->units[i];
         const float *w = u->full;
         float *tmp = NULL, *pooled = NULL;
-        if (u->shard) { /* stage 3: this rank holds a shard; gather a private copy */
+        if (eng->lowp) {
+            /* The fp32 master: whole at stage 0 or with one rank, else the owned shard. */
+            w = u->master;
+            if (eng->params.stage > 0 && eng->world > 1) {
+                tmp = zero_mem_alloc(eng->mem, ZERO_MEM_COMM, u->padded_count * sizeof(float), 64);
+                if (!tmp)
+                    return zero__error(ZERO_ERR_OUT_OF_MEMORY,
+                                       "fingerprint: no memory to gather unit '%s'", u->name);
+                st = zero_comm_all_gather(u->master, tmp, u->shard_count, ZERO_DTYPE_FP32,
+                                          eng->comm);
+                w = tmp;
+            }
+        } else if (u->shard) { /* stage 3: this rank holds a shard; gather a private copy */
             if (eng->world == 1) {
                 w = u->shard;
             } else {
                 /* An idle gather buffer if the pool has one (after a step it has): a fresh
                  * allocation would raise the peak resident size by a unit at the end of a run. */
-                tmp = pooled = zero__pool_take_idle(&eng->pool, u->padded_count);
+                tmp = pooled = zero__pool_take_idle(&eng->pool, u->padded_count * sizeof(float));
                 if (!tmp)
                     tmp = zero_mem_alloc(eng->mem, ZERO_MEM_COMM, u->padded_count * sizeof(float),
                                          64);
@@ -119,7 +131,8 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
         }
     }
     out->padded_param_count = (size_t)P;
-    out->memory_theory_bytes[ZERO_MEM_PARAMS] = (size_t)(stage < 3 ? f * P : f * (S_np + P_pers));
+    const uint64_t c = eng->ce, a = eng->ae;
+    out->memory_theory_bytes[ZERO_MEM_PARAMS] = (size_t)(stage < 3 ? c * P : c * (S_np + P_pers));
     /* Communication buffers: the two reduce-bucket slots (allocated at the first grads_done
      * with world > 1) and the stage-3 pool of gather buffers, kept until zero_engine_free. */
     /* Per slot: the packed send buffer (B elements) and its recv (B / N), plus, once a direct
@@ -130,13 +143,27 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
     out->gather_pool_bytes = zero__pool_bytes(&eng->pool, 0);
     out->gather_pool_idle_bytes = zero__pool_bytes(&eng->pool, 1);
     out->memory_theory_bytes[ZERO_MEM_COMM] =
-        (size_t)(ZERO__BUCKET_SLOTS * f * per_slot) + out->gather_pool_bytes;
+        (size_t)(ZERO__BUCKET_SLOTS * c * per_slot) + out->gather_pool_bytes;
     /* Stage 2-3: the shard accumulator plus the pool of working buffers the model fills during
      * backward (4 sum_p p K_p, K_p the most units of padded size p holding gradients at once;
      * kept between steps so that backward does not map fresh memory for every unit). */
-    out->memory_theory_bytes[ZERO_MEM_GRADS] =
-        (size_t)(stage <= 1 ? f * (P + S) : f * S) + zero__pool_bytes(&eng->grad_pool, 0);
-    out->memory_theory_bytes[ZERO_MEM_OPTIM] = (size_t)(stage == 0 ? 2 * f * P : 2 * f * S);
+    out->grad_pool_bytes = zero__pool_bytes(&eng->grad_pool, 0);
+    const uint64_t grads_kept = stage <= 1 ? c * P + a * S : a * S;
+    out->memory_theory_bytes[ZERO_MEM_GRADS] = (size_t)grads_kept + out->grad_pool_bytes;
+    /* Optimizer states: Adam m and v, plus the separate fp32 master with 16-bit compute. */
+    const uint64_t nst = eng->lowp ? 3 : 2;
+    out->memory_theory_bytes[ZERO_MEM_OPTIM] = (size_t)(stage == 0 ? nst * f * P : nst * f * S);
+    /* The paper's breakdown: what stays between steps, transient pools apart. */
+    out->model_state_theory_bytes[0] = out->memory_theory_bytes[ZERO_MEM_PARAMS];
+    out->model_state_theory_bytes[1] = (size_t)grads_kept;
+    out->model_state_theory_bytes[2] = out->memory_theory_bytes[ZERO_MEM_OPTIM];
+    out->model_state_bytes[0] = out->memory_bytes[ZERO_MEM_PARAMS];
+    out->model_state_bytes[1] = out->memory_bytes[ZERO_MEM_GRADS] >= out->grad_pool_bytes
+                                    ? out->memory_bytes[ZERO_MEM_GRADS] - out->grad_pool_bytes
+                                    : 0;
+    out->model_state_bytes[2] = out->memory_bytes[ZERO_MEM_OPTIM];
+    out->compute_dtype = eng->params.compute_dtype;
+    out->grad_accum_dtype = eng->params.grad_accum_dtype;
 
     uint64_t rs, ag;
     if (eng->have_last) {
@@ -146,11 +173,13 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
         rs = (uint64_t)eng->params.grad_accum_steps * S;
         ag = stage == 3 ? 2 * (uint64_t)eng->params.grad_accum_steps * S_np : 0;
     }
-    ag += stage < 3 ? S : S_pers; /* after the step: grads (0), params (1-2), persistent (3) */
-    out->comm_theory_bytes_per_step = N > 1 ? (N - 1) * (f * (rs + ag) + CONTROL_BYTES) : 0;
-    for (int c = 0; c < ZERO_COLL_COUNT; c++) {
-        out->comm_sent_bytes_per_step_by_coll[c] = eng->last_sent[c];
-        out->comm_bytes_per_step += eng->last_sent[c];
+    /* After the step: the reduced gradient (0, accumulator dtype), params (1-2), persistent
+     * units (3), in the compute dtype. */
+    const uint64_t after = stage == 0 ? a * S : c * (stage < 3 ? S : S_pers);
+    out->comm_theory_bytes_per_step = N > 1 ? (N - 1) * (c * (rs + ag) + after + CONTROL_BYTES) : 0;
+    for (int k = 0; k < ZERO_COLL_COUNT; k++) {
+        out->comm_sent_bytes_per_step_by_coll[k] = eng->last_sent[k];
+        out->comm_bytes_per_step += eng->last_sent[k];
     }
     out->stage = stage;
     out->world_size = eng->world;

@@ -11,14 +11,23 @@
  *    accumulator is still zero (the first micro-step) the result lands in it directly (0 + x
  *    is x bitwise except for -0, and a -0 gradient leaves AdamW's state and update unchanged).
  * A bucket's reduce-scatter is posted non-blocking, so it runs on the communicator's progress
- * thread while backward goes on; its result is added to the units' fp32 shard accumulators
- * when the bucket slot is needed again or at the step.
+ * thread while backward goes on; its result is added to the units' shard accumulators
+ * when the bucket slot is needed again or at the step. Without overlap_comm a direct unit's
+ * reduce-scatter is waited for at once (one working buffer in the pool instead of two).
+ * Buffers and collectives are in the compute dtype (16-bit sums run in fp32 in rank order in the
+ * comm layer, rounded once); the accumulators are in grad_accum_dtype (zero__acc_add). A direct
+ * unit lands straight in its accumulator only when the two dtypes are the same.
  *
  * Not here: the optimizer step. Invariants: slots are used round-robin and each is waited for
  * before reuse, so completions — and the accumulation order of a unit's micro-step gradients —
  * follow posting order. Every stage goes through this path (the canonical order of engine.h).
  * With one rank there is no communication: the buffer is added to the accumulator directly,
- * which gives the same bits as a one-rank reduce-scatter.
+ * which gives the same bits as a one-rank reduce-scatter, in one pass that also zeroes the
+ * buffer (stages 0-1); into a still-zero accumulator of the same dtype the two buffers are
+ * swapped instead (stages 0-1: both are the engine's own, S == P), the into_acc argument above.
+ * With a 16-bit gradient and an fp32 accumulator, a still-zero accumulator is not written at
+ * all: the gradient stays "pending" in the working buffer, the step reads it from there, and
+ * only a second micro-step of the same unit widens it into the accumulator first.
  */
 #include "engine_internal.h"
 
@@ -29,16 +38,17 @@
 /* Give unit un a zeroed working buffer: stages 0-1 own one per unit for good; stages 2-3 borrow
  * one from the gradient pool until grads_done. */
 static zero_status_t take_work(zero_engine_t *eng, zero__unit_t *un) {
+    if (un->pending) zero__flush_pending(eng, un); /* the model adds into a zeroed buffer */
     if (un->inflight) { /* stages 0-1: its last gradient is still being sent (accumulation) */
         zero_status_t st = zero__buckets_drain(eng);
         if (st) return st;
     }
     if (un->work) return ZERO_OK;
-    const size_t bytes = un->padded_count * sizeof(float);
+    const size_t bytes = un->padded_count * eng->ce;
     if (eng->params.stage <= 1) {
         un->work = zero_mem_calloc(eng->mem, ZERO_MEM_GRADS, bytes, 64);
     } else {
-        un->work = zero__pool_take(eng, &eng->grad_pool, ZERO_MEM_GRADS, un->padded_count);
+        un->work = zero__pool_take(eng, &eng->grad_pool, ZERO_MEM_GRADS, bytes);
         if (un->work) memset(un->work, 0, bytes);
     }
     if (!un->work)
@@ -48,7 +58,7 @@ static zero_status_t take_work(zero_engine_t *eng, zero__unit_t *un) {
     return ZERO_OK;
 }
 
-float *zero_unit_grads(zero_engine_t *eng, int u) {
+void *zero_unit_grads(zero_engine_t *eng, int u) {
     zero__unit_t *un = zero__engine_unit(eng, u);
     if (!un || take_work(eng, un)) return NULL;
     un->dirty = 1;
@@ -68,13 +78,16 @@ static zero_status_t wait_bucket(zero_engine_t *eng, zero__bucket_t *b) {
         const zero__bucket_entry_t *e = &b->entries[k];
         zero__unit_t *un = &eng->units[e->unit];
         if (!st && !e->into_acc)
-            zero__add_into(un->acc, e->lent ? b->drecv : b->recv + e->offset, un->shard_count,
-                           eng->params.threads);
+            zero__acc_add(eng, un->acc, eng->params.grad_accum_dtype,
+                          e->lent ? b->drecv : zero__elem(b->recv, e->offset, eng->ce),
+                          eng->params.compute_dtype, un->shard_count, 0, 0);
         if (!e->lent) continue;
         if (eng->params.stage >= 2) {
             zero__pool_give(&eng->grad_pool, e->lent);
         } else {
-            zero__zero(e->lent, un->padded_count, eng->params.threads);
+            /* zero__zero clears whole floats: a 16-bit buffer of P (a multiple of 16) elements
+             * is P / 2 of them, and all-zero bits are +0 in every dtype. */
+            zero__zero(e->lent, un->padded_count * eng->ce / sizeof(float), eng->params.threads);
             un->inflight = 0;
         }
     }
@@ -111,12 +124,12 @@ static zero_status_t alloc_buckets(zero_engine_t *eng) {
     eng->buckets_ready = 1;
     for (int s = 0; s < ZERO__BUCKET_SLOTS && cap > 0; s++) {
         zero__bucket_t *b = &eng->buckets[s];
-        b->send = zero_mem_alloc(eng->mem, ZERO_MEM_COMM, cap * sizeof(float), 64);
-        b->recv = zero_mem_alloc(eng->mem, ZERO_MEM_COMM, eng->recv_cap * sizeof(float), 64);
+        b->send = zero_mem_alloc(eng->mem, ZERO_MEM_COMM, cap * eng->ce, 64);
+        b->recv = zero_mem_alloc(eng->mem, ZERO_MEM_COMM, eng->recv_cap * eng->ce, 64);
         if (!b->send || !b->recv)
             return zero__error(ZERO_ERR_OUT_OF_MEMORY,
                                "engine: cannot allocate reduce buckets of %zu bytes",
-                               cap * sizeof(float));
+                               cap * eng->ce);
     }
     return ZERO_OK;
 }
@@ -127,12 +140,11 @@ static zero_status_t alloc_direct_recv(zero_engine_t *eng) {
     for (int s = 0; s < ZERO__BUCKET_SLOTS; s++) {
         zero__bucket_t *b = &eng->buckets[s];
         if (b->drecv) continue;
-        b->drecv =
-            zero_mem_alloc(eng->mem, ZERO_MEM_COMM, eng->direct_recv_count * sizeof(float), 64);
+        b->drecv = zero_mem_alloc(eng->mem, ZERO_MEM_COMM, eng->direct_recv_count * eng->ce, 64);
         if (!b->drecv)
             return zero__error(ZERO_ERR_OUT_OF_MEMORY,
                                "engine: cannot allocate a reduce buffer of %zu bytes",
-                               eng->direct_recv_count * sizeof(float));
+                               eng->direct_recv_count * eng->ce);
     }
     return ZERO_OK;
 }
@@ -173,10 +185,12 @@ static zero_status_t flush(zero_engine_t *eng) {
     const size_t stride = eng->bucket_cap / (size_t)eng->world, B = b->block;
     /* Blocks were packed at a fixed stride; the collective wants them contiguous. Moving block r
      * from r*stride down to r*B in increasing r never overwrites a block not yet moved. */
+    const size_t ce = eng->ce;
     if (B < stride)
         for (int r = 1; r < eng->world; r++)
-            memmove(b->send + (size_t)r * B, b->send + (size_t)r * stride, B * sizeof(float));
-    zero_status_t st = zero_comm_reduce_scatter_post(b->send, b->recv, B, ZERO_DTYPE_FP32,
+            memmove(zero__elem(b->send, (size_t)r * B, ce),
+                    zero__elem(b->send, (size_t)r * stride, ce), B * ce);
+    zero_status_t st = zero_comm_reduce_scatter_post(b->send, b->recv, B, eng->params.compute_dtype,
                                                      ZERO_OP_SUM, eng->comm, &b->req);
     if (st) return post_fail(eng, b, st);
     return advance(eng);
@@ -187,14 +201,16 @@ static zero_status_t post_direct(zero_engine_t *eng, zero__unit_t *un) {
     zero_status_t st = flush(eng);
     if (st) return st;
     zero__bucket_t *b = &eng->buckets[eng->bucket_cur];
-    zero__bucket_entry_t e = {(int)(un - eng->units), 0, un->work, !un->acc_used};
-    float *recv = un->acc;
+    /* Straight into the accumulator only while it is zero and of the dtype that lands. */
+    zero__bucket_entry_t e = {(int)(un - eng->units), 0, un->work,
+                              !un->acc_used && eng->ae == eng->ce};
+    void *recv = un->acc;
     if (!e.into_acc) {
         if ((st = alloc_direct_recv(eng))) return st;
         recv = b->drecv;
     }
     if ((st = add_entry(b, e))) return st;
-    st = zero_comm_reduce_scatter_post(un->work, recv, un->shard_count, ZERO_DTYPE_FP32,
+    st = zero_comm_reduce_scatter_post(un->work, recv, un->shard_count, eng->params.compute_dtype,
                                        ZERO_OP_SUM, eng->comm, &b->req);
     if (st) return post_fail(eng, b, st);
     return advance(eng);
@@ -222,10 +238,42 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
             un->work = NULL; /* the bucket slot gives it back to the pool */
         else
             un->inflight = 1;
-        return ZERO_OK;
+        /* No overlap: land it now, so the next unit's backward reuses this buffer instead of
+         * the pool growing a second one (post_direct flushed the packed units before it). */
+        return eng->params.overlap_comm ? ZERO_OK : zero__buckets_drain(eng);
     }
     if (eng->world == 1) {
-        zero__add_into(un->acc, un->work, S, eng->params.threads);
+        if (un->pending) zero__flush_pending(eng, un); /* handed back without being asked for */
+        const int fresh = !un->acc_used, own = eng->params.stage <= 1;
+        eng->rs_elems += S;
+        un->acc_used = 1;
+        un->dirty = 0;
+        if (fresh && own && eng->ae == eng->ce) {
+            /* The accumulator is zero and the working buffer is the same size (S == P with one
+             * rank) and dtype: they trade places, which is the add (0 + x == x, and a -0 kept
+             * as -0 changes nothing, see the file comment) and the zeroing, without a pass. */
+            void *t = un->acc;
+            un->acc = un->work;
+            un->work = t;
+            return ZERO_OK;
+        }
+        if (fresh && own) {
+            /* A 16-bit gradient into a zero fp32 accumulator: leave it where it is. The step
+             * reads it from work (widening is exact, so it sees the accumulator's values), and
+             * only a further micro-step moves it into acc (take_work). */
+            un->pending = 1;
+            return ZERO_OK;
+        }
+        /* One pass: add (widening a 16-bit gradient; into a zero fp32 accumulator a plain
+         * store) and, stages 0-1, zero the working buffer for the next micro-step. */
+        zero__acc_add(eng, un->acc, eng->params.grad_accum_dtype, un->work,
+                      eng->params.compute_dtype, S,
+                      fresh && eng->params.grad_accum_dtype == ZERO_DTYPE_FP32, own);
+        if (!own) {
+            zero__pool_give(&eng->grad_pool, un->work);
+            un->work = NULL;
+        }
+        return ZERO_OK;
     } else {
         const size_t stride = eng->bucket_cap / (size_t)eng->world;
         zero__bucket_t *b = &eng->buckets[eng->bucket_cur];
@@ -236,21 +284,29 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
         }
         zero_status_t st = add_entry(b, (zero__bucket_entry_t){u, b->block, NULL, 0});
         if (st) return st;
+        const size_t ce = eng->ce;
         for (int r = 0; r < eng->world; r++)
-            memcpy(b->send + (size_t)r * stride + b->block, un->work + (size_t)r * S,
-                   S * sizeof(float));
+            memcpy(zero__elem(b->send, (size_t)r * stride + b->block, ce),
+                   zero__elem(un->work, (size_t)r * S, ce), S * ce);
         b->block += S;
     }
     eng->rs_elems += S;
     un->acc_used = 1;
     if (eng->params.stage <= 1) {
-        zero__zero(un->work, un->padded_count, eng->params.threads);
+        zero__zero(un->work, un->padded_count * eng->ce / sizeof(float), eng->params.threads);
     } else {
         zero__pool_give(&eng->grad_pool, un->work);
         un->work = NULL;
     }
     un->dirty = 0;
     return ZERO_OK;
+}
+
+void zero__flush_pending(zero_engine_t *eng, zero__unit_t *un) {
+    /* acc is zero and fp32 (pending is set only then): a widening store, as the add would be */
+    zero__acc_add(eng, un->acc, eng->params.grad_accum_dtype, un->work, eng->params.compute_dtype,
+                  un->shard_count, 1, 1);
+    un->pending = 0;
 }
 
 zero_status_t zero_unit_grads_done(zero_engine_t *eng, int u) {

@@ -48,6 +48,8 @@ zero_engine_params_t zero_engine_params_default(void) {
     p.comm = NULL;
     p.mem = NULL;
     p.compute_dtype = ZERO_DTYPE_FP32;
+    p.grad_accum_dtype = ZERO_DTYPE_FP32;
+    p.loss_scaler = zero_loss_scaler_params_default();
     p.seed = 1337;
     p.threads = 1;
     p.lr = 3e-4f;
@@ -64,6 +66,7 @@ zero_engine_params_t zero_engine_params_default(void) {
     p.grad_clip = 1.0f;
     p.grad_accum_steps = 1;
     p.reduce_bucket_bytes = INT_MAX; /* DeepSpeed: 5e8 elements = 2e9 bytes */
+    p.overlap_comm = 1;
     p.prefetch_bucket_elems = 50000000;
     p.persistence_threshold_elems = 100000;
     p.max_live_elems = 1000000000;
@@ -75,10 +78,21 @@ static zero_status_t check_params(const zero_engine_params_t *p) {
         return zero__error(ZERO_ERR_CONFIG,
                            "zero_optimization.stage %d is invalid (expected 0, 1, 2 or 3)",
                            p->stage);
-    if (p->compute_dtype != ZERO_DTYPE_FP32)
-        return zero__error(ZERO_ERR_UNSUPPORTED,
-                           "compute dtype %s is not implemented yet (expected fp32)",
+    if (p->compute_dtype != ZERO_DTYPE_FP32 && p->compute_dtype != ZERO_DTYPE_BF16 &&
+        p->compute_dtype != ZERO_DTYPE_FP16)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "compute dtype %s is invalid (expected fp32, bf16 or fp16)",
                            zero_dtype_name(p->compute_dtype));
+    if (p->grad_accum_dtype != ZERO_DTYPE_FP32 && p->grad_accum_dtype != p->compute_dtype)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "data_types.grad_accum_dtype %s is invalid with compute dtype %s "
+                           "(expected fp32 or %s)",
+                           zero_dtype_name(p->grad_accum_dtype), zero_dtype_name(p->compute_dtype),
+                           zero_dtype_name(p->compute_dtype));
+    if (p->compute_dtype == ZERO_DTYPE_FP16) {
+        zero_status_t st = zero_loss_scaler_params_check(&p->loss_scaler);
+        if (st) return st;
+    }
     if (!(p->lr >= 0.0f) || !isfinite(p->lr))
         return zero__error(ZERO_ERR_CONFIG, "learning rate %g is invalid (expected >= 0)",
                            (double)p->lr);
@@ -157,6 +171,20 @@ zero_status_t zero_engine_init(zero_engine_t **out, const zero_engine_params_t *
     if (!eng) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "engine: out of memory");
     eng->params = p;
     eng->world = 1;
+    eng->lowp = p.compute_dtype != ZERO_DTYPE_FP32;
+    eng->ce = eng->lowp ? 2 : sizeof(float);
+    eng->ae = p.grad_accum_dtype == ZERO_DTYPE_FP32 ? sizeof(float) : 2;
+    {
+        /* fp16: the configured (dynamic by default) scaler. bf16 and fp32: a static scale of 1,
+         * which only turns an inf/NaN into a skipped step: one code path for every dtype. */
+        zero_loss_scaler_params_t lsp = p.loss_scaler;
+        if (p.compute_dtype != ZERO_DTYPE_FP16) {
+            lsp = zero_loss_scaler_params_default();
+            lsp.loss_scale = 1.0;
+        }
+        st = zero_loss_scaler_init(&eng->scaler, &lsp);
+        if (st) goto fail_eng;
+    }
     if (p.mem) {
         eng->mem = p.mem;
     } else {
@@ -165,6 +193,14 @@ zero_status_t zero_engine_init(zero_engine_t **out, const zero_engine_params_t *
         eng->owns_mem = 1;
     }
     eng->params.mem = eng->mem;
+    if (eng->lowp) {
+        eng->scratch =
+            zero_mem_alloc(eng->mem, ZERO_MEM_OTHER, ZERO__SCRATCH_COUNT * sizeof(float), 64);
+        if (!eng->scratch) {
+            st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "engine: out of memory (scratch)");
+            goto fail_mem;
+        }
+    }
     if (p.comm && zero_comm_size(p.comm) > 1) {
         /* A private communicator: our posted reduce-scatters and gathers queue behind nobody
          * else's collectives, and its counters are the engine's traffic alone. */
@@ -176,8 +212,10 @@ zero_status_t zero_engine_init(zero_engine_t **out, const zero_engine_params_t *
     *out = eng;
     return ZERO_OK;
 fail_mem:
+    zero_mem_free(eng->scratch);
     if (eng->owns_mem) zero_mem_free_domain(eng->mem);
 fail_eng:
+    zero_loss_scaler_free(eng->scaler);
     free(eng);
     return st;
 }
@@ -199,8 +237,18 @@ void zero_engine_free(zero_engine_t *eng) {
     free(eng->ref_fetches);
     free(eng->prev_fetches);
     zero_comm_free(eng->comm);
+    zero_mem_free(eng->scratch);
     if (eng->owns_mem) zero_mem_free_domain(eng->mem);
+    zero_loss_scaler_free(eng->scaler);
     free(eng);
+}
+
+float zero_engine_loss_scale(const zero_engine_t *eng) {
+    return eng ? (float)zero_loss_scaler_scale(eng->scaler) : 1.0f;
+}
+
+zero_loss_scaler_t *zero_engine_loss_scaler(const zero_engine_t *eng) {
+    return eng ? eng->scaler : NULL;
 }
 
 float zero_engine_lr_at(const zero_engine_t *eng, int64_t step) {

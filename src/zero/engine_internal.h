@@ -9,8 +9,14 @@
  * step.c        optimizer step: norm, schedule check, clip, AdamW on shards, all-gathers
  * accounting.c  fingerprint and the memory / communication report
  *
+ * lowp.c       16-bit helpers: widen/round ranges, accumulate, the master -> params rounding
+ *
  * Invariants: every unit is padded to a multiple of world x 16 elements; rank r owns
  * [r*S, (r+1)*S). Padding elements of parameters, gradients and moments stay zero forever.
+ * Buffers of the compute dtype (params, working gradients, buckets, gathers) are void * with
+ * eng->ce bytes per element; the accumulator has eng->ae; master, m and v are fp32. With fp32
+ * compute the master is the parameter buffer itself (un->master == NULL): that path is the
+ * pre-mixed-precision code, bit for bit.
  * Collectives are posted in the order the model calls the engine, which is the same on every
  * rank as long as the schedules agree (checked at every step).
  */
@@ -26,6 +32,7 @@
 #define ZERO__TENSOR_ALIGN_COUNT 16
 #define ZERO__NAME_MAX_LEN 64
 #define ZERO__BUCKET_SLOTS 2
+#define ZERO__SCRATCH_COUNT 65536
 
 typedef struct zero__unit {
     char name[ZERO__NAME_MAX_LEN];
@@ -39,21 +46,29 @@ typedef struct zero__unit {
     size_t shard_count;  /* S_u = P_u / world */
     int persistent;      /* stage 3: kept full (param_count <= persistence threshold) */
 
-    /* Parameters. full: P_u elements (stages 0-2 and persistent stage-3 units: always; other
-     * stage-3 units: only while gathered). shard: S_u elements (non-persistent stage 3 only). */
-    float *full, *shard;
+    /* Parameters (compute dtype). full: P_u elements (stages 0-2 and persistent stage-3 units:
+     * always; other stage-3 units: only while gathered). shard: S_u elements (non-persistent
+     * stage 3 only). master: 16-bit compute only, fp32, P_u elements at stage 0, else S_u (the
+     * owned range); NULL with fp32 compute. */
+    void *full, *shard;
+    float *master;
     int refs;                    /* stage 3: open fetches */
     int prefetched;              /* stage 3: gathered ahead of its fetch, not fetched yet */
     zero_comm_request_t *gather; /* stage 3: all-gather in flight into full */
 
-    /* Gradients. work: P_u, the model's micro-step buffer (stages 0-1: always, owned; 2-3:
-     * lent by the gradient pool between zero_unit_grads and zero_unit_grads_done). acc: S_u, the
-     * fp32 accumulator of reduced micro-step gradients. */
-    float *work, *acc;
+    /* Gradients. work: P_u compute-dtype elements, the model's micro-step buffer (stages 0-1:
+     * always, owned; 2-3: lent by the gradient pool between zero_unit_grads and
+     * zero_unit_grads_done). acc: S_u grad_accum_dtype elements, the accumulator of reduced
+     * micro-step gradients. */
+    void *work, *acc;
     int dirty;    /* work handed out and not yet handed back */
     int direct;   /* reduce-scattered straight from work (2 P_u > the bucket), not packed */
     int inflight; /* stages 0-1, direct: work is being sent; zeroed when that lands */
     int acc_used; /* something was reduced into acc since it was last zeroed */
+    /* One rank, stages 0-1, accumulator dtype != compute dtype: the step's only gradient so far
+     * is still in work, acc is zero. The step reads work directly; a further micro-step first
+     * widens it into acc (zero__flush_pending). */
+    int pending;
 
     float *m, *v; /* Adam moments: P_u (stage 0) or S_u elements */
 } zero__unit_t;
@@ -61,8 +76,8 @@ typedef struct zero__unit {
 /* One buffer of a pool (pool.c): kept for reuse by any unit of the same padded size, so
  * fetches and backward do not allocate once the pool has grown to the step's needs. */
 typedef struct zero__pool_buf {
-    float *ptr;   /* owned by the pool, `count` elements */
-    size_t count; /* a unit's padded count: the key */
+    void *ptr;    /* owned by the pool, `bytes` bytes */
+    size_t bytes; /* a unit's padded count times its element size: the key */
     int in_use;   /* lent to a unit */
 } zero__pool_buf_t;
 
@@ -74,14 +89,14 @@ typedef struct zero__pool {
 typedef struct zero__bucket_entry {
     int unit;
     size_t offset; /* of the unit's shard inside each rank block */
-    float *lent;   /* direct: the unit's working buffer being sent, given back when it lands */
+    void *lent;    /* direct: the unit's working buffer being sent, given back when it lands */
     int into_acc;  /* direct: reduced straight into the (zero) accumulator, nothing to add */
 } zero__bucket_entry_t;
 
 typedef struct zero__bucket {
-    float *send;  /* world x block elements, rank-major blocks (ZERO_MEM_COMM) */
-    float *recv;  /* block elements */
-    float *drecv; /* direct units whose accumulator holds a sum already (accumulation):
+    void *send;   /* world x block elements (compute dtype), rank-major blocks (ZERO_MEM_COMM) */
+    void *recv;   /* block elements */
+    void *drecv;  /* direct units whose accumulator holds a sum already (accumulation):
                    * direct_recv_count elements, allocated at the first such use */
     size_t block; /* elements per rank block filled so far */
     zero__bucket_entry_t *entries;
@@ -98,6 +113,12 @@ struct zero_engine {
     int world, rank;
     zero_status_t failure; /* sticky: the first collective failure */
     char failure_msg[1024];
+    /* Precision: element bytes of the compute dtype and of the accumulator; lowp = 16-bit
+     * compute (separate fp32 master). The scaler decides skips (and fp16's scale). */
+    size_t ce, ae;
+    int lowp;
+    zero_loss_scaler_t *scaler;
+    float *scratch; /* lowp: ZERO__SCRATCH_COUNT fp32 for chunked widening (ZERO_MEM_OTHER) */
 
     zero__unit_t *units;
     int unit_count, unit_cap;
@@ -145,11 +166,16 @@ struct zero_engine {
 
 /* layout.c */
 zero__unit_t *zero__engine_unit(const zero_engine_t *eng, int u);
+/* 16-bit compute: the range [*lo, *lo + *n) of unit un the fp32 master holds (stage 0: the
+ * whole unit; stages 1-3: the owned shard). */
+void zero__master_range(const zero_engine_t *eng, const zero__unit_t *un, size_t *lo, size_t *n);
 void zero__unit_free_buffers(zero__unit_t *un);
 
 /* buckets.c */
 zero_status_t zero__grads_done(zero_engine_t *eng, int u);
 zero_status_t zero__buckets_drain(zero_engine_t *eng); /* flush + wait all, in posting order */
+/* A pending gradient (zero__unit_t.pending) moves into the accumulator; work is zeroed. */
+void zero__flush_pending(zero_engine_t *eng, zero__unit_t *un);
 void zero__buckets_free(zero_engine_t *eng);
 
 /* fetch.c */
@@ -159,20 +185,34 @@ void zero__schedule_end_step(zero_engine_t *eng); /* after a step: record, reset
  * pool (the gathered copies are stale once the shards are updated). */
 zero_status_t zero__fetch_drop_all(zero_engine_t *eng);
 
-/* pool.c. take: an idle buffer of exactly `count` elements, else a new one (category cat)
+/* pool.c. take: an idle buffer of exactly `bytes` bytes, else a new one (category cat)
  * that joins the pool; NULL when out of memory. give: back to the pool (asserts it came from
  * it). free: engine free, after every request using the buffers has landed. */
-float *zero__pool_take(zero_engine_t *eng, zero__pool_t *pool, zero_mem_category_t cat,
-                       size_t count);
-/* An idle buffer of exactly `count` elements, or NULL: never grows the pool. */
-float *zero__pool_take_idle(zero__pool_t *pool, size_t count);
-void zero__pool_give(zero__pool_t *pool, const float *ptr);
+void *zero__pool_take(zero_engine_t *eng, zero__pool_t *pool, zero_mem_category_t cat,
+                      size_t bytes);
+/* An idle buffer of exactly `bytes` bytes, or NULL: never grows the pool. */
+void *zero__pool_take_idle(zero__pool_t *pool, size_t bytes);
+void zero__pool_give(zero__pool_t *pool, const void *ptr);
 void zero__pool_free(zero__pool_t *pool);
 size_t zero__pool_bytes(const zero__pool_t *pool, int idle_only);
 
 /* Record a failure once (sticky) and return it; message keeps the original text. */
 zero_status_t zero__engine_fail(zero_engine_t *eng, zero_status_t st, const char *fmt, ...)
     ZERO_PRINTF(3, 4);
+
+/* lowp.c. Element i of a buffer of dtype dt (fp32/bf16/fp16) at byte offset. */
+static inline void *zero__elem(const void *buf, size_t i, size_t esize) {
+    return (unsigned char *)buf + i * esize;
+}
+/* acc[i] += src[i] for n elements: acc of dtype acc_dt, src of dtype src_dt (each fp32 or
+ * 16-bit; the sum in fp32, rounded once into a 16-bit acc). overwrite (fp32 acc known to be
+ * zero): acc[i] = src[i] instead, the same bits except that a -0 stays -0 (see
+ * zero__acc_add_fused). zero_src: src[i] = 0 afterwards, in the same pass. Elementwise and
+ * multi-threaded; any chunking or threading gives the same bits. */
+void zero__acc_add(zero_engine_t *eng, void *acc, zero_dtype_t acc_dt, void *src,
+                   zero_dtype_t src_dt, size_t n, int overwrite, int zero_src);
+/* Sum of squares (float64) of n elements of dtype dt (fp32: zero__sumsq itself). */
+double zero__sumsq_dt(zero_engine_t *eng, const void *x, size_t n, zero_dtype_t dt);
 
 /* accounting.c */
 void zero__accounting_end_step(zero_engine_t *eng);

@@ -98,18 +98,18 @@ static zero_status_t gather_fail(zero_engine_t *eng, const zero__unit_t *un, zer
 /* Allocate unit un's full buffer and post (or, with one rank, do) its gather. */
 static zero_status_t start_gather(zero_engine_t *eng, zero__unit_t *un) {
     const size_t P = un->padded_count;
-    un->full = zero__pool_take(eng, &eng->pool, ZERO_MEM_COMM, P);
+    un->full = zero__pool_take(eng, &eng->pool, ZERO_MEM_COMM, P * eng->ce);
     if (!un->full)
         return zero__engine_fail(eng, ZERO_ERR_OUT_OF_MEMORY,
                                  "step %lld: no memory to gather unit '%s' (%zu bytes)",
-                                 (long long)eng->step, un->name, P * sizeof(float));
+                                 (long long)eng->step, un->name, P * eng->ce);
     eng->live_elems += (int64_t)P;
     if (eng->world == 1) {
-        memcpy(un->full, un->shard, P * sizeof(float));
+        memcpy(un->full, un->shard, P * eng->ce);
         return ZERO_OK;
     }
     zero_status_t st = zero_comm_all_gather_post(un->shard, un->full, un->shard_count,
-                                                 ZERO_DTYPE_FP32, eng->comm, &un->gather);
+                                                 eng->params.compute_dtype, eng->comm, &un->gather);
     if (st) return gather_fail(eng, un, st, "posting the all-gather");
     return ZERO_OK;
 }
@@ -155,7 +155,7 @@ static void prefetch(zero_engine_t *eng) {
     }
 }
 
-const float *zero_unit_fetch(zero_engine_t *eng, int u) {
+const void *zero_unit_fetch(zero_engine_t *eng, int u) {
     zero__unit_t *un = zero__engine_unit(eng, u);
     if (!un) return NULL;
     if (eng->failure) {

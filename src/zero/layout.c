@@ -23,6 +23,7 @@ zero__unit_t *zero__engine_unit(const zero_engine_t *eng, int u) {
 void zero__unit_free_buffers(zero__unit_t *un) {
     zero_mem_free(un->full);
     zero_mem_free(un->shard);
+    zero_mem_free(un->master);
     zero_mem_free(un->work);
     zero_mem_free(un->acc);
     zero_mem_free(un->m);
@@ -101,18 +102,56 @@ static zero_status_t check_tensors(const char *name, const zero_tensor_desc_t *t
     return ZERO_OK;
 }
 
+/* 16-bit compute: the initial values of the params range (the full unit, or stage 3's shard)
+ * in chunks through the engine's scratch, rounded into the params and copied exactly into the
+ * fp32 master where the master range (a subrange: stage 0 full, else the owned shard) covers
+ * them. Chunks keep the bits of a whole-tensor fill (init_tensor_range). */
+static void init_lowp(zero_engine_t *eng, zero__unit_t *u, int index) {
+    const size_t P = u->padded_count, S = u->shard_count, lo = (size_t)eng->rank * S;
+    const size_t plo = u->shard ? lo : 0, pn = u->shard ? S : P;
+    size_t mlo, mn;
+    zero__master_range(eng, u, &mlo, &mn);
+    void *params = u->shard ? u->shard : u->full;
+    for (int t = 0; t < u->tensor_count; t++) {
+        size_t a0 = ZERO_MAX(u->offsets[t], plo);
+        size_t b0 = ZERO_MIN(u->offsets[t] + u->counts[t], plo + pn);
+        for (size_t a = a0; a < b0; a += ZERO__SCRATCH_COUNT) {
+            size_t b = ZERO_MIN(b0, a + ZERO__SCRATCH_COUNT);
+            init_tensor_range(eng->scratch, a - u->offsets[t], b - u->offsets[t], &u->tensors[t],
+                              eng->params.seed, index, t);
+            zero__narrow(zero__elem(params, a - plo, eng->ce), eng->scratch, b - a,
+                         eng->params.compute_dtype);
+            size_t c = ZERO_MAX(a, mlo), d = ZERO_MIN(b, mlo + mn);
+            if (c < d)
+                memcpy(u->master + (c - mlo), eng->scratch + (c - a), (d - c) * sizeof(float));
+        }
+    }
+}
+
 /* Allocate the stage's buffers (see the memory theory in engine.h) and fill the parameters. */
 static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) {
     const int stage = eng->params.stage;
     const size_t P = u->padded_count, S = u->shard_count, f = sizeof(float);
+    const size_t ce = eng->ce, ae = eng->ae;
     zero_mem_t *mem = eng->mem;
     u->persistent =
         stage == 3 && (int64_t)u->param_count <= eng->params.persistence_threshold_elems;
-    if (stage < 3 || u->persistent) {
+    if (eng->lowp) {
+        /* The fp32 master beside the 16-bit params: optimizer state (12 bytes per element with
+         * m and v), so it is accounted under ZERO_MEM_OPTIM as in the paper's breakdown. */
+        u->master = zero_mem_calloc(mem, ZERO_MEM_OPTIM, (stage == 0 ? P : S) * f, 64);
+        if (!u->master) goto fail;
+        if (stage < 3 || u->persistent)
+            u->full = zero_mem_calloc(mem, ZERO_MEM_PARAMS, P * ce, 64);
+        else
+            u->shard = zero_mem_calloc(mem, ZERO_MEM_PARAMS, S * ce, 64);
+        if (!u->full && !u->shard) goto fail;
+        init_lowp(eng, u, index);
+    } else if (stage < 3 || u->persistent) {
         u->full = zero_mem_calloc(mem, ZERO_MEM_PARAMS, P * f, 64);
         if (!u->full) goto fail;
         for (int t = 0; t < u->tensor_count; t++)
-            init_tensor_range(u->full + u->offsets[t], 0, u->counts[t], &u->tensors[t],
+            init_tensor_range((float *)u->full + u->offsets[t], 0, u->counts[t], &u->tensors[t],
                               eng->params.seed, index, t);
     } else {
         /* Only the owned range [lo, lo + S), straight into the shard: a full-size scratch
@@ -125,15 +164,15 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
             size_t a = ZERO_MAX(u->offsets[t], lo);
             size_t b = ZERO_MIN(u->offsets[t] + u->counts[t], lo + S);
             if (a < b)
-                init_tensor_range(u->shard + (a - lo), a - u->offsets[t], b - u->offsets[t],
-                                  &u->tensors[t], eng->params.seed, index, t);
+                init_tensor_range((float *)u->shard + (a - lo), a - u->offsets[t],
+                                  b - u->offsets[t], &u->tensors[t], eng->params.seed, index, t);
         }
     }
     if (stage <= 1) {
-        u->work = zero_mem_calloc(mem, ZERO_MEM_GRADS, P * f, 64);
+        u->work = zero_mem_calloc(mem, ZERO_MEM_GRADS, P * ce, 64);
         if (!u->work) goto fail;
     }
-    u->acc = zero_mem_calloc(mem, ZERO_MEM_GRADS, S * f, 64);
+    u->acc = zero_mem_calloc(mem, ZERO_MEM_GRADS, S * ae, 64);
     size_t mcount = stage == 0 ? P : S;
     u->m = zero_mem_calloc(mem, ZERO_MEM_OPTIM, mcount * f, 64);
     u->v = zero_mem_calloc(mem, ZERO_MEM_OPTIM, mcount * f, 64);
@@ -258,9 +297,10 @@ zero_status_t zero_engine_shard_range(const zero_engine_t *eng, int u, size_t *o
     return ZERO_OK;
 }
 
-/* Where [offset, offset + count) of unit u lives for reading or writing parameters. */
+/* Where [offset, offset + count) of unit u lives for reading or writing parameters (a pointer
+ * to the element in the compute dtype). */
 static zero_status_t param_range(const zero_engine_t *eng, int u, size_t offset, size_t count,
-                                 float **ptr) {
+                                 void **ptr) {
     zero__unit_t *un = zero__engine_unit(eng, u);
     if (!un) return ZERO_ERR_INVALID_ARG;
     if (offset > un->padded_count || count > un->padded_count - offset)
@@ -275,28 +315,41 @@ static zero_status_t param_range(const zero_engine_t *eng, int u, size_t offset,
                                "(it owns [%zu, %zu))",
                                offset, offset + count, u, un->name, eng->rank, lo,
                                lo + un->shard_count);
-        *ptr = un->shard + (offset - lo);
+        *ptr = zero__elem(un->shard, offset - lo, eng->ce);
         return ZERO_OK;
     }
-    *ptr = un->full + offset;
+    *ptr = zero__elem(un->full, offset, eng->ce);
     return ZERO_OK;
 }
 
 zero_status_t zero_engine_params_read(const zero_engine_t *eng, int u, size_t offset, size_t count,
                                       float *out) {
-    float *p = NULL;
+    void *p = NULL;
     zero_status_t st = param_range(eng, u, offset, count, &p);
     if (st) return st;
-    memcpy(out, p, count * sizeof(float));
+    zero__widen(out, p, count, eng->params.compute_dtype);
     return ZERO_OK;
+}
+
+void zero__master_range(const zero_engine_t *eng, const zero__unit_t *un, size_t *lo, size_t *n) {
+    const int whole = eng->params.stage == 0;
+    *lo = whole ? 0 : (size_t)eng->rank * un->shard_count;
+    *n = whole ? un->padded_count : un->shard_count;
 }
 
 zero_status_t zero_engine_params_write(zero_engine_t *eng, int u, size_t offset, size_t count,
                                        const float *in) {
-    float *p = NULL;
+    void *p = NULL;
     zero_status_t st = param_range(eng, u, offset, count, &p);
     if (st) return st;
-    memcpy(p, in, count * sizeof(float));
+    zero__narrow(p, in, count, eng->params.compute_dtype);
+    if (eng->lowp) { /* the master takes the written values exactly where this rank holds it */
+        const zero__unit_t *un = &eng->units[u];
+        size_t mlo, mn;
+        zero__master_range(eng, un, &mlo, &mn);
+        size_t a = ZERO_MAX(offset, mlo), b = ZERO_MIN(offset + count, mlo + mn);
+        if (a < b) memcpy(un->master + (a - mlo), in + (a - offset), (b - a) * sizeof(float));
+    }
     return ZERO_OK;
 }
 
@@ -316,6 +369,11 @@ zero_status_t zero_engine_grads_read(const zero_engine_t *eng, int u, size_t off
      * the current bucket is empty; the model calls it after grads_done on every rank. */
     zero_status_t st = zero__buckets_drain((zero_engine_t *)eng);
     if (st) return st;
-    memcpy(out, un->acc + (offset - lo), count * sizeof(float));
+    if (un->pending) /* one rank: the gradient is still in the working buffer (buckets.c) */
+        zero__widen(out, zero__elem(un->work, offset - lo, eng->ce), count,
+                    eng->params.compute_dtype);
+    else
+        zero__widen(out, zero__elem(un->acc, offset - lo, eng->ae), count,
+                    eng->params.grad_accum_dtype);
     return ZERO_OK;
 }

@@ -1,9 +1,9 @@
-/* pool.c — pools of engine buffers kept for reuse, keyed by exact element count: the stage-3
+/* pool.c — pools of engine buffers kept for reuse, keyed by exact byte size: the stage-3
  * gather buffers (ZERO_MEM_COMM) and the stage-2/3 gradient working buffers (ZERO_MEM_GRADS).
  *
  * Not here: which unit holds which buffer (fetch.c, buckets.c). Invariants: a pool never
  * shrinks before zero__pool_free, so after the first step it holds, for each size p, the most
- * buffers of size p lent at the same time so far (K_p): 4 sum_p p K_p bytes, the figure the
+ * buffers of size p lent at the same time so far (K_p): sum_p p K_p bytes, the figure the
  * memory theory adds. Reusing buffers avoids a fresh mapping (and its page faults) per use, and
  * the allocator returning memory the next use takes again.
  */
@@ -11,10 +11,10 @@
 
 #include <stdlib.h>
 
-float *zero__pool_take_idle(zero__pool_t *pool, size_t count) {
+void *zero__pool_take_idle(zero__pool_t *pool, size_t bytes) {
     for (int i = 0; i < pool->count; i++) {
         zero__pool_buf_t *b = &pool->bufs[i];
-        if (!b->in_use && b->count == count) {
+        if (!b->in_use && b->bytes == bytes) {
             b->in_use = 1;
             return b->ptr;
         }
@@ -22,9 +22,9 @@ float *zero__pool_take_idle(zero__pool_t *pool, size_t count) {
     return NULL;
 }
 
-float *zero__pool_take(zero_engine_t *eng, zero__pool_t *pool, zero_mem_category_t cat,
-                       size_t count) {
-    float *idle = zero__pool_take_idle(pool, count);
+void *zero__pool_take(zero_engine_t *eng, zero__pool_t *pool, zero_mem_category_t cat,
+                      size_t bytes) {
+    void *idle = zero__pool_take_idle(pool, bytes);
     if (idle) return idle;
     if (pool->count == pool->cap) {
         int cap = pool->cap ? 2 * pool->cap : 8;
@@ -33,13 +33,13 @@ float *zero__pool_take(zero_engine_t *eng, zero__pool_t *pool, zero_mem_category
         pool->bufs = nb;
         pool->cap = cap;
     }
-    float *ptr = zero_mem_alloc(eng->mem, cat, count * sizeof(float), 64);
+    void *ptr = zero_mem_alloc(eng->mem, cat, bytes, 64);
     if (!ptr) return NULL;
-    pool->bufs[pool->count++] = (zero__pool_buf_t){ptr, count, 1};
+    pool->bufs[pool->count++] = (zero__pool_buf_t){ptr, bytes, 1};
     return ptr;
 }
 
-void zero__pool_give(zero__pool_t *pool, const float *ptr) {
+void zero__pool_give(zero__pool_t *pool, const void *ptr) {
     for (int i = 0; i < pool->count; i++)
         if (pool->bufs[i].ptr == ptr) {
             ZERO_ASSERT(pool->bufs[i].in_use);
@@ -59,6 +59,6 @@ void zero__pool_free(zero__pool_t *pool) {
 size_t zero__pool_bytes(const zero__pool_t *pool, int idle_only) {
     size_t n = 0;
     for (int i = 0; i < pool->count; i++)
-        if (!idle_only || !pool->bufs[i].in_use) n += pool->bufs[i].count * sizeof(float);
+        if (!idle_only || !pool->bufs[i].in_use) n += pool->bufs[i].bytes;
     return n;
 }

@@ -7,6 +7,9 @@
  * Invariants: ranges are elements of the padded unit buffer and must lie inside what this rank
  * holds of that state (zero_engine_state_range); the caller keeps padding at zero. With fp32
  * compute the master IS the parameter buffer, so writing it changes what the next fetch returns.
+ * With 16-bit compute the ranges are the same, but the fp32 master covers only part of them in
+ * stages 1-3 (the owned shard): the rest of a whole-unit range is the 16-bit parameters (read
+ * widened, written rounded), so a load at world 1 refreshes every parameter a rank holds.
  */
 #include "engine_internal.h"
 
@@ -55,12 +58,38 @@ static zero_status_t locate(const zero_engine_t *eng, int u, zero_engine_state_t
                            "rank %d at stage %d (it holds [%zu, %zu) of %zu padded elements)",
                            offset, offset + count, zero_engine_state_name(state), u, un->name,
                            eng->rank, eng->params.stage, lo, lo + n, un->padded_count);
+    if (eng->lowp && state == ZERO_ENGINE_STATE_MASTER) {
+        *ptr = NULL; /* split between the master and the 16-bit params: see master_io */
+        return ZERO_OK;
+    }
     float *base = state == ZERO_ENGINE_STATE_ADAM_M   ? un->m
                   : state == ZERO_ENGINE_STATE_ADAM_V ? un->v
-                  : un->shard                         ? un->shard
-                                                      : un->full;
+                  : un->shard                         ? (float *)un->shard
+                                                      : (float *)un->full;
     *ptr = base + (offset - lo);
     return ZERO_OK;
+}
+
+/* 16-bit compute, master state of [offset, offset + count) (already checked to be held): the
+ * part the fp32 master covers goes to / comes from it, the rest from / to the parameters. A
+ * write rounds every written value into the parameters, so they match the master. */
+static void master_io(const zero_engine_t *eng, int u, size_t offset, size_t count, float *out,
+                      const float *in) {
+    const zero__unit_t *un = &eng->units[u];
+    const size_t plo = un->shard ? (size_t)eng->rank * un->shard_count : 0;
+    void *params = un->shard ? un->shard : un->full;
+    size_t mlo, mn;
+    zero__master_range(eng, un, &mlo, &mn);
+    size_t a = ZERO_MAX(offset, mlo), b = ZERO_MIN(offset + count, mlo + mn);
+    if (out) {
+        zero__widen(out, zero__elem(params, offset - plo, eng->ce), count,
+                    eng->params.compute_dtype);
+        if (a < b) memcpy(out + (a - offset), un->master + (a - mlo), (b - a) * sizeof(float));
+    } else {
+        zero__narrow(zero__elem(params, offset - plo, eng->ce), in, count,
+                     eng->params.compute_dtype);
+        if (a < b) memcpy(un->master + (a - mlo), in + (a - offset), (b - a) * sizeof(float));
+    }
 }
 
 zero_status_t zero_engine_state_read(const zero_engine_t *eng, int u, zero_engine_state_t state,
@@ -68,7 +97,8 @@ zero_status_t zero_engine_state_read(const zero_engine_t *eng, int u, zero_engin
     float *p = NULL;
     zero_status_t st = locate(eng, u, state, offset, count, &p);
     if (st) return st;
-    if (count) memcpy(out, p, count * sizeof(float));
+    if (count && !p) master_io(eng, u, offset, count, out, NULL);
+    if (count && p) memcpy(out, p, count * sizeof(float));
     return ZERO_OK;
 }
 
@@ -77,7 +107,8 @@ zero_status_t zero_engine_state_write(zero_engine_t *eng, int u, zero_engine_sta
     float *p = NULL;
     zero_status_t st = locate(eng, u, state, offset, count, &p);
     if (st) return st;
-    if (count) memcpy(p, in, count * sizeof(float));
+    if (count && !p) master_io(eng, u, offset, count, NULL, in);
+    if (count && p) memcpy(p, in, count * sizeof(float));
     return ZERO_OK;
 }
 

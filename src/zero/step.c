@@ -7,10 +7,21 @@
  * unit's accumulator shard (units in order), per-rank partials combined in rank order after an
  * all-gather. AdamW is elementwise, so updating a shard or the full buffer gives the same bits;
  * parameters are only ever updated by their owner and then copied.
+ * Overflow: each rank's float64 sum of squares is non-finite iff one of its accumulator
+ * elements is inf or NaN (argued where it is computed), so that one read-only pass is also the
+ * overflow check; the flag goes in the same control all-gather as the norm partial and the
+ * schedule hash, so every rank sees every flag without a collective of its own; the loss scaler
+ * then decides on every rank alike. 16-bit compute: AdamW runs on the fp32 master (16-bit
+ * accumulators widened in blocks), the master is rounded (RNE) into the parameters, and those
+ * are all-gathered in the compute dtype.
+ * Passes over memory: one read-only pass (sum of squares), then one fused pass per tensor
+ * (kernels/optim_fused.h: scale, AdamW, rounding into the 16-bit parameters and zeroing of the
+ * gradient it read), bitwise what the former separate passes computed.
  */
 #include "engine_internal.h"
 
 #include "kernels/kernels.h"
+#include "kernels/optim_fused.h"
 
 #include <math.h>
 #include <string.h>
@@ -19,9 +30,11 @@
 typedef struct step_record {
     double sumsq;
     uint64_t schedule_hash;
-    uint64_t schedule_calls;
+    uint32_t schedule_calls;
+    int32_t overflow; /* 1: an accumulator shard of this rank holds inf or NaN */
     uint64_t step;
 } step_record_t;
+_Static_assert(sizeof(step_record_t) == 32, "the comm theory counts a 32-byte control record");
 
 static void describe_event(const zero_engine_t *eng, int32_t ev, char *buf, size_t n) {
     if (ev == INT32_MIN) {
@@ -37,7 +50,7 @@ static void describe_event(const zero_engine_t *eng, int32_t ev, char *buf, size
  * on every rank. */
 static zero_status_t schedule_mismatch(zero_engine_t *eng, const step_record_t *all) {
     uint64_t maxn = 0;
-    for (int r = 0; r < eng->world; r++) maxn = ZERO_MAX(maxn, all[r].schedule_calls);
+    for (int r = 0; r < eng->world; r++) maxn = ZERO_MAX(maxn, (uint64_t)all[r].schedule_calls);
     if (maxn == 0) maxn = 1;
     int32_t *mine = malloc(maxn * sizeof *mine);
     int32_t *every = malloc(maxn * (size_t)eng->world * sizeof *every);
@@ -94,8 +107,8 @@ static zero_status_t gather_params(zero_engine_t *eng, int persistent_only) {
         zero__unit_t *un = &eng->units[i];
         if (persistent_only && !un->persistent) continue;
         size_t S = un->shard_count;
-        st = zero_comm_all_gather_post(un->full + (size_t)eng->rank * S, un->full, S,
-                                       ZERO_DTYPE_FP32, eng->comm, &reqs[i]);
+        st = zero_comm_all_gather_post(zero__elem(un->full, (size_t)eng->rank * S, eng->ce),
+                                       un->full, S, eng->params.compute_dtype, eng->comm, &reqs[i]);
     }
     for (int i = 0; i < eng->unit_count; i++)
         if (reqs[i]) {
@@ -106,12 +119,102 @@ static zero_status_t gather_params(zero_engine_t *eng, int persistent_only) {
     return st ? comm_fail(eng, st, "the parameter all-gather") : ZERO_OK;
 }
 
-static void adamw_range(zero_engine_t *eng, float *params, float *grads, float *m, float *v,
-                        size_t n, float lr, float wd) {
+/* Zero (all bits) elements [a, b) of buf (dtype of esize bytes), and with 16-bit compute
+ * round the master's [a, b) into the parameters: the padding between and after tensors, which
+ * the fused pass does not visit. Both stay zero anyway (engine_internal.h); this keeps the
+ * buffers exactly as the whole-range passes left them without relying on it. */
+static void pass_gap(const zero_engine_t *eng, void *g, size_t gsize, int zero_g, void *lp,
+                     const float *par, size_t a, size_t b) {
+    if (a >= b) return;
+    if (zero_g) memset(zero__elem(g, a, gsize), 0, (b - a) * gsize);
+    if (lp) zero__narrow(zero__elem(lp, a, eng->ce), par + a, b - a, eng->params.compute_dtype);
+}
+
+/* AdamW on what this rank updates of unit u (stage 0: everything), in one fused pass per
+ * tensor: the gradient scaled by gscale, m, v and the fp32 master updated, with 16-bit compute
+ * the master rounded into the parameters, and the gradient zeroed. Sets *acc_cleared when that
+ * gradient was the accumulator itself (so the step need not zero it again). */
+static zero_status_t update_unit(zero_engine_t *eng, zero__unit_t *u, float gscale, float lr,
+                                 int *acc_cleared) {
     const zero_engine_params_t *p = &eng->params;
-    if (n == 0) return;
-    zero__adamw_update(params, grads, m, v, n, lr, p->beta1, p->beta2, p->eps, wd, (int)eng->step,
-                       p->threads);
+    const size_t S = u->shard_count, lo = (size_t)eng->rank * S;
+    /* the gradient: the accumulator, or (one rank, pending) the 16-bit working buffer */
+    void *g = u->pending ? u->work : u->acc, *pooled = NULL;
+    zero_dtype_t gdt = u->pending ? p->compute_dtype : p->grad_accum_dtype;
+    size_t gsize = u->pending ? eng->ce : eng->ae;
+    float *par = eng->lowp ? u->master : u->shard ? (float *)u->shard : (float *)u->full + lo;
+    size_t base = lo, span = S;
+    int zero_g = 1;
+    *acc_cleared = 1;
+    u->pending = 0; /* the pass zeroes work */
+    if (p->stage == 0) {
+        /* Stage 0 keeps whole moments: gather the reduced gradient and update all. fp32 uses the
+         * model's working buffer (zeroed by the pass); 16-bit compute a pooled
+         * accumulator-dtype one. The accumulator itself is then zeroed at the end of the step. */
+        if (eng->world > 1) {
+            void *dst = u->work;
+            if (eng->lowp) {
+                dst = pooled = zero__pool_take(eng, &eng->grad_pool, ZERO_MEM_GRADS,
+                                               u->padded_count * eng->ae);
+                if (!dst)
+                    return zero__engine_fail(eng, ZERO_ERR_OUT_OF_MEMORY,
+                                             "step %lld: no memory to gather the gradient of unit "
+                                             "'%s' (%zu bytes)",
+                                             (long long)eng->step, u->name,
+                                             u->padded_count * eng->ae);
+            }
+            zero_status_t st = zero_comm_all_gather(u->acc, dst, S, p->grad_accum_dtype, eng->comm);
+            if (st) {
+                if (pooled) zero__pool_give(&eng->grad_pool, pooled);
+                return comm_fail(eng, st, "the gradient all-gather");
+            }
+            g = dst;
+            zero_g = !eng->lowp;
+            *acc_cleared = 0;
+        }
+        if (!eng->lowp) par = u->full;
+        base = 0;
+        span = u->padded_count;
+    }
+    /* the parameters [base, base + span) the master rounds into (16-bit compute) */
+    void *lp = eng->lowp ? u->shard ? u->shard : zero__elem(u->full, base, eng->ce) : NULL;
+    const zero__adamw_hp_t hp0 = {lr, p->beta1, p->beta2, p->eps, 0.0f, (int)eng->step};
+    size_t done = base; /* [base, done) is finished: tensors in offset order, gaps between */
+    for (int t = 0; t < u->tensor_count; t++) {
+        size_t a = ZERO_MAX(u->offsets[t], base);
+        size_t b = ZERO_MIN(u->offsets[t] + u->counts[t], base + span);
+        if (a >= b) continue;
+        /* the fused pass zeroes the gradient it reads: tensors must not overlap */
+        ZERO_ASSERT(a >= done);
+        pass_gap(eng, g, gsize, zero_g, lp, par, done - base, a - base);
+        zero__adamw_hp_t hp = hp0;
+        /* decoupled decay (in the kernel), skipped for NO_DECAY tensors */
+        hp.weight_decay = (u->tensors[t].flags & ZERO_TENSOR_NO_DECAY) ? 0.0f : p->weight_decay;
+        const size_t o = a - base;
+        zero__adamw_fused(par + o, lp ? zero__elem(lp, o, eng->ce) : NULL, p->compute_dtype,
+                          zero__elem(g, o, gsize), gdt, gscale, zero_g, u->m + o, u->v + o, b - a,
+                          &hp, p->threads);
+        done = b;
+    }
+    pass_gap(eng, g, gsize, zero_g, lp, par, done - base, span);
+    if (pooled) zero__pool_give(&eng->grad_pool, pooled);
+    return ZERO_OK;
+}
+
+/* Drop this step's gradients (a skipped or failed step: all of them; after an update: the
+ * accumulators the fused pass did not zero) and close its schedule window. */
+static void end_step(zero_engine_t *eng, int acc_cleared) {
+    for (int i = 0; i < eng->unit_count; i++) {
+        zero__unit_t *u = &eng->units[i];
+        if (!acc_cleared)
+            zero__zero(u->acc, u->shard_count * eng->ae / sizeof(float), eng->params.threads);
+        if (u->pending) /* a skipped step's gradient still in the working buffer */
+            zero__zero(u->work, u->padded_count * eng->ce / sizeof(float), eng->params.threads);
+        u->pending = 0;
+        u->acc_used = 0;
+    }
+    zero__schedule_end_step(eng);
+    zero__accounting_end_step(eng);
 }
 
 zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
@@ -127,12 +230,25 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
     if ((st = zero__buckets_drain(eng))) return st;
     if (p->stage == 3 && (st = zero__fetch_drop_all(eng))) return st;
 
-    /* This rank's partial sum of squares over its shards. */
+    /* This rank's partial sum of squares over its shards, and its inf/NaN flag. */
     double mine = 0.0;
+    int overflow = 0;
     for (int i = 0; i < eng->unit_count; i++) {
         const zero__unit_t *u = &eng->units[i];
-        mine += zero__sumsq(u->acc, u->shard_count, p->threads);
+        /* pending: the accumulator would hold exactly the widened working buffer, and the
+         * sum over one chunk of all of it is zero__sumsq of the widened values, same bits */
+        mine += u->pending ? zero__sumsq_lp(u->work, p->compute_dtype, u->shard_count,
+                                            ZERO_MAX(u->shard_count, (size_t)1), p->threads)
+                           : zero__sumsq_dt(eng, u->acc, u->shard_count, p->grad_accum_dtype);
     }
+    /* The sum of squares is the non-finite check too, with no pass of its own. A finite fp32,
+     * bf16 or fp16 value squares to at most 3.4e38^2 = 1.2e77 in float64, so a float64 sum of
+     * any number of them that this machine can hold (< 2^64 terms: < 2.1e96) is finite: every
+     * lane, part, chunk and unit partial is a sum of at most that many such squares. An inf
+     * element squares to +inf and a NaN to NaN, and adding non-negative finite terms (squares
+     * are never negative, so never inf - inf) keeps +inf or NaN. So mine is non-finite iff some
+     * element of this rank's shards is inf or NaN — what zero__has_nonfinite answered. */
+    overflow = !isfinite(mine);
     double sumsq = mine;
     if (eng->world > 1) {
         step_record_t rec, *all = malloc((size_t)eng->world * sizeof *all);
@@ -140,7 +256,8 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
         memset(&rec, 0, sizeof rec);
         rec.sumsq = mine;
         rec.schedule_hash = eng->event_count ? eng->event_hash : 0;
-        rec.schedule_calls = (uint64_t)eng->event_count;
+        rec.schedule_calls = (uint32_t)eng->event_count;
+        rec.overflow = overflow;
         rec.step = (uint64_t)eng->step;
         st = zero_comm_all_gather(&rec, all, sizeof rec, ZERO_DTYPE_UINT8, eng->comm);
         if (st) {
@@ -155,19 +272,50 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
                 return st;
             }
         sumsq = 0.0;
-        for (int r = 0; r < eng->world; r++) sumsq += all[r].sumsq; /* rank order */
+        for (int r = 0; r < eng->world; r++) { /* rank order */
+            sumsq += all[r].sumsq;
+            overflow |= all[r].overflow != 0;
+        }
         free(all);
     }
+    /* A finite shard cannot give a non-finite float64 sum of squares; belt and braces, and the
+     * same on every rank since sumsq is. */
+    if (!isfinite(sumsq)) overflow = 1;
 
-    /* Mean over ranks x micro-steps; folded into one scale with the clip factor. */
-    const double avg = 1.0 / ((double)eng->world * (double)p->grad_accum_steps);
+    int acc_cleared = 0; /* the update zeroed every accumulator (same for every unit) */
+    zero_loss_scaler_result_t ls;
+    const double scale_before = zero_loss_scaler_scale(eng->scaler);
+    st = zero_loss_scaler_update(eng->scaler, overflow, &ls);
+    if (st) { /* an overflow at the floor with raise_error_at_min_scale: training diverged */
+        char msg[768];
+        snprintf(msg, sizeof msg, "%s", zero_last_error());
+        end_step(eng, 0);
+        return zero__error(st, "step %lld: inf/NaN gradient at loss scale %g: %s",
+                           (long long)eng->step + 1, scale_before, msg);
+    }
+
+    /* Mean over ranks x micro-steps and the loss scale's unscaling, folded into one multiply
+     * with the clip factor (fp32 and bf16: the scale is 1, so this is the plain mean). */
+    const double avg = 1.0 / ((double)eng->world * (double)p->grad_accum_steps) / ls.used_scale;
     double norm = sqrt(sumsq) * avg;
     zero_step_stats_t ss;
     memset(&ss, 0, sizeof ss);
     ss.lr = zero_engine_lr_at(eng, eng->step);
-    if (!isfinite(norm)) {
-        ss.grad_norm = -1.0;
+    ss.loss_scale = (float)ls.used_scale;
+    if (ls.skip) {
+        ss.grad_norm = isfinite(norm) ? norm : -1.0;
         ss.skipped = 1;
+        if (eng->rank == 0) {
+            zero_loss_scaler_state_t lst;
+            zero_loss_scaler_get_state(eng->scaler, &lst);
+            if (p->compute_dtype == ZERO_DTYPE_FP16)
+                zero__log(ZERO_LOG_WARN, eng->rank, eng->world,
+                          "step %lld skipped: inf/NaN gradient, loss scale %g -> %g",
+                          (long long)lst.iter, ls.used_scale, ls.next_scale);
+            else
+                zero__log(ZERO_LOG_WARN, eng->rank, eng->world,
+                          "step %lld skipped: inf/NaN gradient", (long long)lst.iter);
+        }
     } else {
         ss.grad_norm = norm;
         double scale = avg;
@@ -177,46 +325,13 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
         }
         const float gscale = (float)scale;
         eng->step++;
-        for (int i = 0; i < eng->unit_count; i++) {
-            zero__unit_t *u = &eng->units[i];
-            const size_t S = u->shard_count, lo = (size_t)eng->rank * S;
-            float *g = u->acc, *par = u->shard ? u->shard : u->full + lo;
-            size_t base = lo, span = S;
-            if (p->stage == 0) {
-                /* Stage 0 keeps whole moments: gather the reduced gradient and update all. */
-                if (eng->world > 1) {
-                    st = zero_comm_all_gather(u->acc, u->work, S, ZERO_DTYPE_FP32, eng->comm);
-                    if (st) return comm_fail(eng, st, "the gradient all-gather");
-                    g = u->work;
-                }
-                par = u->full;
-                base = 0;
-                span = u->padded_count;
-            }
-            if (gscale != 1.0f) zero__scale(g, gscale, span, p->threads);
-            for (int t = 0; t < u->tensor_count; t++) {
-                /* decoupled decay (in the kernel), skipped for NO_DECAY tensors */
-                const float wd =
-                    (u->tensors[t].flags & ZERO_TENSOR_NO_DECAY) ? 0.0f : p->weight_decay;
-                size_t a = ZERO_MAX(u->offsets[t], base);
-                size_t b = ZERO_MIN(u->offsets[t] + u->counts[t], base + span);
-                if (a >= b) continue;
-                size_t o = a - base;
-                adamw_range(eng, par + o, g + o, u->m + o, u->v + o, b - a, ss.lr, wd);
-            }
-            if (p->stage == 0 && eng->world > 1)
-                memset(u->work, 0, u->padded_count * sizeof(float));
-        }
+        for (int i = 0; i < eng->unit_count; i++)
+            if ((st = update_unit(eng, &eng->units[i], gscale, ss.lr, &acc_cleared))) return st;
         if (eng->world > 1 && (p->stage == 1 || p->stage == 2) && (st = gather_params(eng, 0)))
             return st;
         if (eng->world > 1 && p->stage == 3 && (st = gather_params(eng, 1))) return st;
     }
-    for (int i = 0; i < eng->unit_count; i++) {
-        zero__zero(eng->units[i].acc, eng->units[i].shard_count, p->threads);
-        eng->units[i].acc_used = 0;
-    }
-    zero__schedule_end_step(eng);
-    zero__accounting_end_step(eng);
+    end_step(eng, acc_cleared);
     ss.step = eng->step;
     ss.step_s = zero_time_now() - t0;
     if (stats) *stats = ss;
@@ -228,8 +343,9 @@ void zero_engine_zero_grads(zero_engine_t *eng) {
     (void)zero__buckets_drain(eng);
     for (int i = 0; i < eng->unit_count; i++) {
         zero__unit_t *u = &eng->units[i];
-        if (u->work) memset(u->work, 0, u->padded_count * sizeof(float));
-        memset(u->acc, 0, u->shard_count * sizeof(float));
+        if (u->work) memset(u->work, 0, u->padded_count * eng->ce);
+        memset(u->acc, 0, u->shard_count * eng->ae);
         u->acc_used = 0;
+        u->pending = 0;
     }
 }

@@ -276,8 +276,7 @@ static void test_deepspeed_example(void) {
     zero_train_config_t c;
     zero_status_t st = parse_check(&c, json, 4);
     CHECK(st == ZERO_OK, "DeepSpeed example: %s", zero_last_error());
-    const char *ignored[] = {"'fp16' ignored: not supported yet",
-                             "'aio' ignored: not supported yet",
+    const char *ignored[] = {"'aio' ignored: not supported yet",
                              "'zero_optimization.offload_optimizer' ignored",
                              "'zero_optimization.offload_param' ignored",
                              "'zero_optimization.sub_group_size' ignored",
@@ -287,8 +286,15 @@ static void test_deepspeed_example(void) {
     for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
         CHECK(strstr(warnings, ignored[i]) != NULL, "no warning '%s' in:\n%s", ignored[i],
               warnings);
-    CHECK(!strstr(warnings, "bf16") && !strstr(warnings, "wall_clock"),
-          "disabled features warn: %s", warnings);
+    CHECK(!strstr(warnings, "bf16") && !strstr(warnings, "wall_clock") && !strstr(warnings, "fp16"),
+          "disabled (or now supported) features warn: %s", warnings);
+    CHECK(c.fp16 == 1 && c.bf16 == 0 && c.loss_scaler.loss_scale == 0.0 &&
+              c.loss_scaler.initial_scale_power == 16 && c.loss_scaler.loss_scale_window == 1000 &&
+              c.loss_scaler.hysteresis == 2 && c.loss_scaler.min_loss_scale == 1.0 &&
+              zero__train_config_compute_dtype(&c) == ZERO_DTYPE_FP16 &&
+              zero__train_config_accum_dtype(&c) == ZERO_DTYPE_FP32,
+          "fp16 block: fp16 %d bf16 %d power %d", c.fp16, c.bf16,
+          c.loss_scaler.initial_scale_power);
     CHECK(c.stage == 3 && c.micro_batch == 4 && c.grad_accum == 1 && c.train_batch_size == 16,
           "stage %d micro %d", c.stage, c.micro_batch);
     CHECK(c.reduce_bucket_elems == 10000000 && c.prefetch_bucket_elems == 10000000 &&
@@ -300,6 +306,91 @@ static void test_deepspeed_example(void) {
               !strcmp(c.warmup_type, "log"),
           "scheduler");
     CHECK(c.grad_clip == 1.0f && c.steps_per_print == 2000, "auto keeps the default clip");
+}
+
+/* Mixed precision: bf16 / fp16 blocks, the fp16.* keys through the loss scaler's setter (its
+ * errors name the key and the value), data_types.grad_accum_dtype, --dtype. */
+static void test_mixed_precision(void) {
+    zero_train_config_t c;
+    zero__train_config_default(&c);
+    zero_loss_scaler_params_t lsd = zero_loss_scaler_params_default();
+    CHECK(c.loss_scaler.loss_scale == lsd.loss_scale &&
+              c.loss_scaler.initial_scale_power == lsd.initial_scale_power &&
+              c.loss_scaler.loss_scale_window == lsd.loss_scale_window &&
+              c.loss_scaler.hysteresis == lsd.hysteresis &&
+              c.loss_scaler.consecutive_hysteresis == lsd.consecutive_hysteresis &&
+              c.loss_scaler.min_loss_scale == lsd.min_loss_scale &&
+              c.loss_scaler.raise_error_at_min_scale == lsd.raise_error_at_min_scale,
+          "the config's fp16.* defaults differ from the loss scaler's");
+    warnings[0] = 0;
+    CHECK(parse_check(&c,
+                      "{\"bf16\": {\"enabled\": true}, \"data_types\": {\"grad_accum_dtype\": "
+                      "\"bf16\"}}",
+                      1) == ZERO_OK &&
+              zero__train_config_compute_dtype(&c) == ZERO_DTYPE_BF16 &&
+              zero__train_config_accum_dtype(&c) == ZERO_DTYPE_BF16 && !warnings[0],
+          "bf16 + bf16 accumulation: %s / warnings '%s'", zero_last_error(), warnings);
+    zero_status_t st =
+        parse_check(&c, "{\"bf16\": {\"enabled\": true}, \"fp16\": {\"enabled\": true}}", 1);
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "bf16.enabled") &&
+              strstr(zero_last_error(), "fp16.enabled"),
+          "both enabled: '%s'", zero_last_error());
+    st = parse_check(&c, "{\"fp16\": {\"enabled\": true, \"hysteresis\": 0}}", 1);
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "hysteresis") &&
+              strstr(zero_last_error(), "0"),
+          "hysteresis 0: '%s'", zero_last_error());
+    st = parse_check(&c, "{\"fp16\": {\"enabled\": true, \"initial_scale_power\": 200}}", 1);
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "initial_scale_power") &&
+              strstr(zero_last_error(), "200"),
+          "initial_scale_power 200: '%s'", zero_last_error());
+    st = parse_check(&c,
+                     "{\"fp16\": {\"enabled\": true, \"loss_scale\": 128, "
+                     "\"raise_error_at_min_scale\": false}}",
+                     1);
+    CHECK(st == ZERO_OK && c.loss_scaler.loss_scale == 128.0 &&
+              c.loss_scaler.raise_error_at_min_scale == 0,
+          "static scale 128: '%s'", zero_last_error());
+    st = parse_check(&c,
+                     "{\"bf16\": {\"enabled\": true}, \"data_types\": "
+                     "{\"grad_accum_dtype\": \"fp16\"}}",
+                     1);
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "grad_accum_dtype") &&
+              strstr(zero_last_error(), "fp16") && strstr(zero_last_error(), "bf16"),
+          "bf16 with fp16 accumulation: '%s'", zero_last_error());
+    st = parse_check(&c, "{\"data_types\": {\"grad_accum_dtype\": \"fp8\"}}", 1);
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "fp8"), "fp8: '%s'",
+          zero_last_error());
+    /* --dtype overrides the file's blocks. */
+    CHECK(parse_check(&c, "{\"fp16\": {\"enabled\": true}}", 1) == ZERO_OK &&
+              zero__train_config_set_dtype(&c, "bf16") == ZERO_OK &&
+              zero__train_config_check(&c, 1) == ZERO_OK &&
+              zero__train_config_compute_dtype(&c) == ZERO_DTYPE_BF16,
+          "--dtype bf16 over fp16.enabled: %s", zero_last_error());
+    CHECK(zero__train_config_set_dtype(&c, "fp32") == ZERO_OK &&
+              zero__train_config_compute_dtype(&c) == ZERO_DTYPE_FP32,
+          "--dtype fp32");
+    CHECK(zero__train_config_set_dtype(&c, "int8") == ZERO_ERR_CONFIG &&
+              strstr(zero_last_error(), "--dtype int8"),
+          "--dtype int8: '%s'", zero_last_error());
+    /* The printed config names every key and reads back the same. */
+    zero_train_config_t d;
+    zero__train_config_default(&d);
+    zero__train_config_set(&d, "fp16.enabled", "true");
+    zero__train_config_set(&d, "fp16.loss_scale_window", "500");
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    zero__train_config_print(&d, m);
+    fclose(m);
+    CHECK(strstr(buf, "\"loss_scale_window\": 500") &&
+              strstr(buf, "\"grad_accum_dtype\": \"fp32\""),
+          "printed config: %s", buf);
+    zero_train_config_t e;
+    zero__train_config_default(&e);
+    CHECK(zero__train_config_parse(&e, buf, "printed") == ZERO_OK && e.fp16 == 1 &&
+              e.loss_scaler.loss_scale_window == 500,
+          "printed config reads back: %s", zero_last_error());
+    free(buf);
 }
 
 /* The legacy boolean form of zero_optimization in DeepSpeed's older examples. */
@@ -360,6 +451,7 @@ int main(int argc, char **argv) {
     test_deepspeed_example();
     test_flags();
     test_legacy_zero();
+    test_mixed_precision();
     if (argc > 1) test_docs(argv[1]);
     return check_report();
 }

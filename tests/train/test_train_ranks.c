@@ -188,6 +188,15 @@ static void check_report_fields(const cJSON *root, int ranks, int stage) {
         CHECK(num(r, "comm_bytes_per_step") == num(r, "comm_theory_bytes_per_step"),
               "stage %d rank %d sends %.0f bytes per step, engine theory %.0f", stage, k,
               num(r, "comm_bytes_per_step"), num(r, "comm_theory_bytes_per_step"));
+        /* the paper's breakdown: fp32 here, so parameters 4 P (stage 3: the shards and the
+         * persistent units, not 4 P / N exactly), optimizer states 8 P or 8 P / N */
+        double ms = cat(r, "model_state_bytes", "total");
+        CHECK(ms == cat(r, "model_state_theory_bytes", "total") &&
+                  cat(r, "model_state_bytes", "optimizer_states") ==
+                      (stage == 0 ? 8 * P : 8 * P / ranks) &&
+                  cat(r, "model_state_bytes", "parameters") == cat(r, "memory_bytes", "parameters"),
+              "stage %d rank %d model states %.0f, theory %.0f", stage, k, ms,
+              cat(r, "model_state_theory_bytes", "total"));
         if (stage == 3 && ranks > 1) {
             /* evaluation every 3 steps: after step 3 it falls in step 4's window */
             int steps = (int)num(root, "steps");
@@ -285,7 +294,8 @@ static void test_stages(void) {
     cJSON_Delete(base);
 }
 
-/* A ds_config.json like DeepSpeed's documentation examples runs, and says what it ignored. */
+/* A ds_config.json like DeepSpeed's documentation examples runs (in fp16 now, with its loss
+ * scaling keys), and says what it ignored. */
 static void test_deepspeed_config(const char *path) {
     int ranks = 2, stage = 3;
     if (!engine_runs(2, 3)) {
@@ -303,13 +313,22 @@ static void test_deepspeed_config(const char *path) {
                           r,       "--stage", s,           "--json-report", report, NULL};
     int rc = train_cli(args);
     CHECK(rc == 0, "DeepSpeed example config failed: %s", zero_last_error());
-    const char *want[] = {"'fp16' ignored: not supported yet",
-                          "'zero_optimization.offload_optimizer' ignored: not supported yet",
+    const char *want[] = {"'zero_optimization.offload_optimizer' ignored: not supported yet",
                           "'zero_optimization.offload_param' ignored: not supported yet"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         CHECK(strstr(warnings, want[i]) != NULL, "missing warning '%s' in:\n%s", want[i], warnings);
+    CHECK(!strstr(warnings, "'fp16' ignored"), "fp16 is supported now, yet: %s", warnings);
     cJSON *root = rc == 0 ? load_json(report) : NULL;
     if (root) {
+        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(root, "compute_dtype");
+        CHECK(cJSON_IsString(dt) && !strcmp(dt->valuestring, "fp16"), "compute_dtype %s",
+              cJSON_IsString(dt) ? dt->valuestring : "?");
+        /* dynamic scaling from 2^16: a power of two, halved once per skip after the first
+         * hysteresis unit, never grown within 20 steps (window 1000) */
+        double ls = num(root, "loss_scale"), sk = num(root, "skipped_steps");
+        CHECK(ls >= 1 && ls <= 65536 && ls == exp2(round(log2(ls))) && sk >= 0 && sk < 20 &&
+                  (sk < 2 ? ls == 65536 : ls == 65536 / exp2(sk - 1)),
+              "fp16 loss scale %g after %g skipped steps", ls, sk);
         /* train_batch_size 8 over the world: the micro-batch follows */
         CHECK(num(root, "micro_batch") == 8 / ranks, "micro_batch %g", num(root, "micro_batch"));
         CHECK(num(root, "world_size") == ranks && num(root, "stage") == stage, "world/stage");

@@ -10,7 +10,12 @@
  * `zero convert` to safetensors initialises a fresh run to the same fingerprint; a model of
  * another shape fails naming the tensor (wpe.weight). (4) Flag checks: --save-every without
  * --save-dir, --resume latest without --save-dir, --resume with --init-from; --keep-last keeps
- * the newest checkpoints only.
+ * the newest checkpoints only. (5) Mixed precision: the exact resume of (1) in bf16 (stages 1
+ * and 3) and in fp16 (stage 2 with hysteresis 1 and a growth window of 1, so the dynamic scale
+ * overflows, halves and doubles again around the resume point: a resume that did not restore the
+ * scaler's state starts at 2^16 again, skips another step and differs — checked by disabling the
+ * restore once); an fp32 checkpoint resumed in bf16 loads the same fp32 master weights (the bf16
+ * run's fingerprint, a hash of its fp32 master, equals the saving run's) and trains on.
  */
 #include "check.h"
 #include "cli/cli.h"
@@ -39,7 +44,9 @@ static const char *tiny =
 typedef struct opts {
     int ranks, stage, steps, save_every, keep_last;
     const char *save_dir, *resume, *init_from;
-    const char *seq; /* model.seq override, or NULL */
+    const char *seq;   /* model.seq override, or NULL */
+    const char *dtype; /* --dtype: fp32, bf16, fp16 (NULL: the config's, fp32) */
+    int busy_scaler;   /* fp16: hysteresis 1, window 1: the scale moves at every step */
 } opts_t;
 
 /* Run the trainer in process; returns the status, *fp the weights fingerprint. */
@@ -63,6 +70,10 @@ static zero_status_t train(const opts_t *o, uint64_t *fp) {
     if (!st && o->resume) st = zero__train_config_set(&c, "train.resume", o->resume);
     if (!st && o->init_from) st = zero__train_config_set(&c, "train.init_from", o->init_from);
     if (!st && o->seq) st = zero__train_config_set(&c, "model.seq", o->seq);
+    if (!st && o->dtype) st = zero__train_config_set_dtype(&c, o->dtype);
+    if (!st && o->busy_scaler) st = zero__train_config_set(&c, "fp16.initial_scale_power", "16");
+    if (!st && o->busy_scaler) st = zero__train_config_set(&c, "fp16.hysteresis", "1");
+    if (!st && o->busy_scaler) st = zero__train_config_set(&c, "fp16.loss_scale_window", "1");
     if (st) return st;
     zero_train_io_t io = {NULL, 0, 0, NULL};
     zero_train_report_t rep;
@@ -77,12 +88,16 @@ static zero_status_t train(const opts_t *o, uint64_t *fp) {
 static void path(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", dir, name); }
 
 /* (1) N + M with a resume at N against N + M uninterrupted, for one stage on 2 ranks. */
-static void test_exact(int stage) {
+static void test_exact(int stage, const char *dtype) {
     char save[512], name[64];
-    snprintf(name, sizeof name, "exact-%d", stage);
+    snprintf(name, sizeof name, "exact-%d-%s", stage, dtype);
     path(save, sizeof save, name);
     uint64_t ref = 0, mid = 0, resumed = 0;
-    opts_t o = {.ranks = 2, .stage = stage, .steps = 6};
+    opts_t o = {.ranks = 2,
+                .stage = stage,
+                .steps = 6,
+                .dtype = dtype,
+                .busy_scaler = !strcmp(dtype, "fp16")};
     CHECK(train(&o, &ref) == ZERO_OK, "stage %d: uninterrupted run: %s", stage, zero_last_error());
     o.steps = 3;
     o.save_dir = save;
@@ -90,11 +105,30 @@ static void test_exact(int stage) {
     o.steps = 6;
     o.resume = "latest";
     CHECK(train(&o, &resumed) == ZERO_OK, "stage %d: resume: %s", stage, zero_last_error());
-    printf("stage %d: uninterrupted %016llx, resumed at 3 %016llx (at 3: %016llx)\n", stage,
-           (unsigned long long)ref, (unsigned long long)resumed, (unsigned long long)mid);
-    CHECK(ref == resumed, "stage %d: resumed run %016llx differs from uninterrupted %016llx", stage,
-          (unsigned long long)resumed, (unsigned long long)ref);
-    CHECK(mid != ref, "stage %d: the last 3 steps did not change the weights", stage);
+    printf("stage %d %s: uninterrupted %016llx, resumed at 3 %016llx (at 3: %016llx)\n", stage,
+           dtype, (unsigned long long)ref, (unsigned long long)resumed, (unsigned long long)mid);
+    CHECK(ref == resumed, "stage %d %s: resumed run %016llx differs from uninterrupted %016llx",
+          stage, dtype, (unsigned long long)resumed, (unsigned long long)ref);
+    CHECK(mid != ref, "stage %d %s: the last 3 steps did not change the weights", stage, dtype);
+}
+
+/* (5) An fp32 checkpoint resumed in bf16: the master weights are fp32 in both. */
+static void test_dtype_change(void) {
+    char save[512];
+    path(save, sizeof save, "fp32-to-bf16");
+    uint64_t saved = 0, loaded = 0, more = 0;
+    opts_t o = {.ranks = 2, .stage = 2, .steps = 3, .save_dir = save, .dtype = "fp32"};
+    CHECK(train(&o, &saved) == ZERO_OK, "fp32 save: %s", zero_last_error());
+    opts_t l = {.ranks = 2, .stage = 3, .steps = 3, .resume = save, .dtype = "bf16"};
+    CHECK(train(&l, &loaded) == ZERO_OK, "bf16 resume of an fp32 checkpoint: %s",
+          zero_last_error());
+    CHECK(saved == loaded, "fp32 checkpoint %016llx loaded in bf16 as %016llx",
+          (unsigned long long)saved, (unsigned long long)loaded);
+    l.steps = 5;
+    CHECK(train(&l, &more) == ZERO_OK && more != loaded, "bf16 training after an fp32 resume: %s",
+          zero_last_error());
+    printf("fp32 checkpoint %016llx, resumed in bf16 %016llx, continued %016llx\n",
+           (unsigned long long)saved, (unsigned long long)loaded, (unsigned long long)more);
 }
 
 /* (2) Save at (from_ranks, from_stage), load at (to_ranks, to_stage). */
@@ -204,7 +238,11 @@ int main(void) {
     snprintf(dir, sizeof dir, "%s/zero-test-resume-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     if (!mkdtemp(dir)) return 1;
     zero_log_set_level(ZERO_LOG_WARN);
-    for (int stage = 0; stage <= 3; stage++) test_exact(stage);
+    for (int stage = 0; stage <= 3; stage++) test_exact(stage, "fp32");
+    test_exact(1, "bf16");
+    test_exact(3, "bf16");
+    test_exact(2, "fp16");
+    test_dtype_change();
     test_reshard(2, 3, 3, 1);
     test_reshard(2, 2, 1, 0);
     test_init_from();

@@ -6,7 +6,9 @@
  * report must hold the promised keys with consistent values (flops_per_s = tokens_per_s x
  * (6 params + 12 L T C), mfu = flops / peak). Bad input through the command line — missing or
  * empty data, a config with heads not dividing dim, unknown options — must fail with exit codes
- * 1 (error) or 2 (usage).
+ * 1 (error) or 2 (usage). Then the same run in bf16 (--dtype bf16): its validation loss must end
+ * within 3% of the fp32 run's (issue 6), with no skipped step, and its report must say bf16 with
+ * a loss scale of 1.
  */
 #include "check.h"
 #include "cli/cli.h"
@@ -125,6 +127,41 @@ int main(void) {
         cJSON_Delete(root);
     }
     free(text);
+
+    /* the same run in bf16 */
+    char report16[600];
+    snprintf(report16, sizeof report16, "%s/report-bf16.json", dir);
+    const char *args16[64];
+    int n16 = 0;
+    for (int i = 0; args[i]; i++) args16[n16++] = strcmp(args[i], report) ? args[i] : report16;
+    args16[n16++] = "--dtype";
+    args16[n16++] = "bf16";
+    args16[n16] = NULL;
+    t0 = zero_time_now();
+    rc = train_cli(args16);
+    CHECK(rc == 0, "bf16 training run failed: %s", zero_last_error());
+    printf("bf16 run took %.1f s\n", zero_time_now() - t0);
+    char *text16 = slurp(report16), *text32 = slurp(report);
+    cJSON *r16 = text16 ? cJSON_Parse(text16) : NULL, *r32 = text32 ? cJSON_Parse(text32) : NULL;
+    CHECK(r16 && r32, "reports %s / %s missing", report16, report);
+    if (r16 && r32) {
+        double v16 = num(r16, "final_val_loss"), v32 = num(r32, "final_val_loss");
+        printf("validation loss: fp32 %.4f, bf16 %.4f (%+.2f%%); tokens/s fp32 %.0f, bf16 %.0f\n",
+               v32, v16, 100 * (v16 - v32) / v32, num(r32, "tokens_per_s"),
+               num(r16, "tokens_per_s"));
+        CHECK(fabs(v16 - v32) <= 0.03 * v32,
+              "bf16 validation loss %.4f is not within 3%% of fp32's %.4f", v16, v32);
+        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(r16, "compute_dtype");
+        CHECK(cJSON_IsString(dt) && !strcmp(dt->valuestring, "bf16"), "bf16 report dtype");
+        CHECK(num(r16, "loss_scale") == 1.0 && num(r16, "skipped_steps") == 0,
+              "bf16: loss scale %g, %g skipped steps", num(r16, "loss_scale"),
+              num(r16, "skipped_steps"));
+    }
+    cJSON_Delete(r16);
+    cJSON_Delete(r32);
+    free(text16);
+    free(text32);
+    unlink(report16);
     unlink(report);
     unlink(empty);
     unlink(cfgpath);

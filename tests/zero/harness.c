@@ -82,6 +82,10 @@ zero_status_t harness_gpt_rank(zero_comm_t *comm, const run_cfg_t *cfg, rank_res
     p.prefetch_bucket_elems = cfg->prefetch_elems;
     p.persistence_threshold_elems = cfg->persistence_elems;
     p.max_live_elems = cfg->max_live_elems;
+    p.compute_dtype = cfg->dtype;
+    p.overlap_comm = !cfg->no_overlap;
+    p.grad_accum_dtype = cfg->accum_dtype;
+    if (cfg->fp16_scale_power > 0) p.loss_scaler.initial_scale_power = cfg->fp16_scale_power;
     zero_gpt_config_t gc = {HARNESS_LAYERS, HARNESS_HEADS, HARNESS_DIM, HARNESS_VOCAB, HARNESS_SEQ};
     int32_t tok[HARNESS_BATCH * HARNESS_SEQ], tgt[HARNESS_BATCH * HARNESS_SEQ];
     if ((st = zero_engine_init(&eng, &p))) {
@@ -119,6 +123,7 @@ zero_status_t harness_gpt_rank(zero_comm_t *comm, const run_cfg_t *cfg, rank_res
             fail(out, st, "step");
             goto done;
         }
+        out->skipped_steps += ss.skipped;
         float l = (float)(loss_sum / cfg->accum);
         if (step == 0) out->first_loss = l;
         out->last_loss = l;

@@ -15,6 +15,11 @@ typedef struct run_cfg {
      * the first step and after every step s with (s + 1) % eval_interval == 0 except the last;
      * 0 = none. They change no weight and fall in the next step's communication window. */
     int eval_batches, eval_interval;
+    /* Precision (memset 0: fp32 / fp32). fp16_scale_power > 0 sets fp16.initial_scale_power
+     * (the tiny GPT's gradients overflow fp16 at the default 2^16 in the first steps). */
+    zero_dtype_t dtype, accum_dtype;
+    int fp16_scale_power;
+    int no_overlap; /* 1: overlap_comm off (memset 0: on, the default) */
 } run_cfg_t;
 
 typedef struct rank_result {
@@ -25,6 +30,7 @@ typedef struct rank_result {
     size_t weight_count;
     zero_engine_report_t report;
     float first_loss, last_loss;
+    int skipped_steps;
 } rank_result_t;
 
 /* A small default: 2 layers, dim 32, 3 steps, small buckets, stage-3 prefetch on. */

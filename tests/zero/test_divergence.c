@@ -58,7 +58,7 @@ static void div_rank(zero_comm_t *comm, void *argp) {
                 break;
             }
             if (k >= UNITS) {
-                zero_unit_grads(eng, u)[0] += 1.0f;
+                ((float *)zero_unit_grads(eng, u))[0] += 1.0f;
                 st = zero_unit_grads_done(eng, u);
             }
             zero_unit_release(eng, u);

@@ -25,9 +25,23 @@ static void test_unsupported(void) {
               strstr(zero_last_error(), "reduce_bucket_size"),
           "bucket 0: '%s'", zero_last_error());
     p = zero_engine_params_default();
+    p.compute_dtype = ZERO_DTYPE_INT8;
+    CHECK(zero_engine_init(&eng, &p) == ZERO_ERR_CONFIG && strstr(zero_last_error(), "int8"),
+          "int8: '%s'", zero_last_error());
+    p = zero_engine_params_default();
     p.compute_dtype = ZERO_DTYPE_BF16;
-    CHECK(zero_engine_init(&eng, &p) == ZERO_ERR_UNSUPPORTED && strstr(zero_last_error(), "bf16"),
-          "bf16: '%s'", zero_last_error());
+    p.grad_accum_dtype = ZERO_DTYPE_FP16;
+    CHECK(zero_engine_init(&eng, &p) == ZERO_ERR_CONFIG &&
+              strstr(zero_last_error(), "grad_accum_dtype fp16"),
+          "bf16 with fp16 accumulation: '%s'", zero_last_error());
+    p = zero_engine_params_default();
+    p.grad_accum_dtype = ZERO_DTYPE_BF16;
+    CHECK(zero_engine_init(&eng, &p) == ZERO_ERR_CONFIG, "fp32 with bf16 accumulation");
+    p = zero_engine_params_default();
+    p.compute_dtype = ZERO_DTYPE_FP16;
+    p.loss_scaler.hysteresis = 0;
+    CHECK(zero_engine_init(&eng, &p) == ZERO_ERR_CONFIG && strstr(zero_last_error(), "hysteresis"),
+          "fp16 hysteresis 0: '%s'", zero_last_error());
     p = zero_engine_params_default();
     p.lr = -1.0f;
     CHECK(zero_engine_init(&eng, &p) == ZERO_ERR_CONFIG && strstr(zero_last_error(), "-1"),
@@ -237,13 +251,14 @@ static void test_adamw(int stage, int64_t persistence) {
     /* A non-finite gradient skips the step and leaves the weights alone. */
     float before[N0], now[N0];
     zero_engine_params_read(eng, 0, 0, N0, before);
-    zero_unit_grads(eng, 0)[3] = NAN;
+    ((float *)zero_unit_grads(eng, 0))[3] = NAN;
     zero_step_stats_t st;
     CHECK(zero_engine_step(eng, &st) == ZERO_OK && st.skipped && st.grad_norm == -1.0,
           "non-finite gradient: skipped %d norm %g", st.skipped, st.grad_norm);
     zero_engine_params_read(eng, 0, 0, N0, now);
     CHECK(!memcmp(before, now, sizeof now), "weights changed on a skipped step");
-    CHECK(zero_unit_grads(eng, 0)[3] == 0.0f, "gradient not cleared after a skipped step");
+    CHECK(((float *)zero_unit_grads(eng, 0))[3] == 0.0f,
+          "gradient not cleared after a skipped step");
     zero_engine_free(eng);
 }
 

@@ -1,7 +1,9 @@
 /* test_stages_mpi.c — run under mpirun -np N: the tiny GPT of harness.c on every stage and
  * accumulation {1, 3} over the MPI backend; rank 0 also runs the same configuration on N
  * threads-backend ranks in-process. The weights fingerprints must be identical (both backends
- * sum in rank order with one reduction kernel), and identical across stages.
+ * sum in rank order with one reduction kernel), and identical across stages. The same once more
+ * with bf16 compute (accumulation 3): the 16-bit reduce-scatters sum in fp32 in rank order on
+ * both backends, so the fp32 master fingerprints agree too.
  */
 #include "check.h"
 #include "harness.h"
@@ -16,10 +18,13 @@ int main(void) {
         return 1;
     }
     const int rank = zero_comm_rank(comm), n = zero_comm_size(comm);
-    for (int accum = 1; accum <= 3; accum += 2) {
+    for (int c = 0; c < 3; c++) {
+        const int accum = c == 0 ? 1 : 3;
+        const zero_dtype_t dt = c == 2 ? ZERO_DTYPE_BF16 : ZERO_DTYPE_FP32;
         uint64_t fp_stage0 = 0;
         for (int stage = 0; stage <= 3; stage++) {
             run_cfg_t cfg = harness_default_cfg(stage, n, accum);
+            cfg.dtype = dt;
             rank_result_t mine;
             st = harness_gpt_rank(comm, &cfg, &mine);
             CHECK(st == ZERO_OK, "rank %d stage %d accum %d (mpi): %s", rank, stage, accum,
@@ -34,11 +39,11 @@ int main(void) {
                 CHECK(st == ZERO_OK, "threads run: %s", th[0].error);
                 if (!st) {
                     CHECK(th[0].fingerprint == mine.fingerprint,
-                          "np %d stage %d accum %d: mpi %016llx, threads %016llx", n, stage, accum,
-                          (unsigned long long)mine.fingerprint,
+                          "np %d %s stage %d accum %d: mpi %016llx, threads %016llx", n,
+                          zero_dtype_name(dt), stage, accum, (unsigned long long)mine.fingerprint,
                           (unsigned long long)th[0].fingerprint);
-                    printf("np %d stage %d accum %d: mpi %016llx threads %016llx\n", n, stage,
-                           accum, (unsigned long long)mine.fingerprint,
+                    printf("np %d %s stage %d accum %d: mpi %016llx threads %016llx\n", n,
+                           zero_dtype_name(dt), stage, accum, (unsigned long long)mine.fingerprint,
                            (unsigned long long)th[0].fingerprint);
                     for (int r = 0; r < n; r++) harness_result_free(&th[r]);
                 }
