@@ -29,18 +29,8 @@
 static double worst; /* largest |err| / tol seen: shows the tolerance is not vacuous */
 static char worst_what[256];
 
-static uint64_t rng = 0x243f6a8885a308d3ull;
-static float frand(void) { /* uniform in [-1, 1) */
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((double)(rng >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-}
-
-static uint16_t to16(float x, zero_dtype_t dt) {
-    return dt == ZERO_DTYPE_BF16 ? zero_fp32_to_bf16(x) : zero_fp32_to_fp16(x);
-}
-static float from16(uint16_t h, zero_dtype_t dt) {
-    return dt == ZERO_DTYPE_BF16 ? zero_bf16_to_fp32(h) : zero_fp16_to_fp32(h);
-}
+#define LP_TEST_SEED 0x243f6a8885a308d3ull
+#include "lp_test_util.h"
 static double unit_roundoff(zero_dtype_t dt) {
     return dt == ZERO_DTYPE_BF16 ? ldexp(1.0, -8) : ldexp(1.0, -11);
 }

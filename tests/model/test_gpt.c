@@ -10,22 +10,13 @@
 #include "check.h"
 #include "model/gpt.h"
 
+#define MODEL_TEST_SEED 88172645463325252ull
+#include "model_test_util.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-static uint64_t rng_state = 88172645463325252ull;
-static double urand(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (double)(rng_state >> 11) / 9007199254740992.0;
-}
-static double nrand(void) {
-    double u1 = urand() + 1e-12, u2 = urand();
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
 
 /* ------------------------------------------------------------------------------ naive model */
 
@@ -170,21 +161,6 @@ static zero_engine_t *make_engine(float lr) {
         exit(1);
     }
     return eng;
-}
-
-/* Overwrite every parameter with random values (LayerNorm weights around 1). */
-static void randomize(zero_engine_t *eng, double scale) {
-    for (int u = 0; u < zero_engine_unit_count(eng); u++)
-        for (int t = 0; t < zero_engine_tensor_count(eng, u); t++) {
-            const zero_tensor_desc_t *d = zero_engine_tensor_desc(eng, u, t);
-            size_t n = 1;
-            for (int k = 0; k < d->ndim; k++) n *= d->shape[k];
-            float *v = malloc(n * sizeof *v);
-            for (size_t i = 0; i < n; i++)
-                v[i] = (float)((d->init == ZERO_INIT_ONES ? 1.0 : 0.0) + scale * nrand());
-            zero_engine_params_write(eng, u, zero_engine_tensor_offset(eng, u, t), n, v);
-            free(v);
-        }
 }
 
 /* ------------------------------------------------------------------------------ tests */

@@ -18,6 +18,9 @@
  */
 #include "check.h"
 #include "model/gpt.h"
+
+#define MODEL_TEST_SEED 0x2545f4914f6cdd1dull
+#include "model_test_util.h"
 #include "train/data.h"
 
 #include <math.h>
@@ -25,18 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static double urand(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (double)(rng_state >> 11) / 9007199254740992.0;
-}
-static double nrand(void) {
-    double u1 = urand() + 1e-12, u2 = urand();
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
 
 static zero_engine_t *make_engine(zero_dtype_t dt, float lr, int warmup_steps, int steps,
                                   int threads) {
@@ -62,21 +53,6 @@ static zero_gpt_t *make_model(const zero_gpt_config_t *c, zero_engine_t *eng, in
         exit(1);
     }
     return g;
-}
-
-/* Random weights into eng (rounded by a 16-bit engine), LayerNorm weights around 1. */
-static void randomize(zero_engine_t *eng, double scale) {
-    for (int u = 0; u < zero_engine_unit_count(eng); u++)
-        for (int t = 0; t < zero_engine_tensor_count(eng, u); t++) {
-            const zero_tensor_desc_t *d = zero_engine_tensor_desc(eng, u, t);
-            size_t n = 1;
-            for (int k = 0; k < d->ndim; k++) n *= d->shape[k];
-            float *v = malloc(n * sizeof *v);
-            for (size_t i = 0; i < n; i++)
-                v[i] = (float)((d->init == ZERO_INIT_ONES ? 1.0 : 0.0) + scale * nrand());
-            zero_engine_params_write(eng, u, zero_engine_tensor_offset(eng, u, t), n, v);
-            free(v);
-        }
 }
 
 /* dst's parameters = src's (as the model sees them: widened 16-bit values, exact in fp32). */
