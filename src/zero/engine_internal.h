@@ -166,9 +166,12 @@ struct zero_engine {
 
 /* layout.c */
 zero__unit_t *zero__engine_unit(const zero_engine_t *eng, int u);
-/* 16-bit compute: the range [*lo, *lo + *n) of unit un the fp32 master holds (stage 0: the
- * whole unit; stages 1-3: the owned shard). */
-void zero__master_range(const zero_engine_t *eng, const zero__unit_t *un, size_t *lo, size_t *n);
+/* 16-bit compute, [offset, offset + count) of unit un, held in this rank's parameters. Write
+ * (out NULL): round `in` into the parameters and copy it exactly into the fp32 master where
+ * the master covers it (stage 0: the whole unit; stages 1-3: the owned shard). Read (in NULL):
+ * the widened parameters, with the master's exact values where it covers them. */
+void zero__master_io(const zero_engine_t *eng, const zero__unit_t *un, size_t offset, size_t count,
+                     float *out, const float *in);
 void zero__unit_free_buffers(zero__unit_t *un);
 
 /* buckets.c */

@@ -102,6 +102,30 @@ static zero_status_t check_tensors(const char *name, const zero_tensor_desc_t *t
     return ZERO_OK;
 }
 
+/* 16-bit compute: the range [*lo, *lo + *n) of unit un the fp32 master holds (stage 0: the
+ * whole unit; stages 1-3: the owned shard). */
+static void master_range(const zero_engine_t *eng, const zero__unit_t *un, size_t *lo, size_t *n) {
+    const int whole = eng->params.stage == 0;
+    *lo = whole ? 0 : (size_t)eng->rank * un->shard_count;
+    *n = whole ? un->padded_count : un->shard_count;
+}
+
+void zero__master_io(const zero_engine_t *eng, const zero__unit_t *un, size_t offset, size_t count,
+                     float *out, const float *in) {
+    const size_t plo = un->shard ? (size_t)eng->rank * un->shard_count : 0;
+    void *params = zero__elem(un->shard ? un->shard : un->full, offset - plo, eng->ce);
+    size_t mlo, mn;
+    master_range(eng, un, &mlo, &mn);
+    size_t a = ZERO_MAX(offset, mlo), b = ZERO_MIN(offset + count, mlo + mn);
+    if (out) {
+        zero__widen(out, params, count, eng->params.compute_dtype);
+        if (a < b) memcpy(out + (a - offset), un->master + (a - mlo), (b - a) * sizeof(float));
+    } else {
+        zero__narrow(params, in, count, eng->params.compute_dtype);
+        if (a < b) memcpy(un->master + (a - mlo), in + (a - offset), (b - a) * sizeof(float));
+    }
+}
+
 /* 16-bit compute: the initial values of the params range (the full unit, or stage 3's shard)
  * in chunks through the engine's scratch, rounded into the params and copied exactly into the
  * fp32 master where the master range (a subrange: stage 0 full, else the owned shard) covers
@@ -109,9 +133,6 @@ static zero_status_t check_tensors(const char *name, const zero_tensor_desc_t *t
 static void init_lowp(zero_engine_t *eng, zero__unit_t *u, int index) {
     const size_t P = u->padded_count, S = u->shard_count, lo = (size_t)eng->rank * S;
     const size_t plo = u->shard ? lo : 0, pn = u->shard ? S : P;
-    size_t mlo, mn;
-    zero__master_range(eng, u, &mlo, &mn);
-    void *params = u->shard ? u->shard : u->full;
     for (int t = 0; t < u->tensor_count; t++) {
         size_t a0 = ZERO_MAX(u->offsets[t], plo);
         size_t b0 = ZERO_MIN(u->offsets[t] + u->counts[t], plo + pn);
@@ -119,11 +140,7 @@ static void init_lowp(zero_engine_t *eng, zero__unit_t *u, int index) {
             size_t b = ZERO_MIN(b0, a + ZERO__SCRATCH_COUNT);
             init_tensor_range(eng->scratch, a - u->offsets[t], b - u->offsets[t], &u->tensors[t],
                               eng->params.seed, index, t);
-            zero__narrow(zero__elem(params, a - plo, eng->ce), eng->scratch, b - a,
-                         eng->params.compute_dtype);
-            size_t c = ZERO_MAX(a, mlo), d = ZERO_MIN(b, mlo + mn);
-            if (c < d)
-                memcpy(u->master + (c - mlo), eng->scratch + (c - a), (d - c) * sizeof(float));
+            zero__master_io(eng, u, a, b - a, NULL, eng->scratch);
         }
     }
 }
@@ -331,25 +348,15 @@ zero_status_t zero_engine_params_read(const zero_engine_t *eng, int u, size_t of
     return ZERO_OK;
 }
 
-void zero__master_range(const zero_engine_t *eng, const zero__unit_t *un, size_t *lo, size_t *n) {
-    const int whole = eng->params.stage == 0;
-    *lo = whole ? 0 : (size_t)eng->rank * un->shard_count;
-    *n = whole ? un->padded_count : un->shard_count;
-}
-
 zero_status_t zero_engine_params_write(zero_engine_t *eng, int u, size_t offset, size_t count,
                                        const float *in) {
     void *p = NULL;
     zero_status_t st = param_range(eng, u, offset, count, &p);
     if (st) return st;
-    zero__narrow(p, in, count, eng->params.compute_dtype);
-    if (eng->lowp) { /* the master takes the written values exactly where this rank holds it */
-        const zero__unit_t *un = &eng->units[u];
-        size_t mlo, mn;
-        zero__master_range(eng, un, &mlo, &mn);
-        size_t a = ZERO_MAX(offset, mlo), b = ZERO_MIN(offset + count, mlo + mn);
-        if (a < b) memcpy(un->master + (a - mlo), in + (a - offset), (b - a) * sizeof(float));
-    }
+    if (eng->lowp) /* the master takes the written values exactly where this rank holds it */
+        zero__master_io(eng, &eng->units[u], offset, count, NULL, in);
+    else
+        zero__narrow(p, in, count, eng->params.compute_dtype); /* fp32: a copy */
     return ZERO_OK;
 }
 

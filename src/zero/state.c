@@ -70,34 +70,12 @@ static zero_status_t locate(const zero_engine_t *eng, int u, zero_engine_state_t
     return ZERO_OK;
 }
 
-/* 16-bit compute, master state of [offset, offset + count) (already checked to be held): the
- * part the fp32 master covers goes to / comes from it, the rest from / to the parameters. A
- * write rounds every written value into the parameters, so they match the master. */
-static void master_io(const zero_engine_t *eng, int u, size_t offset, size_t count, float *out,
-                      const float *in) {
-    const zero__unit_t *un = &eng->units[u];
-    const size_t plo = un->shard ? (size_t)eng->rank * un->shard_count : 0;
-    void *params = un->shard ? un->shard : un->full;
-    size_t mlo, mn;
-    zero__master_range(eng, un, &mlo, &mn);
-    size_t a = ZERO_MAX(offset, mlo), b = ZERO_MIN(offset + count, mlo + mn);
-    if (out) {
-        zero__widen(out, zero__elem(params, offset - plo, eng->ce), count,
-                    eng->params.compute_dtype);
-        if (a < b) memcpy(out + (a - offset), un->master + (a - mlo), (b - a) * sizeof(float));
-    } else {
-        zero__narrow(zero__elem(params, offset - plo, eng->ce), in, count,
-                     eng->params.compute_dtype);
-        if (a < b) memcpy(un->master + (a - mlo), in + (a - offset), (b - a) * sizeof(float));
-    }
-}
-
 zero_status_t zero_engine_state_read(const zero_engine_t *eng, int u, zero_engine_state_t state,
                                      size_t offset, size_t count, float *out) {
     float *p = NULL;
     zero_status_t st = locate(eng, u, state, offset, count, &p);
     if (st) return st;
-    if (count && !p) master_io(eng, u, offset, count, out, NULL);
+    if (count && !p) zero__master_io(eng, &eng->units[u], offset, count, out, NULL);
     if (count && p) memcpy(out, p, count * sizeof(float));
     return ZERO_OK;
 }
@@ -107,7 +85,7 @@ zero_status_t zero_engine_state_write(zero_engine_t *eng, int u, zero_engine_sta
     float *p = NULL;
     zero_status_t st = locate(eng, u, state, offset, count, &p);
     if (st) return st;
-    if (count && !p) master_io(eng, u, offset, count, NULL, in);
+    if (count && !p) zero__master_io(eng, &eng->units[u], offset, count, NULL, in);
     if (count && p) memcpy(p, in, count * sizeof(float));
     return ZERO_OK;
 }
