@@ -45,9 +45,9 @@ zero="$build/zero"
 [ -x "$zero" ] || { echo "bench_e2e: no $zero (build first, or pass -b BUILD_DIR)" >&2; exit 2; }
 out=$(mktemp -d "${TMPDIR:-/tmp}/bench_e2e.XXXXXX")
 trap 'rm -rf "$out"' EXIT
-# The peer fixes OMP_WAIT_POLICY=PASSIVE itself; `zero train` does too when it is unset. Set it
-# here for both so neither side spins.
-export OMP_WAIT_POLICY=passive
+# Each side runs with its own default OpenMP wait policy: the peer fixes OMP_WAIT_POLICY=PASSIVE
+# itself; `zero train` picks active when its threads fit the cores (docs/config.md).
+unset OMP_WAIT_POLICY
 
 load() { cut -d' ' -f1 /proc/loadavg; }
 

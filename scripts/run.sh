@@ -6,6 +6,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# OpenMP threads that spin while waiting slow a shared machine down several times.
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 exec ./build/zero train --config configs/main.json "$@"

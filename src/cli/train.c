@@ -41,8 +41,9 @@ static void usage(FILE *out) {
             "  -q, --quiet          no progress output (errors still go to stderr)\n"
             "  -h, --help           this text\n"
             "\n"
-            "OpenMP threads that spin while waiting slow shared machines down several times:\n"
-            "`zero train` sets OMP_WAIT_POLICY=passive (restarting itself) unless it is set.\n");
+            "Unless OMP_WAIT_POLICY is set, `zero train` sets it (restarting itself): active\n"
+            "(threads spin between parallel regions) when the run's threads fit the machine's\n"
+            "cores, passive when they outnumber them.\n");
 }
 
 static int fail(const char *what) {
@@ -58,12 +59,18 @@ static int need_value(int i, int argc, char **argv) {
     return 1;
 }
 
-/* libgomp reads OMP_WAIT_POLICY when it is loaded, before main: setting it now only takes
- * effect in a fresh image of this program, with the same command line. Only the `zero` program
- * itself restarts (a test that calls this function in-process sets the variable instead). */
-static void passive_openmp(void) {
+/* How OpenMP threads wait between parallel regions. Spinning ("active") saves the futex wake-up
+ * of every region (~5-8% of an 85M step on 2 threads: docs/benchmarks.md, "OpenMP wait
+ * policy") but when the run's threads outnumber the cores, spinners steal the cores that the
+ * others need and slow everything down several times: "passive" then. libgomp reads the variable
+ * when it is loaded, before main, so setting it takes effect only in a fresh image of this
+ * program with the same command line. Only the `zero` program itself restarts (a test that calls
+ * this function in-process sets the variable instead). A variable the user set wins. */
+static void choose_openmp_wait(const zero_train_config_t *cfg) {
     if (getenv("OMP_WAIT_POLICY")) return;
-    setenv("OMP_WAIT_POLICY", "passive", 1);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int fits = cores > 0 && zero__train_machine_threads(cfg) <= cores;
+    setenv("OMP_WAIT_POLICY", fits ? "active" : "passive", 1);
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0) return;
@@ -82,7 +89,7 @@ static void passive_openmp(void) {
     for (size_t i = 0; i < len && argc < 1023; i += strlen(buf + i) + 1) args[argc++] = buf + i;
     args[argc] = NULL;
     fflush(NULL);
-    execv(exe, args); /* returns only on failure: carry on with spinning threads */
+    execv(exe, args); /* returns only on failure: carry on with libgomp's default */
 }
 
 int zero__cli_train(int argc, char **argv) {
@@ -124,7 +131,6 @@ int zero__cli_train(int argc, char **argv) {
             return 2;
         }
     }
-    if (!print_config) passive_openmp();
     zero_train_config_t cfg;
     zero__train_config_default(&cfg);
     if (config_path && zero__train_config_load(&cfg, config_path))
@@ -159,6 +165,7 @@ int zero__cli_train(int argc, char **argv) {
         zero__train_config_print(&cfg, stdout);
         return 0;
     }
+    choose_openmp_wait(&cfg);
     zero_train_io_t io = {quiet ? NULL : stdout, isatty(STDOUT_FILENO), peak, metrics_path};
     zero_train_report_t rep;
     if (zero__train_run(&cfg, &io, &rep)) {

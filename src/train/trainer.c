@@ -401,9 +401,11 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
         "warm-up %d)\n",
         cfg->train_batch_size, B, cfg->grad_accum, W, T, cfg->steps, (double)ep.lr, cfg->scheduler,
         cfg->warmup_steps);
-    say(&r, "ZeRO stage %d on %d rank%s (%s backend), %d compute thread%s per rank\n", cfg->stage,
-        W, W == 1 ? "" : "s", zero_backend_name(job->backend), job->threads,
-        job->threads == 1 ? "" : "s");
+    const char *wait = getenv("OMP_WAIT_POLICY");
+    say(&r,
+        "ZeRO stage %d on %d rank%s (%s backend), %d compute thread%s per rank (OpenMP wait %s)\n",
+        cfg->stage, W, W == 1 ? "" : "s", zero_backend_name(job->backend), job->threads,
+        job->threads == 1 ? "" : "s", wait && *wait ? wait : "default");
     say(&r,
         "memory (rank 0): params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, activations "
         "%.1f MiB%s\n",
@@ -604,12 +606,33 @@ static int env_int(const char *name) {
 }
 
 int zero__train_world_size(const zero_train_config_t *cfg) {
-    zero_backend_t b;
+    zero_backend_t b = ZERO_BACKEND_THREADS;
     if (choose_backend(cfg, &b) || b == ZERO_BACKEND_THREADS) return cfg->ranks;
     /* Before MPI_Init: the launcher's environment (Open MPI, then PMI). */
     int n = env_int("OMPI_COMM_WORLD_SIZE");
     if (n <= 0) n = env_int("PMI_SIZE");
     return n > 0 ? n : 1;
+}
+
+/* Ranks of the job on this machine: all of them, or mpirun's local count. */
+static int local_ranks(zero_backend_t b, int world) {
+    int local = b == ZERO_BACKEND_MPI ? env_int("OMPI_COMM_WORLD_LOCAL_SIZE") : 0;
+    return local > 0 ? local : world;
+}
+
+/* train.threads, or (0) the machine's cores shared out among its ranks, at least 1. */
+static int threads_per_rank(const zero_train_config_t *cfg, zero_backend_t b, int world) {
+    if (cfg->threads > 0) return cfg->threads;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = cores > 0 ? (int)(cores / local_ranks(b, world)) : 1;
+    return threads < 1 ? 1 : threads;
+}
+
+int zero__train_machine_threads(const zero_train_config_t *cfg) {
+    zero_backend_t b = ZERO_BACKEND_THREADS;
+    if (choose_backend(cfg, &b)) b = ZERO_BACKEND_THREADS; /* the run itself reports it */
+    int world = zero__train_world_size(cfg);
+    return local_ranks(b, world) * threads_per_rank(cfg, b, world);
 }
 
 typedef struct rank_thread {
@@ -714,14 +737,7 @@ zero_status_t zero__train_run(zero_train_config_t *cfg, const zero_train_io_t *i
     if (st) return st;
     if (job.backend == ZERO_BACKEND_MPI && !zero__train_config_is_set(cfg, "train.ranks"))
         cfg->ranks = job.world;
-    job.threads = cfg->threads;
-    if (job.threads <= 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        int local = job.backend == ZERO_BACKEND_MPI ? env_int("OMPI_COMM_WORLD_LOCAL_SIZE") : 0;
-        if (local <= 0) local = job.world;
-        job.threads = cores > 0 ? (int)(cores / local) : 1;
-        if (job.threads < 1) job.threads = 1;
-    }
+    job.threads = threads_per_rank(cfg, job.backend, job.world);
     const int T = cfg->model.seq;
 
     /* data: loaded once per process, shared read-only by the rank threads */

@@ -70,6 +70,9 @@ typedef struct zero_train_io {
  * "mpi", or "auto" under mpirun), else train.ranks. */
 int zero__train_world_size(const zero_train_config_t *cfg);
 
+/* Compute threads a run of cfg keeps busy on this machine: its local ranks x threads per rank. */
+int zero__train_machine_threads(const zero_train_config_t *cfg);
+
 /* Run a training job over zero__train_world_size(cfg) ranks. cfg is checked (and its batch sizes
  * resolved) for that world. rep may be NULL; on success it is filled on every process, with
  * rep->rank telling whether this process holds rank 0's full report (ranks != NULL). Free it

@@ -7,10 +7,12 @@
  */
 #include "check.h"
 #include "train/config.h"
+#include "train/trainer.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static char warnings[4096];
 
@@ -441,6 +443,27 @@ static void test_docs(const char *path) {
     free(doc);
 }
 
+/* The threads a run keeps busy on this machine, which picks the OpenMP wait policy: ranks x
+ * threads when both are given, the cores shared out when threads is 0 (auto), mpirun's local
+ * rank count under the MPI backend. */
+static void test_machine_threads(void) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    zero_train_config_t c;
+    zero__train_config_default(&c);
+    CHECK(zero__train_config_set(&c, "train.backend", "threads") == ZERO_OK, "backend");
+    zero__train_config_set(&c, "train.ranks", "3");
+    zero__train_config_set(&c, "train.threads", "2");
+    CHECK(zero__train_machine_threads(&c) == 6, "3 ranks x 2 threads: %d",
+          zero__train_machine_threads(&c));
+    zero__train_config_set(&c, "train.threads", "0");
+    long per = cores / 3 < 1 ? 1 : cores / 3;
+    CHECK(zero__train_machine_threads(&c) == 3 * per, "3 ranks, auto threads on %ld cores: %d",
+          cores, zero__train_machine_threads(&c));
+    zero__train_config_set(&c, "train.ranks", "1");
+    CHECK(zero__train_machine_threads(&c) == cores, "1 rank, auto threads: %d of %ld cores",
+          zero__train_machine_threads(&c), cores);
+}
+
 int main(int argc, char **argv) {
     zero_log_set_callback(capture, NULL);
     test_values();
@@ -452,6 +475,7 @@ int main(int argc, char **argv) {
     test_flags();
     test_legacy_zero();
     test_mixed_precision();
+    test_machine_threads();
     if (argc > 1) test_docs(argv[1]);
     return check_report();
 }
