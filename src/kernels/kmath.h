@@ -46,6 +46,40 @@ static inline float kexp(float x) {
     return x != x ? x : y;
 }
 
+/* a b + c. -std=c11 turns floating-point contraction off, so a plain a * b + c is a multiply and
+ * an add (half the FMA rate); fmaf is one instruction where the target has FMA (and then
+ * vectorises) and a slow library call where it has not, so fall back to two roundings there. */
+#ifdef __FMA__
+#define KFMA(a, b, c) fmaf((a), (b), (c))
+#else
+#define KFMA(a, b, c) ((a) * (b) + (c))
+#endif
+
+/* exp(x) for x <= 0 or NaN (softmax scores minus their row maximum, GELU's exp(-|2u|)): kexp's
+ * range reduction and polynomial with fused multiply-adds and without the overflow branch;
+ * within ~2 ulp of expf, 0 below -87.3, NaN stays NaN. attention.c has an 8-lane twin that must
+ * stay operation for operation the same. */
+static inline float kexp_nonpos(float x) {
+    const float lo = -87.3365478515625f;
+    float xc = x > lo ? x : lo; /* NaN -> lo: keeps the integer conversion below defined */
+    xc = xc < 0.0f ? xc : 0.0f;
+    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = KFMA(n, -0.693359375f, xc);
+    r = KFMA(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = KFMA(p, r, 1.3981999507e-3f);
+    p = KFMA(p, r, 8.3334519073e-3f);
+    p = KFMA(p, r, 4.1665795894e-2f);
+    p = KFMA(p, r, 1.6666665459e-1f);
+    p = KFMA(p, r, 5.0000001201e-1f);
+    p = KFMA(p * r, r, r) + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float sc;
+    memcpy(&sc, &bits, sizeof sc);
+    float y = x < lo ? 0.0f : p * sc;
+    return x != x ? x : y;
+}
+
 /* tanh(u) = sign(u) (1 - e) / (1 + e), e = exp(-2|u|): no overflow for any u. */
 static inline float ktanh(float u) {
     float a = u < 0.0f ? -u : u;

@@ -5,8 +5,15 @@
  * count from the calling thread's OpenMP ICV (omp_get_max_threads), so every rank thread of one
  * process can run its own thread count. OpenBLAS's count is process-global
  * (openblas_set_num_threads) and would make ranks fight; it is only a build fallback.
+ * One exception, by a fixed rule on (threads, M, N, K) (fwd_use_primitive): the linear forward
+ * (NT) on 2 threads with 64 <= BT <= 512 runs on oneDNN's matmul primitive with the bias as an
+ * input, which measured 3-20% faster there (bench_matmul_kernels --gemms, docs/kernels-matmul.md
+ * section 6); every other GEMM and every 1-thread call stays on dnnl_sgemm. Never chosen by
+ * run-time timing, so a call's result depends only on its arguments.
  * Not here: attention's small per-head GEMMs (attention.c calls zero__sgemm) and bf16.
  * Invariants: every dimension fits the library's 64-bit (dnnl) or int (cblas) index type.
+ * Cached primitives are immutable and run with a per-thread user scratchpad, so rank threads
+ * share them; an entry is freed only when evicted and unused (reference count under the lock).
  */
 #include "kernels.h"
 #include "kmath.h"
@@ -14,6 +21,11 @@
 #include "core/core_internal.h"
 
 #include <string.h>
+#if defined(ZERO_HAVE_DNNL)
+#include "lp_io.h" /* zero__kscratch: the primitive's per-thread scratchpad */
+
+#include <pthread.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -89,7 +101,7 @@ const char *zero__matmul_library(void) {
 #if defined(ZERO_HAVE_DNNL)
     /* the headers' version: Debian ships headers and library from one source package */
     return "oneDNN " ZERO_STR(DNNL_VERSION_MAJOR) "." ZERO_STR(DNNL_VERSION_MINOR) "." ZERO_STR(
-        DNNL_VERSION_PATCH) " (dnnl_sgemm)";
+        DNNL_VERSION_PATCH) " (dnnl_sgemm; 2-thread linear forward on the matmul primitive)";
 #elif defined(ZERO_HAVE_CBLAS)
     return "OpenBLAS (cblas_sgemm)";
 #else
@@ -97,9 +109,207 @@ const char *zero__matmul_library(void) {
 #endif
 }
 
+#if defined(ZERO_HAVE_DNNL)
+/* ------------------------------------------------------------------ forward on the primitive */
+
+/* The fixed dispatch rule, from bench_matmul_kernels --gemms (docs/kernels-matmul.md section 6).
+ * On 2 threads, at the forward GEMMs of the 85M and 124M models (BT = 512 and 256), the
+ * primitive with a bias input beat dnnl_sgemm with the bias pre-copy by 3-20% (the 4C->C
+ * projection +13-20%, C->C +4-11%, C->3C +3-8%, C->4C and the heads even to +6%); the same held
+ * for BT = 64 and 128. At BT = 1024 the two were even overall and at 2048 (and the 2048^3
+ * square) dnnl_sgemm was 4-10% faster: hence the upper bound. On 1 thread, what ranks sharing
+ * the cores use, the primitive was 0-7% slower; more threads were not measured (2-core
+ * machine). Below ~2^25 multiply-adds a new shape's primitive creation (JIT) and each call's
+ * memory objects are not worth it (and generation would churn the cache). */
+static int fwd_use_primitive(size_t BT, size_t C, size_t OC, int threads) {
+    return threads == 2 && BT >= 64 && BT <= 512 &&
+           (double)BT * (double)C * (double)OC >= 33554432.0;
+}
+
+enum { CACHE_MAX = 32 };
+
+/* Everything the primitive depends on; zero-filled before use so memcmp sees no padding junk.
+ * threads is part of the key: oneDNN 2.6 sizes a primitive's work split for the thread count
+ * at creation; run by a caller with another count it runs on the smaller of the two (one made
+ * on 1 thread stays on 1 for a 2-thread caller: half speed; bench_matmul_kernels --gemms icv),
+ * so each caller gets a primitive made for its own count. */
+typedef struct {
+    size_t M, N, K;
+    int bias, threads;
+} fkey_t;
+
+typedef struct {
+    fkey_t key;
+    dnnl_primitive_t prim; /* NULL: oneDNN offers only reference loops here, use dnnl_sgemm */
+    dnnl_memory_desc_t a_md, b_md, c_md, bias_md, scratch_md;
+    size_t scratch_bytes;
+    int refs;   /* calls executing it; under cache_lock */
+    int cached; /* still in cache[]; an evicted entry is freed by its last user */
+} fentry_t;
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static fentry_t *cache[CACHE_MAX]; /* reachable until exit: not a leak for LeakSanitizer */
+static int cache_n, cache_victim;
+
+static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
+static dnnl_engine_t engine; /* NULL if the CPU engine could not be created */
+
+static void engine_init(void) {
+    if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) engine = NULL;
+}
+
+static void md2d(dnnl_memory_desc_t *md, size_t rows, size_t cols, size_t s0, size_t s1) {
+    dnnl_dims_t dims = {(dnnl_dim_t)rows, (dnnl_dim_t)cols};
+    dnnl_dims_t strides = {(dnnl_dim_t)s0, (dnnl_dim_t)s1};
+    ZERO_ASSERT(dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_f32, strides) == dnnl_success);
+}
+
+/* out(M, N) = inp(M, K) · W(N, K)ᵀ [+ bias(N)]: weights described in their stored (OC, C)
+ * layout by strides (no reorder), dst overwritten (no sum post-op). Built with the calling
+ * thread's ICV set to key->threads. Never NULL; ->prim is NULL when oneDNN has only its
+ * reference implementation (orders of magnitude slower than dnnl_sgemm). */
+static fentry_t *fentry_create(const fkey_t *k) {
+    fentry_t *e = calloc(1, sizeof *e);
+    ZERO_ASSERT(e != NULL);
+    e->key = *k;
+    md2d(&e->a_md, k->M, k->K, k->K, 1);
+    md2d(&e->b_md, k->K, k->N, 1, k->K);
+    md2d(&e->c_md, k->M, k->N, k->N, 1);
+    if (k->bias) md2d(&e->bias_md, 1, k->N, k->N, 1);
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    int ok =
+        dnnl_matmul_desc_init(&md, &e->a_md, &e->b_md, k->bias ? &e->bias_md : NULL, &e->c_md) ==
+            dnnl_success &&
+        dnnl_primitive_attr_create(&attr) == dnnl_success &&
+        dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
+        dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL) == dnnl_success;
+    if (ok) {
+        const char *impl = NULL;
+        ok = dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+             impl && strncmp(impl, "ref", 3) != 0;
+    }
+    if (ok) {
+        const dnnl_memory_desc_t *smd =
+            dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+        e->scratch_md = *smd;
+        e->scratch_bytes = dnnl_memory_desc_get_size(smd);
+        if (dnnl_primitive_create(&e->prim, pd) != dnnl_success) e->prim = NULL;
+    }
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    return e;
+}
+
+static void fentry_free(fentry_t *e) {
+    if (e->prim) dnnl_primitive_destroy(e->prim);
+    free(e);
+}
+
+/* The entry for k with a reference taken (release with fentry_release), created on a miss.
+ * When the cache is full the oldest entry makes room (round robin): a model uses a handful of
+ * shapes, generation may walk through many. */
+static fentry_t *fentry_acquire(const fkey_t *k) {
+    pthread_mutex_lock(&cache_lock);
+    fentry_t *e = NULL;
+    for (int i = 0; i < cache_n && !e; i++)
+        if (memcmp(&cache[i]->key, k, sizeof *k) == 0) e = cache[i];
+    if (!e) {
+        /* Created under the lock: a miss is rare, and two rank threads never build the same
+         * primitive twice. */
+        e = fentry_create(k);
+        if (cache_n < CACHE_MAX) {
+            cache[cache_n++] = e;
+        } else {
+            fentry_t *old = cache[cache_victim];
+            old->cached = 0;
+            if (old->refs == 0) fentry_free(old); /* else its last user frees it */
+            cache[cache_victim] = e;
+            cache_victim = (cache_victim + 1) % CACHE_MAX;
+        }
+        e->cached = 1;
+    }
+    e->refs++;
+    pthread_mutex_unlock(&cache_lock);
+    return e;
+}
+
+static void fentry_release(fentry_t *e) {
+    pthread_mutex_lock(&cache_lock);
+    if (--e->refs == 0 && !e->cached) fentry_free(e);
+    pthread_mutex_unlock(&cache_lock);
+}
+
+/* Returns 0 (nothing written) if oneDNN has no fast primitive for this shape. */
+static int forward_primitive(float *out, const float *inp, const float *weight, const float *bias,
+                             size_t BT, size_t C, size_t OC, int threads) {
+    pthread_once(&engine_once, engine_init);
+    if (!engine) return 0;
+    fkey_t k;
+    memset(&k, 0, sizeof k);
+    k.M = BT;
+    k.N = OC;
+    k.K = C;
+    k.bias = bias != NULL;
+    k.threads = threads;
+    fentry_t *e = fentry_acquire(&k);
+    if (!e->prim) {
+        fentry_release(e);
+        return 0;
+    }
+    void *sp = e->scratch_bytes ? zero__kscratch(ZERO__KS_MM_DNNL, e->scratch_bytes) : NULL;
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, mbias = NULL, ms = NULL;
+    dnnl_stream_t stream = NULL;
+    /* oneDNN takes non-const handles but only reads SRC, WEIGHTS and BIAS. Memory objects and
+     * the stream are per call (microseconds against a GEMM of >= 0.1 ms): nothing mutable is
+     * shared between rank threads. */
+    int ok =
+        dnnl_memory_create(&ma, &e->a_md, engine, (void *)inp) == dnnl_success &&
+        dnnl_memory_create(&mb, &e->b_md, engine, (void *)weight) == dnnl_success &&
+        dnnl_memory_create(&mc, &e->c_md, engine, out) == dnnl_success &&
+        (!bias || dnnl_memory_create(&mbias, &e->bias_md, engine, (void *)bias) == dnnl_success) &&
+        (!sp || dnnl_memory_create(&ms, &e->scratch_md, engine, sp) == dnnl_success) &&
+        dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) == dnnl_success;
+    if (ok) {
+        dnnl_exec_arg_t args[5];
+        int n = 0;
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, ma};
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, mb};
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, mc};
+        if (mbias) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mbias};
+        if (ms) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, ms};
+        /* After a successful creation only an internal failure can make this fail. */
+        ZERO_ASSERT(dnnl_primitive_execute(e->prim, stream, n, args) == dnnl_success);
+        ZERO_ASSERT(dnnl_stream_wait(stream) == dnnl_success);
+    }
+    if (stream) dnnl_stream_destroy(stream);
+    if (ms) dnnl_memory_destroy(ms);
+    if (mbias) dnnl_memory_destroy(mbias);
+    if (mc) dnnl_memory_destroy(mc);
+    if (mb) dnnl_memory_destroy(mb);
+    if (ma) dnnl_memory_destroy(ma);
+    fentry_release(e);
+    return ok;
+}
+#endif /* ZERO_HAVE_DNNL */
+
 void zero__matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                           size_t BT, size_t C, size_t OC, int threads) {
     ZERO_ASSERT(out && inp && weight && threads >= 1);
+#if defined(ZERO_HAVE_DNNL)
+    if (BT > 0 && OC > 0 && C > 0) {
+        zero__matmul_set_threads(threads);
+#if defined(_OPENMP)
+        int eff = omp_in_parallel() ? 1 : threads; /* what the library will get */
+#else
+        int eff = 1;
+#endif
+        if (fwd_use_primitive(BT, C, OC, eff) &&
+            forward_primitive(out, inp, weight, bias, BT, C, OC, eff))
+            return;
+    }
+#endif
     float beta = 0.0f;
     if (bias) {
         /* Seed out with the bias and let the GEMM accumulate (beta = 1): the bias is then added

@@ -4,7 +4,9 @@
  * Shapes are odd on purpose (B=3, T=7, C=12, NH=3, V=37, Vp=40, OC=29) and a second, larger set
  * crosses the kernels' threading thresholds and attention's 128-row blocks, run with 1 and 2
  * threads. Also: two threads of one process each running matmuls with their own thread count
- * (the ranks-as-threads case). Prints "N passed, M failed" and fails through the exit code.
+ * (the ranks-as-threads case), and the linear forward's two library paths (dnnl_sgemm, the
+ * cached matmul primitive) under concurrency; `--matmul-ranks` runs only those.
+ * Prints "N passed, M failed" and fails through the exit code.
  */
 #include "kernels/kernels.h"
 
@@ -313,18 +315,71 @@ static void test_gelu(size_t n, int threads, int fd) {
     zero__gelu_forward(out, x, n, threads);
     zero__ref_gelu_forward(ref, x, n);
     snprintf(nm, sizeof nm, "gelu_forward n=%zu thr=%d", n, threads);
-    check_close(nm, out, ref, n, 1e-5, 1e-6);
+    /* gelu.c states ~1 ulp absolute at the largest |x| here and 1.1e-6 relative down to
+     * |gelu| = 1e-3; the atol covers the tail below that (|gelu| < 1e-4 for x < -3.5) */
+    check_close(nm, out, ref, n, 2e-6, 1e-7);
     float *dx = rand_buf(n, 1), *dx_r = dup_buf(dx, n), *dx0 = dup_buf(dx, n);
     zero__gelu_backward(dx, x, R, n, threads);
     zero__ref_gelu_backward(dx_r, x, R, n);
     snprintf(nm, sizeof nm, "gelu_backward n=%zu thr=%d", n, threads);
-    check_close(nm, dx, dx_r, n, 1e-5, 1e-6);
+    /* gelu' within 2.5e-7 absolute, plus the reference's own float rounding of g * dout and of
+     * the += (each up to half an ulp of values <= 2 here), where dx cancels to ~0 */
+    check_close(nm, dx, dx_r, n, 2e-6, 5e-7);
+    {
+        /* elementwise: the bits must not depend on the thread split (3: uneven slices) */
+        float *o3 = malloc(n * 4), *dx3 = dup_buf(dx0, n);
+        zero__gelu_forward(o3, x, n, 3);
+        zero__gelu_backward(dx3, x, R, n, 3);
+        if (memcmp(o3, out, n * 4) == 0 && memcmp(dx3, dx, n * 4) == 0)
+            n_pass++;
+        else
+            n_fail++, printf("FAIL gelu n=%zu: 3 threads differ from %d bitwise\n", n, threads);
+        free(o3), free(dx3);
+    }
+    {
+        /* NaN must reach dinp too (the engine's overflow check); large |x| saturates exactly */
+        float xs[4] = {NAN, 1e10f, -1e10f, 0.0f}, one[4] = {1, 1, 1, 1}, o[4], d[4] = {0};
+        zero__gelu_forward(o, xs, 4, threads);
+        zero__gelu_backward(d, xs, one, 4, threads);
+        if (isnan(o[0]) && o[1] == 1e10f && o[2] == 0.0f && o[3] == 0.0f && isnan(d[0]) &&
+            d[1] == 1.0f && d[2] == 0.0f && d[3] == 0.5f)
+            n_pass++;
+        else
+            n_fail++, printf("FAIL gelu special values: fwd %g %g %g %g, bwd %g %g %g %g\n", o[0],
+                             o[1], o[2], o[3], d[0], d[1], d[2], d[3]);
+    }
     if (fd) {
         for (size_t i = 0; i < n; i++) dx[i] -= dx0[i];
         gelu_ctx_t c = {x, R, n};
         check_fd("gelu dinp vs FD", gelu_loss, &c, x, n, dx, 1);
     }
     free(x), free(R), free(out), free(ref), free(dx), free(dx_r), free(dx0);
+}
+
+/* The attention results must not depend on the thread count: fixed summation order per
+ * element. Bitwise comparison of 1, 2 and 3 threads (forward output and probabilities, backward
+ * gradient). */
+static void test_attention_threads(size_t B, size_t T, size_t C, size_t NH) {
+    size_t n_in = B * T * 3 * C, n_out = B * T * C, n_att = B * NH * T * T;
+    float *qkv = rand_buf(n_in, 1.5f), *R = rand_buf(n_out, 1);
+    float *out[3], *att[3], *d[3];
+    float *scratch = malloc(zero__attention_scratch_count(T, 3) * sizeof(float));
+    int ok = 1;
+    for (int k = 0; k < 3; k++) {
+        out[k] = malloc(n_out * 4), att[k] = calloc(n_att, 4), d[k] = calloc(n_in, 4);
+        zero__attention_forward(out[k], att[k], qkv, B, T, C, NH, k + 1);
+        zero__attention_backward(d[k], scratch, R, qkv, att[k], B, T, C, NH, k + 1);
+        if (k > 0)
+            ok = ok && !memcmp(out[k], out[0], n_out * 4) && !memcmp(att[k], att[0], n_att * 4) &&
+                 !memcmp(d[k], d[0], n_in * 4);
+    }
+    if (ok)
+        n_pass++;
+    else
+        n_fail++,
+            printf("FAIL attention T=%zu C=%zu: results differ between 1, 2, 3 threads\n", T, C);
+    for (int k = 0; k < 3; k++) free(out[k]), free(att[k]), free(d[k]);
+    free(qkv), free(R), free(scratch);
 }
 
 /* fd: 0 = no finite differences, else check every fd-th input element */
@@ -580,6 +635,109 @@ static void test_ranks_as_threads(void) {
     }
 }
 
+/* ---------------------------------------------------------------- matmul paths and ranks */
+
+/* The linear forward takes oneDNN's matmul primitive (cached per shape and thread count) on 2
+ * threads for GEMMs of >= 2^25 multiply-adds, dnnl_sgemm otherwise (matmul.c). These cases
+ * cross that rule with odd sizes: results against the naive reference, bitwise reproducible
+ * whatever ran before (other shapes, cache evictions, another rank thread with the same or
+ * another thread count at the same time). */
+
+enum { MR_BT = 301, MR_C = 515, MR_OC = 259 }; /* 40M multiply-adds: primitive on 2 threads */
+
+typedef struct mr_data {
+    float *inp, *w, *b;
+    float *solo[3][2]; /* [threads][bias]: the result of a call made alone */
+} mr_data_t;
+
+typedef struct mr_job {
+    const mr_data_t *d;
+    int threads, churn, reps;
+    int bad; /* results that differ bitwise from the solo call */
+} mr_job_t;
+
+/* Distinct shapes above the primitive threshold (64 x 512 x 1024 = 2^25 and up), enough to
+ * cycle every cache slot. */
+static void mr_churn(int threads, int n) {
+    float *a = rand_buf((64 + (size_t)n) * 512, 1), *w = rand_buf(1024 * 512, 1);
+    float *o = malloc((64 + (size_t)n) * 1024 * sizeof(float));
+    for (int i = 0; i < n; i++)
+        zero__matmul_forward(o, a, w, NULL, 64 + (size_t)i, 512, 1024, threads);
+    free(a), free(w), free(o);
+}
+
+static void *mr_rank(void *p) {
+    mr_job_t *j = p;
+    const mr_data_t *d = j->d;
+    float *out = malloc((size_t)MR_BT * MR_OC * sizeof(float));
+    for (int r = 0; r < j->reps; r++) {
+        for (int bias = 0; bias < 2; bias++) {
+            memset(out, 0xff, (size_t)MR_BT * MR_OC * sizeof(float)); /* NaN: must be overwritten */
+            zero__matmul_forward(out, d->inp, d->w, bias ? d->b : NULL, MR_BT, MR_C, MR_OC,
+                                 j->threads);
+            if (memcmp(out, d->solo[j->threads][bias], (size_t)MR_BT * MR_OC * sizeof(float)))
+                j->bad++;
+        }
+        if (j->churn) mr_churn(j->threads, 40);
+    }
+    free(out);
+    return NULL;
+}
+
+static void mr_expect(const char *what, const mr_job_t *j) {
+    if (j->bad == 0) {
+        n_pass++;
+    } else {
+        n_fail++;
+        printf("FAIL %s (threads %d): %d results differ bitwise from the solo call\n", what,
+               j->threads, j->bad);
+    }
+}
+
+static void test_matmul_ranks(void) {
+    mr_data_t d;
+    d.inp = rand_buf((size_t)MR_BT * MR_C, 1);
+    d.w = rand_buf((size_t)MR_OC * MR_C, 0.5f);
+    d.b = rand_buf(MR_OC, 1);
+    float *ref = malloc((size_t)MR_BT * MR_OC * sizeof(float));
+    for (int bias = 0; bias < 2; bias++) {
+        zero__ref_matmul_forward(ref, d.inp, d.w, bias ? d.b : NULL, MR_BT, MR_C, MR_OC);
+        for (int thr = 1; thr <= 2; thr++) {
+            float *o = rand_buf((size_t)MR_BT * MR_OC, 9);
+            zero__matmul_forward(o, d.inp, d.w, bias ? d.b : NULL, MR_BT, MR_C, MR_OC, thr);
+            char nm[96];
+            snprintf(nm, sizeof nm, "matmul_forward solo %dx%dx%d bias=%d thr=%d", MR_BT, MR_OC,
+                     MR_C, bias, thr);
+            check_close(nm, o, ref, (size_t)MR_BT * MR_OC, 1e-5, 1e-4);
+            d.solo[thr][bias] = o;
+        }
+    }
+    free(ref);
+    /* a lone 1-thread rank after the 2-thread primitive exists: the bits of its solo call */
+    mr_job_t j1 = {&d, 1, 0, 2, 0};
+    pthread_t th[2];
+    pthread_create(&th[0], NULL, mr_rank, &j1);
+    pthread_join(th[0], NULL);
+    mr_expect("matmul lone 1-thread rank", &j1);
+    /* two ranks at once: {2, 2} shares one cached primitive; {2 + churn, 1}: the 2-thread rank
+     * evicts every cache slot, including the entry the other may be running; {2, 2 + churn}:
+     * an entry evicted while the other rank executes it */
+    int cfg[3][4] = {{2, 0, 2, 0}, {2, 1, 1, 0}, {2, 0, 2, 1}};
+    for (int c = 0; c < 3; c++) {
+        mr_job_t jobs[2] = {{&d, cfg[c][0], cfg[c][1], 3, 0}, {&d, cfg[c][2], cfg[c][3], 3, 0}};
+        for (int r = 0; r < 2; r++) pthread_create(&th[r], NULL, mr_rank, &jobs[r]);
+        for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+        for (int r = 0; r < 2; r++) mr_expect("matmul ranks at once", &jobs[r]);
+    }
+    /* after all that, the same call alone gives the same bits */
+    mr_job_t j2 = {&d, 2, 0, 1, 0};
+    mr_rank(&j2);
+    mr_expect("matmul 2-thread call after evictions", &j2);
+    free(d.inp), free(d.w), free(d.b);
+    for (int t = 1; t <= 2; t++)
+        for (int bias = 0; bias < 2; bias++) free(d.solo[t][bias]);
+}
+
 /* The optimizer step's vector passes against the naive twins; the sum of squares also bitwise
  * equal for 1 and 2 threads, and NaN/Inf propagating. */
 static void test_vector(size_t n) {
@@ -623,7 +781,13 @@ static void test_vector(size_t n) {
     free(y);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--matmul-ranks") == 0) {
+        /* only the concurrent matmul cases: the ThreadSanitizer job runs this (label tsan) */
+        test_matmul_ranks();
+        printf("%d passed, %d failed\n", n_pass, n_fail);
+        return n_fail == 0 ? 0 : 1;
+    }
     /* odd shapes, every backward also against finite differences */
     const size_t B = 3, T = 7, C = 12, NH = 3, V = 37, Vp = 40, OC = 29;
     for (int thr = 1; thr <= 2; thr++) {
@@ -640,9 +804,13 @@ int main(void) {
     /* larger shapes: threading thresholds, attention blocks (T > 128, not a multiple) */
     for (int thr = 1; thr <= 2; thr++) {
         test_matmul(301, 75, 130, thr, 0);
+        test_matmul(MR_BT, MR_C, MR_OC, thr, 0); /* the forward's primitive path on 2 threads */
         test_layernorm(301, 130, thr, 0);
         test_gelu(100003, thr, 0);
         test_attention(2, 261, 48, 4, thr, 0);
+        /* head size 64: full vector tiles, two query blocks, partial row and key tiles */
+        test_attention(2, 150, 128, 2, thr, 0);
+        test_attention(1, 70, 80, 2, thr, 0); /* hs = 40: a full and a partial column tile */
         test_residual(100003, thr, 0);
         test_embedding(3, 131, 96, 50, thr, 0);
         test_softmax_ce(37, 1001, 1008, thr, 0);
@@ -652,7 +820,10 @@ int main(void) {
     size_t vn[] = {0, 5, 17, 1000, 1000003};
     for (size_t i = 0; i < sizeof vn / sizeof vn[0]; i++) test_vector(vn[i]);
     test_attention(1, 133, 16, 2, 2, 37); /* FD across a block boundary, every 37th input */
+    test_attention(1, 45, 96, 3, 2, 5);   /* FD through the full vector tiles (hs = 32) */
+    test_attention_threads(2, 150, 128, 2);
     test_ranks_as_threads();
+    test_matmul_ranks();
     {
         /* NaN and Inf must propagate (the engine's overflow check relies on it) */
         float xin[4] = {NAN, INFINITY, -INFINITY, 1.0f}, o[4];

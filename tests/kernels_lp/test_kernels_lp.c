@@ -329,6 +329,7 @@ int main(void) {
         test_layernorm(dt, 5, 768);
         test_attention(dt, 2, 131, 48, 3); /* T crosses a 128-row block */
         test_attention(dt, 1, 7, 20, 5);
+        test_attention(dt, 2, 150, 128, 2); /* hs = 64: the full vector tiles */
         test_embedding(dt, 3, 45, 67, 29);
         test_embedding(dt, 2, 300, 96, 256);
         test_softmax_ce(dt, 33, 257, 261, 1.0f);
