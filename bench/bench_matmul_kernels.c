@@ -9,8 +9,9 @@
  * With --gemms 85m|124m|all: instead, every fp32 GEMM of one training step at the model's
  * shapes on each candidate library path (bench_gemms below), [--rounds n] [--flush 0|1]
  * [--bt BT]; --gemms peak: the 2048^3 GEMMs; --gemms icv: which thread count a primitive runs
- * on when the caller's differs from its creator's. Run with OMP_WAIT_POLICY=passive, as
- * `zero train` does.
+ * on when the caller's differs from its creator's. With --sustain S: the 2048^3 GEMM of the MFU
+ * peak (zero__matmul_peak_flops) back to back for S seconds: the best single call, which is that
+ * peak's statistic, beside the rate sustained over each second and over the whole run.
  */
 #include "kernels/kernels.h"
 #include "zero/core.h"
@@ -433,9 +434,44 @@ static int bench_icv(void) {
     return 0;
 }
 
+/* --sustain: the best single call against the sustained rate of the same 2048^3 NN GEMM. */
+static int bench_sustain(double seconds) {
+    const size_t n = 2048;
+    const double flop = 2.0 * (double)n * (double)n * (double)n;
+    float *a = buf(n * n), *b = buf(n * n), *c = buf(n * n);
+    zero__sgemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, thr); /* warm-up */
+    double best = 0.0, t_start = zero_time_now(), t_win = t_start;
+    long calls = 0, win_calls = 0;
+    printf("2048^3 sgemm (NN, beta 0) back to back on %d threads for %.0f s\n", thr, seconds);
+    printf("| second | GFLOP/s sustained over the second | best single call so far "
+           "|\n|---|---|---|\n");
+    while (zero_time_now() - t_start < seconds) {
+        double t0 = zero_time_now();
+        zero__sgemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, thr);
+        double t1 = zero_time_now();
+        if (flop / (t1 - t0) > best) best = flop / (t1 - t0);
+        calls++;
+        win_calls++;
+        if (t1 - t_win >= 1.0) {
+            printf("| %.0f | %.1f | %.1f |\n", t1 - t_start, win_calls * flop / (t1 - t_win) / 1e9,
+                   best / 1e9);
+            t_win = t1;
+            win_calls = 0;
+        }
+    }
+    double sustained = calls * flop / (zero_time_now() - t_start);
+    printf("best single call %.1f GFLOP/s, sustained %.1f GFLOP/s over %ld calls: ratio %.3f\n",
+           best / 1e9, sustained / 1e9, calls, sustained / best);
+    zero_mem_free(a);
+    zero_mem_free(b);
+    zero_mem_free(c);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *gemms = NULL;
     int rounds = 9, flush = 0;
+    double sustain = 0.0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--threads") == 0)
             thr = atoi(argv[i + 1]);
@@ -449,7 +485,10 @@ int main(int argc, char **argv) {
             bt_override = (size_t)atol(argv[i + 1]);
         else if (strcmp(argv[i], "--flush") == 0)
             flush = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--sustain") == 0)
+            sustain = atof(argv[i + 1]);
     }
+    if (sustain > 0) return bench_sustain(sustain);
     if (rounds < 1 || rounds > 64) rounds = 9;
     if (gemms && strcmp(gemms, "icv") == 0) return bench_icv();
     if (gemms) {
