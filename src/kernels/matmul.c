@@ -12,8 +12,6 @@
  * run-time timing, so a call's result depends only on its arguments.
  * Not here: attention's small per-head GEMMs (attention.c calls zero__sgemm) and bf16.
  * Invariants: every dimension fits the library's 64-bit (dnnl) or int (cblas) index type.
- * Cached primitives are immutable and run with a per-thread user scratchpad, so rank threads
- * share them; an entry is freed only when evicted and unused (reference count under the lock).
  */
 #include "kernels.h"
 #include "kmath.h"
@@ -21,11 +19,7 @@
 #include "core/core_internal.h"
 
 #include <string.h>
-#if defined(ZERO_HAVE_DNNL)
-#include "lp_io.h" /* zero__kscratch: the primitive's per-thread scratchpad */
-
-#include <pthread.h>
-#endif
+#include "dnnl_matmul.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -126,171 +120,24 @@ static int fwd_use_primitive(size_t BT, size_t C, size_t OC, int threads) {
            (double)BT * (double)C * (double)OC >= 33554432.0;
 }
 
-enum { CACHE_MAX = 32 };
-
-/* Everything the primitive depends on; zero-filled before use so memcmp sees no padding junk.
- * threads is part of the key: oneDNN 2.6 sizes a primitive's work split for the thread count
- * at creation; run by a caller with another count it runs on the smaller of the two (one made
- * on 1 thread stays on 1 for a 2-thread caller: half speed; bench_matmul_kernels --gemms icv),
- * so each caller gets a primitive made for its own count. */
-typedef struct {
-    size_t M, N, K;
-    int bias, threads;
-} fkey_t;
-
-typedef struct {
-    fkey_t key;
-    dnnl_primitive_t prim; /* NULL: oneDNN offers only reference loops here, use dnnl_sgemm */
-    dnnl_memory_desc_t a_md, b_md, c_md, bias_md, scratch_md;
-    size_t scratch_bytes;
-    int refs;   /* calls executing it; under cache_lock */
-    int cached; /* still in cache[]; an evicted entry is freed by its last user */
-} fentry_t;
-
-static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static fentry_t *cache[CACHE_MAX]; /* reachable until exit: not a leak for LeakSanitizer */
-static int cache_n, cache_victim;
-
-static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
-static dnnl_engine_t engine; /* NULL if the CPU engine could not be created */
-
-static void engine_init(void) {
-    if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) engine = NULL;
-}
-
-static void md2d(dnnl_memory_desc_t *md, size_t rows, size_t cols, size_t s0, size_t s1) {
-    dnnl_dims_t dims = {(dnnl_dim_t)rows, (dnnl_dim_t)cols};
-    dnnl_dims_t strides = {(dnnl_dim_t)s0, (dnnl_dim_t)s1};
-    ZERO_ASSERT(dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_f32, strides) == dnnl_success);
-}
-
-/* out(M, N) = inp(M, K) · W(N, K)ᵀ [+ bias(N)]: weights described in their stored (OC, C)
- * layout by strides (no reorder), dst overwritten (no sum post-op). Built with the calling
- * thread's ICV set to key->threads. Never NULL; ->prim is NULL when oneDNN has only its
- * reference implementation (orders of magnitude slower than dnnl_sgemm). */
-static fentry_t *fentry_create(const fkey_t *k) {
-    fentry_t *e = calloc(1, sizeof *e);
-    ZERO_ASSERT(e != NULL);
-    e->key = *k;
-    md2d(&e->a_md, k->M, k->K, k->K, 1);
-    md2d(&e->b_md, k->K, k->N, 1, k->K);
-    md2d(&e->c_md, k->M, k->N, k->N, 1);
-    if (k->bias) md2d(&e->bias_md, 1, k->N, k->N, 1);
-    dnnl_matmul_desc_t md;
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_primitive_desc_t pd = NULL;
-    int ok =
-        dnnl_matmul_desc_init(&md, &e->a_md, &e->b_md, k->bias ? &e->bias_md : NULL, &e->c_md) ==
-            dnnl_success &&
-        dnnl_primitive_attr_create(&attr) == dnnl_success &&
-        dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
-        dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL) == dnnl_success;
-    if (ok) {
-        const char *impl = NULL;
-        ok = dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
-             impl && strncmp(impl, "ref", 3) != 0;
-    }
-    if (ok) {
-        const dnnl_memory_desc_t *smd =
-            dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-        e->scratch_md = *smd;
-        e->scratch_bytes = dnnl_memory_desc_get_size(smd);
-        if (dnnl_primitive_create(&e->prim, pd) != dnnl_success) e->prim = NULL;
-    }
-    if (pd) dnnl_primitive_desc_destroy(pd);
-    if (attr) dnnl_primitive_attr_destroy(attr);
-    return e;
-}
-
-static void fentry_free(fentry_t *e) {
-    if (e->prim) dnnl_primitive_destroy(e->prim);
-    free(e);
-}
-
-/* The entry for k with a reference taken (release with fentry_release), created on a miss.
- * When the cache is full the oldest entry makes room (round robin): a model uses a handful of
- * shapes, generation may walk through many. */
-static fentry_t *fentry_acquire(const fkey_t *k) {
-    pthread_mutex_lock(&cache_lock);
-    fentry_t *e = NULL;
-    for (int i = 0; i < cache_n && !e; i++)
-        if (memcmp(&cache[i]->key, k, sizeof *k) == 0) e = cache[i];
-    if (!e) {
-        /* Created under the lock: a miss is rare, and two rank threads never build the same
-         * primitive twice. */
-        e = fentry_create(k);
-        if (cache_n < CACHE_MAX) {
-            cache[cache_n++] = e;
-        } else {
-            fentry_t *old = cache[cache_victim];
-            old->cached = 0;
-            if (old->refs == 0) fentry_free(old); /* else its last user frees it */
-            cache[cache_victim] = e;
-            cache_victim = (cache_victim + 1) % CACHE_MAX;
-        }
-        e->cached = 1;
-    }
-    e->refs++;
-    pthread_mutex_unlock(&cache_lock);
-    return e;
-}
-
-static void fentry_release(fentry_t *e) {
-    pthread_mutex_lock(&cache_lock);
-    if (--e->refs == 0 && !e->cached) fentry_free(e);
-    pthread_mutex_unlock(&cache_lock);
-}
-
-/* Returns 0 (nothing written) if oneDNN has no fast primitive for this shape. */
+/* out(BT, OC) = inp(BT, C) · W(OC, C)ᵀ [+ bias] on a cached primitive (dnnl_matmul.c): the
+ * weights described in their stored (OC, C) layout by strides (no reorder), out overwritten.
+ * Returns 0 (nothing written) if oneDNN has no fast primitive for this shape. */
 static int forward_primitive(float *out, const float *inp, const float *weight, const float *bias,
                              size_t BT, size_t C, size_t OC, int threads) {
-    pthread_once(&engine_once, engine_init);
-    if (!engine) return 0;
-    fkey_t k;
+    zero__mm_key_t k;
     memset(&k, 0, sizeof k);
+    k.tb = 1;
+    k.bias = bias != NULL;
+    k.threads = threads;
+    k.no_ref = 1;
+    k.ab_dt = k.c_dt = dnnl_f32;
     k.M = BT;
     k.N = OC;
     k.K = C;
-    k.bias = bias != NULL;
-    k.threads = threads;
-    fentry_t *e = fentry_acquire(&k);
-    if (!e->prim) {
-        fentry_release(e);
-        return 0;
-    }
-    void *sp = e->scratch_bytes ? zero__kscratch(ZERO__KS_MM_DNNL, e->scratch_bytes) : NULL;
-    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, mbias = NULL, ms = NULL;
-    dnnl_stream_t stream = NULL;
-    /* oneDNN takes non-const handles but only reads SRC, WEIGHTS and BIAS. Memory objects and
-     * the stream are per call (microseconds against a GEMM of >= 0.1 ms): nothing mutable is
-     * shared between rank threads. */
-    int ok =
-        dnnl_memory_create(&ma, &e->a_md, engine, (void *)inp) == dnnl_success &&
-        dnnl_memory_create(&mb, &e->b_md, engine, (void *)weight) == dnnl_success &&
-        dnnl_memory_create(&mc, &e->c_md, engine, out) == dnnl_success &&
-        (!bias || dnnl_memory_create(&mbias, &e->bias_md, engine, (void *)bias) == dnnl_success) &&
-        (!sp || dnnl_memory_create(&ms, &e->scratch_md, engine, sp) == dnnl_success) &&
-        dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) == dnnl_success;
-    if (ok) {
-        dnnl_exec_arg_t args[5];
-        int n = 0;
-        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, ma};
-        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, mb};
-        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, mc};
-        if (mbias) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mbias};
-        if (ms) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, ms};
-        /* After a successful creation only an internal failure can make this fail. */
-        ZERO_ASSERT(dnnl_primitive_execute(e->prim, stream, n, args) == dnnl_success);
-        ZERO_ASSERT(dnnl_stream_wait(stream) == dnnl_success);
-    }
-    if (stream) dnnl_stream_destroy(stream);
-    if (ms) dnnl_memory_destroy(ms);
-    if (mbias) dnnl_memory_destroy(mbias);
-    if (mc) dnnl_memory_destroy(mc);
-    if (mb) dnnl_memory_destroy(mb);
-    if (ma) dnnl_memory_destroy(ma);
-    fentry_release(e);
-    return ok;
+    k.lda = k.ldb = C;
+    k.ldc = OC;
+    return zero__dnnl_matmul(&k, inp, weight, out, bias);
 }
 #endif /* ZERO_HAVE_DNNL */
 

@@ -640,7 +640,7 @@ static void test_ranks_as_threads(void) {
 /* The linear forward takes oneDNN's matmul primitive (cached per shape and thread count) on 2
  * threads for GEMMs of >= 2^25 multiply-adds, dnnl_sgemm otherwise (matmul.c). These cases
  * cross that rule with odd sizes: results against the naive reference, bitwise reproducible
- * whatever ran before (other shapes, cache evictions, another rank thread with the same or
+ * whatever ran before (other shapes, a cache filling up, another rank thread with the same or
  * another thread count at the same time). */
 
 enum { MR_BT = 301, MR_C = 515, MR_OC = 259 }; /* 40M multiply-adds: primitive on 2 threads */
@@ -657,7 +657,7 @@ typedef struct mr_job {
 } mr_job_t;
 
 /* Distinct shapes above the primitive threshold (64 x 512 x 1024 = 2^25 and up), enough to
- * cycle every cache slot. */
+ * create many cache entries while another rank runs. */
 static void mr_churn(int threads, int n) {
     float *a = rand_buf((64 + (size_t)n) * 512, 1), *w = rand_buf(1024 * 512, 1);
     float *o = malloc((64 + (size_t)n) * 1024 * sizeof(float));
@@ -719,9 +719,9 @@ static void test_matmul_ranks(void) {
     pthread_create(&th[0], NULL, mr_rank, &j1);
     pthread_join(th[0], NULL);
     mr_expect("matmul lone 1-thread rank", &j1);
-    /* two ranks at once: {2, 2} shares one cached primitive; {2 + churn, 1}: the 2-thread rank
-     * evicts every cache slot, including the entry the other may be running; {2, 2 + churn}:
-     * an entry evicted while the other rank executes it */
+    /* two ranks at once: {2, 2} shares one cached primitive; {2 + churn, 1} and {2, 2 + churn}:
+     * one rank adds 40 entries to the cache (under its lock) while the other looks up and runs
+     * its own */
     int cfg[3][4] = {{2, 0, 2, 0}, {2, 1, 1, 0}, {2, 0, 2, 1}};
     for (int c = 0; c < 3; c++) {
         mr_job_t jobs[2] = {{&d, cfg[c][0], cfg[c][1], 3, 0}, {&d, cfg[c][2], cfg[c][3], 3, 0}};
@@ -732,7 +732,7 @@ static void test_matmul_ranks(void) {
     /* after all that, the same call alone gives the same bits */
     mr_job_t j2 = {&d, 2, 0, 1, 0};
     mr_rank(&j2);
-    mr_expect("matmul 2-thread call after evictions", &j2);
+    mr_expect("matmul 2-thread call after the churn", &j2);
     free(d.inp), free(d.w), free(d.b);
     for (int t = 1; t <= 2; t++)
         for (int bias = 0; bias < 2; bias++) free(d.solo[t][bias]);
