@@ -7,6 +7,7 @@
 #ifndef ZERO_CKPT_INTERNAL_H
 #define ZERO_CKPT_INTERNAL_H
 
+#include "core/fileio.h"
 #include "zero/ckpt.h"
 
 #include <stdint.h>
@@ -45,19 +46,7 @@ static inline uint64_t zero__get_u64(const unsigned char *p) {
     return v;
 }
 
-/* ---- file I/O (fileio.c): each sets a message naming the path and errno text */
-zero_status_t zero__write_all(int fd, const void *buf, size_t bytes, const char *path);
-zero_status_t zero__pwrite_all(int fd, const void *buf, size_t bytes, int64_t offset,
-                               const char *path);
-zero_status_t zero__pread_all(int fd, void *buf, size_t bytes, int64_t offset, const char *path);
-zero_status_t zero__fsync_path(const char *path); /* file or directory */
-zero_status_t zero__mkdir_p(const char *path);
-void zero__rmtree(const char *path); /* best effort, for our own temporary directories */
-/* Write a small file atomically: path.tmp, fsync, rename, fsync of the parent directory. */
-zero_status_t zero__write_file_atomic(const char *dir, const char *name, const void *data,
-                                      size_t bytes);
-/* Read a whole small file (<= max_bytes) into a malloc'ed, NUL-terminated buffer. */
-zero_status_t zero__read_file(const char *path, size_t max_bytes, char **out, size_t *size_out);
+/* ---- file I/O: core/fileio.h */
 
 /* ---- shard files (shard.c) */
 typedef struct zero__shard_block {

@@ -14,6 +14,7 @@
 #include "train/trainer.h"
 
 #include "core/core_internal.h"
+#include "core/fileio.h"
 #include "kernels/kernels.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -867,14 +868,32 @@ zero_status_t zero__train_report_write(const zero_train_report_t *rep,
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     if (!text) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "report: out of memory");
+    /* Replaced atomically (temporary file, fsync, rename): a failure midway leaves the previous
+     * report, never a truncated one. */
+    char dir[4096];
+    const char *slash = strrchr(path, '/'), *name = slash ? slash + 1 : path;
+    size_t dlen = slash ? (size_t)(slash - path) : 0;
     zero_status_t st = ZERO_OK;
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        st = zero__error(ZERO_ERR_IO, "cannot write report '%s': %s", path, strerror(errno));
-    } else {
-        if (fprintf(f, "%s\n", text) < 0) st = zero__error(ZERO_ERR_IO, "cannot write '%s'", path);
-        if (fclose(f) != 0 && !st) st = zero__error(ZERO_ERR_IO, "cannot close '%s'", path);
+    if (!*name || dlen >= sizeof dir)
+        st = zero__error(ZERO_ERR_INVALID_ARG,
+                         "report path '%s': expected a file name (at most %zu bytes of directory)",
+                         path, sizeof dir - 1);
+    char *line = NULL;
+    size_t n = strlen(text);
+    if (!st && !(line = malloc(n + 1)))
+        st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "report: out of memory");
+    if (!st) {
+        if (!slash)
+            snprintf(dir, sizeof dir, ".");
+        else if (dlen == 0)
+            snprintf(dir, sizeof dir, "/");
+        else
+            snprintf(dir, sizeof dir, "%.*s", (int)dlen, path);
+        memcpy(line, text, n);
+        line[n] = '\n';
+        st = zero__write_file_atomic(dir, name, line, n + 1);
     }
+    free(line);
     cJSON_free(text);
     return st;
 }

@@ -59,6 +59,31 @@ int main(void) {
           "heads not dividing dim");
     CHECK(strstr(zero_last_error(), "model.heads = 5") != NULL, "message: '%s'", zero_last_error());
     CHECK(train_cli((const char *[]){"train", "-q", "--set", "model.seq=0", NULL}) == 1, "seq 0");
+    /* the report is written atomically: an unwritable place fails, naming it */
+    char bad_report[600];
+    snprintf(bad_report, sizeof bad_report, "%s/missing-dir/report.json", dir);
+    const char *tiny[] = {"train",
+                          "-q",
+                          "--no-peak",
+                          "--steps",
+                          "1",
+                          "--set",
+                          "model.layers=1",
+                          "--set",
+                          "model.dim=32",
+                          "--set",
+                          "model.heads=2",
+                          "--set",
+                          "model.seq=16",
+                          "--json-report",
+                          bad_report,
+                          NULL};
+    CHECK(train_cli(tiny) == 1, "report into a missing directory");
+    CHECK(strstr(zero_last_error(), "missing-dir") != NULL, "message: '%s'", zero_last_error());
+    snprintf(bad_report, sizeof bad_report, "%s/", dir);
+    CHECK(train_cli(tiny) == 1, "report path naming a directory");
+    CHECK(strstr(zero_last_error(), "expected a file name") != NULL, "message: '%s'",
+          zero_last_error());
 
     /* the short run */
     const char *shared = getenv("ZERO_SHARED_DIR");
@@ -106,6 +131,10 @@ int main(void) {
     char *text = slurp(report);
     cJSON *root = text ? cJSON_Parse(text) : NULL;
     CHECK(root != NULL, "report %s missing or not JSON", report);
+    CHECK(text && text[0] && text[strlen(text) - 1] == '\n', "report does not end in a newline");
+    char leftover[600];
+    snprintf(leftover, sizeof leftover, "%s/.report.json.tmp", dir);
+    CHECK(access(leftover, F_OK) != 0, "temporary file %s left behind", leftover);
     if (root) {
         double val = num(root, "final_val_loss"), init = num(root, "initial_val_loss");
         double uni = num(root, "unigram_entropy"), train = num(root, "final_train_loss");

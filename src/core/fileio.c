@@ -1,16 +1,17 @@
-/* fileio.c — careful file I/O for checkpoints: full reads and writes that retry on EINTR and
- * short counts, fsync of files and directories, mkdir -p, atomic small-file replacement.
+/* fileio.c — careful file I/O for checkpoints and reports: full reads and writes that retry on
+ * EINTR and short counts, fsync of files and directories, mkdir -p, atomic small-file replacement.
  *
  * Every failure sets a message naming the path, the operation and strerror(errno). Nothing here
  * prints or exits. rmtree is best effort and only used on directories this module created.
  */
-#include "ckpt/ckpt_internal.h"
+#include "core/fileio.h"
 #include "core/core_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 

@@ -1,0 +1,26 @@
+/* fileio.h — careful file I/O (fileio.c) for checkpoints and reports: full reads and writes that
+ * retry on EINTR and short counts, fsync of files and directories, mkdir -p, atomic small-file
+ * replacement. Each failure sets a message naming the path and errno's text.
+ */
+#ifndef ZERO_CORE_FILEIO_H
+#define ZERO_CORE_FILEIO_H
+
+#include "zero/core.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+zero_status_t zero__write_all(int fd, const void *buf, size_t bytes, const char *path);
+zero_status_t zero__pwrite_all(int fd, const void *buf, size_t bytes, int64_t offset,
+                               const char *path);
+zero_status_t zero__pread_all(int fd, void *buf, size_t bytes, int64_t offset, const char *path);
+zero_status_t zero__fsync_path(const char *path); /* file or directory */
+zero_status_t zero__mkdir_p(const char *path);
+void zero__rmtree(const char *path); /* best effort, for our own temporary directories */
+/* Write a small file atomically: path.tmp, fsync, rename, fsync of the parent directory. */
+zero_status_t zero__write_file_atomic(const char *dir, const char *name, const void *data,
+                                      size_t bytes);
+/* Read a whole small file (<= max_bytes) into a malloc'ed, NUL-terminated buffer. */
+zero_status_t zero__read_file(const char *path, size_t max_bytes, char **out, size_t *size_out);
+
+#endif /* ZERO_CORE_FILEIO_H */
