@@ -56,8 +56,9 @@ void zero__matmul_backward(float *dinp, float *dweight, float *dbias, const floa
                            int threads);
 
 /* Make the calling thread's next GEMM-library call (and OpenMP regions) use `threads` threads
- * (1 inside a parallel region). Shared by matmul.c and matmul_lp.c. */
-void zero__matmul_set_threads(int threads);
+ * (1 inside a parallel region). Returns the OpenMP thread count those regions get: 1 inside a
+ * parallel region or without OpenMP, else threads. Shared by matmul.c and matmul_lp.c. */
+int zero__matmul_set_threads(int threads);
 
 /* Best measured fp32 throughput (FLOP/s) of a 2048^3 GEMM on `threads` threads of the calling
  * thread, over a few repetitions (~0.3-0.5 s; allocates 48 MiB for the call). The MFU

@@ -60,7 +60,8 @@ void zero__matmul_backward_lp(void *dinp, zero_dtype_t dinp_dtype, void *dweight
  * use. Static or cached string, valid for the process. */
 const char *zero__matmul_lp_impl(zero_dtype_t dtype);
 
-/* Destroy every cached primitive. Only when no thread is inside a 16-bit matmul (tests). */
+/* Destroy every cached oneDNN primitive (dnnl_matmul.c: the fp32 forward's too). Only when no
+ * thread is inside a matmul (tests). */
 void zero__matmul_lp_cache_clear(void);
 
 /* ------------------------------------------------------------------------------ 16-bit I/O */

@@ -13,13 +13,13 @@
  * Not here: attention's small per-head GEMMs (attention.c calls zero__sgemm) and bf16.
  * Invariants: every dimension fits the library's 64-bit (dnnl) or int (cblas) index type.
  */
+#include "dnnl_matmul.h"
 #include "kernels.h"
 #include "kmath.h"
 
 #include "core/core_internal.h"
 
 #include <string.h>
-#include "dnnl_matmul.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -31,7 +31,7 @@
 
 /* Make the calling thread's next library call use `threads` threads. Inside an OpenMP
  * parallel region (attention's per-head loop) the call must stay on the calling thread. */
-void zero__matmul_set_threads(int threads) {
+int zero__matmul_set_threads(int threads) {
     ZERO_ASSERT(threads >= 1);
 #if defined(_OPENMP)
     if (omp_in_parallel()) threads = 1;
@@ -40,6 +40,11 @@ void zero__matmul_set_threads(int threads) {
 #endif
 #if defined(ZERO_HAVE_CBLAS) && !defined(ZERO_HAVE_DNNL)
     openblas_set_num_threads(threads); /* process-global: see the file comment */
+#endif
+#if defined(_OPENMP)
+    return threads;
+#else
+    return 1;
 #endif
 }
 
@@ -146,12 +151,7 @@ void zero__matmul_forward(float *out, const float *inp, const float *weight, con
     ZERO_ASSERT(out && inp && weight && threads >= 1);
 #if defined(ZERO_HAVE_DNNL)
     if (BT > 0 && OC > 0 && C > 0) {
-        zero__matmul_set_threads(threads);
-#if defined(_OPENMP)
-        int eff = omp_in_parallel() ? 1 : threads; /* what the library will get */
-#else
-        int eff = 1;
-#endif
+        int eff = zero__matmul_set_threads(threads); /* what the library will get */
         if (fwd_use_primitive(BT, C, OC, eff) &&
             forward_primitive(out, inp, weight, bias, BT, C, OC, eff))
             return;

@@ -8,13 +8,14 @@
  * - fp16 (oneDNN 2.6 has no f16 matmul on CPU: primitive creation returns "unimplemented"), and
  *   bf16 when oneDNN is missing: widen both operands to fp32 (exact) into per-thread scratch and
  *   call zero__sgemm; a 16-bit destination goes through an fp32 scratch tile and is rounded once.
- * Invariants: per-thread scratch only grows and is
- * freed when its thread exits (lp_io.c). Allocation failure of scratch is
- * fatal (ZERO_ASSERT): these kernels return void like every kernel in kernels.h.
+ * Invariants: per-thread scratch only grows and is freed when its thread exits (lp_io.c).
+ * Allocation failure of scratch is fatal (ZERO_ASSERT): these kernels return void like every
+ * kernel in kernels.h.
  */
 #include "kernels_lp.h"
 
 #include "core/core_internal.h"
+#include "dnnl_matmul.h"
 #include "kernels.h"
 #include "kmath.h"
 #include "lp_io.h"
@@ -24,7 +25,6 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#include "dnnl_matmul.h"
 
 /* ------------------------------------------------------------------------------ helpers */
 

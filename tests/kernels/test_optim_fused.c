@@ -46,6 +46,9 @@ static void *xmalloc(size_t bytes) {
     return p;
 }
 
+/* A copy of bytes bytes of src, in a new buffer. */
+static void *dup(const void *src, size_t bytes) { return memcpy(xmalloc(bytes), src, bytes); }
+
 static size_t dsize(zero_dtype_t dt) { return dt == ZERO_DTYPE_FP32 ? 4 : 2; }
 static const char *dname(zero_dtype_t dt) {
     return dt == ZERO_DTYPE_FP32 ? "fp32" : dt == ZERO_DTYPE_BF16 ? "bf16" : "fp16";
@@ -118,19 +121,12 @@ static void test_adamw(size_t n, zero_dtype_t gdt, zero_dtype_t pdt, int with_pa
     }
     fill_grads(g0, n, gdt, 0.5f);
     /* fused */
-    float *p = xmalloc(n * 4), *m = xmalloc(n * 4), *v = xmalloc(n * 4);
-    void *g = xmalloc(n * dsize(gdt)), *lp = with_params ? xmalloc(n * 2) : NULL;
-    memcpy(p, p0, n * 4);
-    memcpy(m, m0, n * 4);
-    memcpy(v, v0, n * 4);
-    memcpy(g, g0, n * dsize(gdt));
+    float *p = dup(p0, n * 4), *m = dup(m0, n * 4), *v = dup(v0, n * 4);
+    void *g = dup(g0, n * dsize(gdt)), *lp = with_params ? xmalloc(n * 2) : NULL;
     zero__adamw_fused(p, lp, pdt, g, gdt, gscale, zero_grads, m, v, n, &hp, threads);
     /* the unfused passes the engine ran before */
-    float *pe = xmalloc(n * 4), *me = xmalloc(n * 4), *ve = xmalloc(n * 4), *ge = xmalloc(n * 4);
+    float *pe = dup(p0, n * 4), *me = dup(m0, n * 4), *ve = dup(v0, n * 4), *ge = xmalloc(n * 4);
     uint16_t *lpe = xmalloc(n * 2);
-    memcpy(pe, p0, n * 4);
-    memcpy(me, m0, n * 4);
-    memcpy(ve, v0, n * 4);
     widen(ge, g0, n, gdt);
     if (gscale != 1.0f) zero__scale(ge, gscale, n, threads);
     float_adamw(pe, ge, me, ve, n, &hp);
@@ -149,12 +145,8 @@ static void test_adamw(size_t n, zero_dtype_t gdt, zero_dtype_t pdt, int with_pa
         grads_ok &= ((unsigned char *)g)[i] == (zero_grads ? 0 : ((unsigned char *)g0)[i]);
     check(grads_ok, "%s: gradient not zeroed / changed", what);
     /* the double-precision twin, within float rounding */
-    float *pr = xmalloc(n * 4), *mr = xmalloc(n * 4), *vr = xmalloc(n * 4);
-    void *gr = xmalloc(n * dsize(gdt)), *lpr = with_params ? xmalloc(n * 2) : NULL;
-    memcpy(pr, p0, n * 4);
-    memcpy(mr, m0, n * 4);
-    memcpy(vr, v0, n * 4);
-    memcpy(gr, g0, n * dsize(gdt));
+    float *pr = dup(p0, n * 4), *mr = dup(m0, n * 4), *vr = dup(v0, n * 4);
+    void *gr = dup(g0, n * dsize(gdt)), *lpr = with_params ? xmalloc(n * 2) : NULL;
     zero__ref_adamw_fused(pr, lpr, pdt, gr, gdt, gscale, zero_grads, mr, vr, n, &hp);
     int close = 1;
     const double ptol = pdt == ZERO_DTYPE_BF16 ? 1.0 / 128 : 1.0 / 1024; /* one 16-bit ulp */
@@ -184,12 +176,8 @@ static void test_acc(size_t n, zero_dtype_t adt, zero_dtype_t sdt, int overwrite
     else
         fill_grads(a0, n, adt, 2.0f);
     fill_grads(s0, n, sdt, 1.0f);
-    void *a = xmalloc(n * dsize(adt)), *s = xmalloc(n * dsize(sdt));
-    void *ar = xmalloc(n * dsize(adt)), *sr = xmalloc(n * dsize(sdt));
-    memcpy(a, a0, n * dsize(adt));
-    memcpy(ar, a0, n * dsize(adt));
-    memcpy(s, s0, n * dsize(sdt));
-    memcpy(sr, s0, n * dsize(sdt));
+    void *a = dup(a0, n * dsize(adt)), *s = dup(s0, n * dsize(sdt));
+    void *ar = dup(a0, n * dsize(adt)), *sr = dup(s0, n * dsize(sdt));
     zero__acc_add_fused(a, adt, s, sdt, n, overwrite, zero_src, threads);
     zero__ref_acc_add_fused(ar, adt, sr, sdt, n, overwrite, zero_src);
     char what[160];
@@ -200,8 +188,7 @@ static void test_acc(size_t n, zero_dtype_t adt, zero_dtype_t sdt, int overwrite
           "%s: differs bitwise from the reference", what);
     /* an fp32 accumulator: the engine's former add, zero__add_into on widened values */
     if (adt == ZERO_DTYPE_FP32) {
-        float *e = xmalloc(n * 4), *w = xmalloc(n * 4);
-        memcpy(e, a0, n * 4);
+        float *e = dup(a0, n * 4), *w = xmalloc(n * 4);
         widen(w, s0, n, sdt);
         zero__add_into(e, w, n, threads);
         size_t differ = 0;
