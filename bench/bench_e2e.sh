@@ -16,9 +16,16 @@
 # 85m mfu >= 0.80 and >= 1.1x the peer; 124m mfu >= 0.75; ckpt >= 0.70x of off; 85m-bf16 >=
 # 1.6x our 85m and >= 1.8x the peer's fp32 (tokens per step / median step time, both sides).
 # MFU stays against the fp32 matmul peak in every case (bf16 MFU above 1 means past fp32's peak).
+# With -g, the MFU budget of 85m and 124m too: after each of their runs,
+# `bench_matmul_kernels --gemms M` times every GEMM of one step at the model's shapes with warm
+# operands (the fastest they run, so the ceilings are upper bounds), and a table splits the
+# median step into those GEMMs, the optimizer step (`optimizer_step_s`: gradient norm + fused
+# AdamW) and the rest (attention, GELU, LayerNorm, residuals, loss, embedding, serial code, the
+# step's cache misses), with the MFU a step of the GEMMs alone, and of GEMMs + optimizer, would
+# score, and the time the rest may take for the target: FLOPs / (target x peak) - GEMMs - opt.
 # Not here: multi-rank cases (the comm section of docs/benchmarks.md).
 #
-# Usage: bench/bench_e2e.sh [-b BUILD_DIR] [-r RUNS] [-t THREADS]
+# Usage: bench/bench_e2e.sh [-b BUILD_DIR] [-r RUNS] [-t THREADS] [-g]
 #                           [-c "85m 85m-bf16 torch85m 124m 124m-ckpt"]
 # Needs: python3 (JSON, medians); Debian's python3-torch for the peer (skipped if missing).
 # Environment: ZERO_SHARED_DIR (default: ../shared next to the repository) finds the peer.
@@ -29,20 +36,25 @@ build="$here/build"
 runs=3
 threads=2
 cases="85m 85m-bf16 torch85m 124m 124m-ckpt"
-while getopts b:r:t:c:h opt; do
+budget=0
+while getopts b:r:t:c:gh opt; do
     case $opt in
     b) build=$(cd "$OPTARG" && pwd) ;;
     r) runs=$OPTARG ;;
     t) threads=$OPTARG ;;
     c) cases=$OPTARG ;;
-    *) sed -n '2,26p' "$0"; exit 2 ;;
+    g) budget=1 ;;
+    *) sed -n '2,34p' "$0"; exit 2 ;;
     esac
 done
 shared=${ZERO_SHARED_DIR:-"$here/../shared"}
 peer="$shared/peers/torch_gpt.py"
 py=/usr/bin/python3
 zero="$build/zero"
-[ -x "$zero" ] || { echo "bench_e2e: no $zero (build first, or pass -b BUILD_DIR)" >&2; exit 2; }
+gemms="$build/bench/bench_matmul_kernels"
+for f in "$zero" $([ "$budget" = 1 ] && echo "$gemms"); do
+    [ -x "$f" ] || { echo "bench_e2e: no $f (build first, or pass -b BUILD_DIR)" >&2; exit 2; }
+done
 out=$(mktemp -d "${TMPDIR:-/tmp}/bench_e2e.XXXXXX")
 trap 'rm -rf "$out"' EXIT
 # Each side runs with its own default OpenMP wait policy: the peer fixes OMP_WAIT_POLICY=PASSIVE
@@ -51,7 +63,8 @@ unset OMP_WAIT_POLICY
 
 load() { cut -d' ' -f1 /proc/loadavg; }
 
-run_case() { # case run -> appends "case run tok_s mfu peak_gflops act_mib load" to $out/rows
+run_case() { # case run -> appends "case run tok_s mtok_s mfu peak_gflops act_mib load" to
+    # $out/rows, and with -g "case step_s opt_s flops_per_step peak gemm_ms" to $out/budget
     c=$1 i=$2 l=$(load)
     case $c in
     85m | 85m-bf16 | 124m | 124m-ckpt)
@@ -63,7 +76,8 @@ run_case() { # case run -> appends "case run tok_s mfu peak_gflops act_mib load"
         "$zero" train --config "$here/configs/$cfg" --threads "$threads" $set -q \
             --json-report "$out/$c.$i.json" --metrics "$out/$c.$i.jsonl" >"$out/$c.$i.log" 2>&1 ||
             { echo "bench_e2e: $c run $i failed:" >&2; tail -5 "$out/$c.$i.log" >&2; return 1; }
-        "$py" - "$out/$c.$i.json" "$out/$c.$i.jsonl" "$c" "$i" "$l" >>"$out/rows" <<'EOF'
+        "$py" - "$out/$c.$i.json" "$out/$c.$i.jsonl" "$c" "$i" "$l" "$out/$c.$i.step" \
+            >>"$out/rows" <<'EOF'
 import json, statistics, sys
 d = json.load(open(sys.argv[1]))
 act = d["memory_peak_bytes"]["activations"] / 2**20
@@ -73,7 +87,20 @@ tok_step = d["tokens"] / d["steps"]
 med = tok_step / statistics.median(s["step_s"] for s in steps[2:] or steps)
 print(sys.argv[3], sys.argv[4], d["tokens_per_s"], med, d["mfu"],
       d["matmul_peak_flops_per_s"] / 1e9, act, sys.argv[5])
+# the budget's figures: median step and optimizer step after 2 warm-up steps, FLOPs per step
+rest = steps[2:] or steps
+with open(sys.argv[6], "w") as f:
+    print(statistics.median(s["step_s"] for s in rest),
+          statistics.median(s["optimizer_step_s"] for s in rest),
+          d["flops_per_token"] * tok_step, d["matmul_peak_flops_per_s"], file=f)
 EOF
+        if [ "$budget" = 1 ] && { [ "$c" = 85m ] || [ "$c" = 124m ]; }; then
+            "$gemms" --threads "$threads" --gemms "$c" >"$out/$c.$i.gemms" 2>&1 ||
+                { echo "bench_e2e: GEMMs of $c run $i failed:" >&2; tail -5 "$out/$c.$i.gemms" >&2; return 1; }
+            g=$(sed -n 's/.*GEMM ms per step.*; zero \([0-9.]*\);.*/\1/p' "$out/$c.$i.gemms")
+            [ -n "$g" ] || { echo "bench_e2e: no GEMM total for $c run $i" >&2; return 1; }
+            echo "$c $(cat "$out/$c.$i.step") $g" >>"$out/budget"
+        fi
         ;;
     torch85m)
         if ! "$py" -c "import torch" 2>/dev/null || [ ! -f "$peer" ]; then
@@ -142,4 +169,23 @@ if "124m" in med and "124m-ckpt" in med:
     r = med["124m-ckpt"][0] / med["124m"][0]
     line("124m-ckpt", "-", True)
     print(f"| 124m-ckpt / 124m | {r:.2f}x | | >= 0.70x | {'yes' if r >= 0.7 else 'NO'} |")
+EOF
+[ "$budget" = 1 ] && [ -f "$out/budget" ] || exit 0
+echo
+"$py" - "$out/budget" <<'EOF'
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    c, *v = line.split()
+    runs.setdefault(c, []).append([float(x) for x in v])
+target = {"85m": 0.80, "124m": 0.75}
+print("| model | step ms | GEMMs ms | optimizer ms | rest ms | peak GFLOP/s | MFU | ceiling: "
+      "GEMMs only | ceiling: GEMMs + optimizer | target | rest allowed for it, ms |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for c, rs in runs.items():
+    S, O, F, P, G = (statistics.median(r[k] for r in rs) for k in range(5))
+    G /= 1e3
+    t = target[c]
+    print(f"| {c} | {S*1e3:.0f} | {G*1e3:.0f} | {O*1e3:.0f} | {(S-G-O)*1e3:.0f} | {P/1e9:.0f} | "
+          f"{F/S/P:.3f} | {F/G/P:.3f} | {F/(G+O)/P:.3f} | {t:.2f} | {(F/(t*P)-G-O)*1e3:.0f} |")
 EOF
