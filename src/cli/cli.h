@@ -4,6 +4,22 @@
 #ifndef ZERO_CLI_H
 #define ZERO_CLI_H
 
+#include <stddef.h>
+
+/* One entry of a subcommand table: `zero <name>` or `zero bench <name>`. */
+typedef struct zero__cli_command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} zero__cli_command_t;
+
+/* Runs the entry of table[0..n) that argv[1] names with (argc - 1, argv + 1). `prog` ("zero",
+ * "zero bench") and `what` ("command", "benchmark") word the messages; `footer` (or NULL) ends
+ * the usage. No argument: the usage on stderr, 2; --help, -h or help: the usage on stdout, 0;
+ * an unknown name: an error naming it and the known ones, 2. */
+int zero__cli_dispatch(const char *prog, const char *what, const char *footer,
+                       const zero__cli_command_t *table, size_t n, int argc, char **argv);
+
 int zero__cli_bench(int argc, char **argv);
 int zero__cli_convert(int argc, char **argv);
 int zero__cli_train(int argc, char **argv);

@@ -1,44 +1,52 @@
-/* main.c — the `zero` command line: dispatches subcommands. The CLI is the only place that may
- * exit the process. */
+/* main.c — the `zero` command line: dispatches subcommands (zero__cli_dispatch, which `zero
+ * bench` uses too). The CLI is the only place that may exit the process. */
 #include "cli/cli.h"
 #include "zero/zero.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static const struct {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *help;
-} commands[] = {
+static const zero__cli_command_t commands[] = {
     {"train", zero__cli_train, "train a model (threads or MPI ranks, ZeRO stages 0-3)"},
     {"bench", zero__cli_bench, "benchmarks: `zero bench comm` (collectives)"},
     {"convert", zero__cli_convert, "export a checkpoint to safetensors (Hugging Face GPT-2 names)"},
 };
 
-static void usage(FILE *out) {
-    fprintf(out, "usage: zero <command> [options]\n\ncommands:\n");
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].help);
-    fprintf(out, "\n  zero <command> --help   options of a command\n"
-                 "  zero --version\n");
+static void usage(FILE *out, const char *prog, const char *what, const char *footer,
+                  const zero__cli_command_t *table, size_t n) {
+    int width = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((int)strlen(table[i].name) > width) width = (int)strlen(table[i].name);
+    fprintf(out, "usage: %s <%s> [options]\n\n%ss:\n", prog, what, what);
+    for (size_t i = 0; i < n; i++)
+        fprintf(out, "  %-*s  %s\n", width, table[i].name, table[i].help);
+    fprintf(out, "\n  %s <%s> --help   options of a %s\n%s", prog, what, what,
+            footer ? footer : "");
 }
 
-int main(int argc, char **argv) {
+int zero__cli_dispatch(const char *prog, const char *what, const char *footer,
+                       const zero__cli_command_t *table, size_t n, int argc, char **argv) {
     if (argc < 2) {
-        usage(stderr);
+        usage(stderr, prog, what, footer, table, n);
         return 2;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
-        usage(stdout);
+        usage(stdout, prog, what, footer, table, n);
         return 0;
     }
-    if (!strcmp(argv[1], "--version")) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(argv[1], table[i].name)) return table[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "%s: unknown %s '%s' (expected one of:", prog, what, argv[1]);
+    for (size_t i = 0; i < n; i++) fprintf(stderr, " %s", table[i].name);
+    fprintf(stderr, "; try `%s --help`)\n", prog);
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "--version")) {
         printf("zero %s\n", ZERO_VERSION_STRING);
         return 0;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "zero: unknown command '%s' (try `zero --help`)\n", argv[1]);
-    return 2;
+    return zero__cli_dispatch("zero", "command", "  zero --version\n", commands,
+                              sizeof commands / sizeof commands[0], argc, argv);
 }

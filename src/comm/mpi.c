@@ -925,28 +925,40 @@ static zero_status_t run_reduce_scatter(mpi_comm_t *c, const zero__coll_args_t *
     return reduce_phase(c, a, a->send, a->recv, deadline);
 }
 
-/* Direct all-gather of the blocks [block_off[r], +block_len[r]) of buf: this rank sends its
- * block to every peer and receives every peer's block in place. */
-static zero_status_t gather_blocks(mpi_comm_t *c, const zero__coll_args_t *a, const char *mine,
-                                   char *buf, int tag, double deadline) {
+/* Point-to-point exchange with every peer: receive rcount[r] elements from rank r at recv +
+ * rdispl[r], send scount[r] elements from send + sdispl[r] to rank r, and copy this rank's own
+ * part locally. sdispl NULL: every peer gets the same block, send[0, scount[me]) (all-gather;
+ * in place when it already sits at recv + rdispl[me]). */
+static zero_status_t exchange(mpi_comm_t *c, const zero__coll_args_t *a, const char *send,
+                              const size_t *scount, const size_t *sdispl, char *recv,
+                              const size_t *rcount, const size_t *rdispl, int tag,
+                              double deadline) {
     int n = c->super.size, me = c->super.rank;
     size_t es = zero_dtype_size(a->dtype);
     const char *name = zero_coll_name(a->coll);
     zero_status_t st = ZERO_OK;
     c->nreq = 0;
     for (int r = 0; r < n && !st; r++)
-        if (r != me)
-            st =
-                post_transfer(c, 1, buf + c->block_off[r] * es, c->block_len[r] * es, r, tag, name);
+        if (r != me) st = post_transfer(c, 1, recv + rdispl[r] * es, rcount[r] * es, r, tag, name);
     for (int r = 0; r < n && !st; r++)
-        if (r != me) st = post_transfer(c, 0, (void *)mine, c->block_len[me] * es, r, tag, name);
+        if (r != me)
+            st = post_transfer(c, 0, (void *)(send + (sdispl ? sdispl[r] : 0) * es),
+                               (sdispl ? scount[r] : scount[me]) * es, r, tag, name);
     if (st) {
         reqs_abandon(c);
         return st;
     }
-    char *dst = buf + c->block_off[me] * es;
-    if (dst != mine) memcpy(dst, mine, c->block_len[me] * es);
+    const char *src = send + (sdispl ? sdispl[me] : 0) * es;
+    char *dst = recv + rdispl[me] * es;
+    if (scount[me] && dst != src) memcpy(dst, src, scount[me] * es);
     return reqs_wait(c, a, deadline, 0);
+}
+
+/* Direct all-gather of the blocks [block_off[r], +block_len[r]) of buf: this rank sends its
+ * block to every peer and receives every peer's block in place. */
+static zero_status_t gather_blocks(mpi_comm_t *c, const zero__coll_args_t *a, const char *mine,
+                                   char *buf, int tag, double deadline) {
+    return exchange(c, a, mine, c->block_len, NULL, buf, c->block_len, c->block_off, tag, deadline);
 }
 
 static zero_status_t run_all_reduce(mpi_comm_t *c, const zero__coll_args_t *a, double deadline) {
@@ -975,32 +987,6 @@ static zero_status_t run_all_gather(mpi_comm_t *c, const zero__coll_args_t *a, d
 
 /* ------------------------------------------------------------------------------ others */
 
-/* all_to_all(v) over point-to-point, for counts MPI's int arguments cannot hold. */
-static zero_status_t exchange_p2p(mpi_comm_t *c, const zero__coll_args_t *a, const size_t *sc,
-                                  const size_t *sd, const size_t *rc_, const size_t *rd,
-                                  double deadline) {
-    int n = c->super.size, me = c->super.rank;
-    size_t es = zero_dtype_size(a->dtype);
-    const char *name = zero_coll_name(a->coll);
-    zero_status_t st = ZERO_OK;
-    c->nreq = 0;
-    for (int r = 0; r < n && !st; r++)
-        if (r != me)
-            st = post_transfer(c, 1, (char *)a->recv + rd[r] * es, rc_[r] * es, r, TAG_EXCHANGE,
-                               name);
-    for (int r = 0; r < n && !st; r++)
-        if (r != me)
-            st = post_transfer(c, 0, (char *)a->send + sd[r] * es, sc[r] * es, r, TAG_EXCHANGE,
-                               name);
-    if (st) {
-        reqs_abandon(c);
-        return st;
-    }
-    if (sc[me])
-        memcpy((char *)a->recv + rd[me] * es, (const char *)a->send + sd[me] * es, sc[me] * es);
-    return reqs_wait(c, a, deadline, 0);
-}
-
 static zero_status_t run_all_to_all(mpi_comm_t *c, const zero__coll_args_t *a, double deadline) {
     int n = c->super.size;
     size_t es = zero_dtype_size(a->dtype);
@@ -1016,7 +1002,9 @@ static zero_status_t run_all_to_all(mpi_comm_t *c, const zero__coll_args_t *a, d
         c->block_off[r] = (size_t)r * a->count;
         c->block_len[r] = a->count;
     }
-    return exchange_p2p(c, a, c->block_len, c->block_off, c->block_len, c->block_off, deadline);
+    /* counts MPI's int arguments cannot hold: point-to-point */
+    return exchange(c, a, a->send, c->block_len, c->block_off, a->recv, c->block_len, c->block_off,
+                    TAG_EXCHANGE, deadline);
 }
 
 static zero_status_t run_all_to_allv(mpi_comm_t *c, const zero__coll_args_t *a, double deadline) {
@@ -1027,8 +1015,8 @@ static zero_status_t run_all_to_allv(mpi_comm_t *c, const zero__coll_args_t *a, 
         fits &= a->send_counts[r] <= (size_t)INT_MAX && a->send_displs[r] <= (size_t)INT_MAX &&
                 a->recv_counts[r] <= (size_t)INT_MAX && a->recv_displs[r] <= (size_t)INT_MAX;
     if (!fits)
-        return exchange_p2p(c, a, a->send_counts, a->send_displs, a->recv_counts, a->recv_displs,
-                            deadline);
+        return exchange(c, a, a->send, a->send_counts, a->send_displs, a->recv, a->recv_counts,
+                        a->recv_displs, TAG_EXCHANGE, deadline);
     int *sc = c->counts_i, *sd = sc + n, *rc_ = sd + n, *rd = rc_ + n;
     for (int r = 0; r < n; r++) {
         sc[r] = (int)a->send_counts[r];

@@ -150,7 +150,24 @@ def mode_flags(zero):
     ok(rc == 0 and "usage: zero bench comm" in out and "--step-factor" in out,
        "--help exits 0 and lists the options")
     rc, out, err = run([zero, "bench", "nope"], timeout=30)
-    ok(rc == 2 and "nope" in err, "unknown benchmark exits 2 naming it")
+    ok(rc == 2 and "nope" in err and "comm" in err,
+       "unknown benchmark exits 2 naming it and the known ones")
+    # the dispatcher `zero` and `zero bench` share (src/cli/main.c)
+    rc, out, err = run([zero, "bench"], timeout=30)
+    ok(rc == 2 and out == "" and "usage: zero bench <benchmark>" in err,
+       "zero bench alone: usage on stderr, exit 2")
+    rc, out, err = run([zero, "bench", "--help"], timeout=30)
+    ok(rc == 0 and "comm" in out and err == "", "zero bench --help lists the benchmarks")
+    rc, out, err = run([zero], timeout=30)
+    ok(rc == 2 and out == "" and "usage: zero <command>" in err, "zero alone: usage, exit 2")
+    rc, out, err = run([zero, "-h"], timeout=30)
+    ok(rc == 0 and all(c in out for c in ("train", "bench", "convert", "--version")),
+       "zero -h lists the commands: %r" % out)
+    rc, out, err = run([zero, "trian"], timeout=30)
+    ok(rc == 2 and "'trian'" in err and "train" in err.split("'trian'")[1],
+       "unknown command exits 2 naming it and the known ones: %r" % err.strip())
+    rc, out, err = run([zero, "--version"], timeout=30)
+    ok(rc == 0 and out.startswith("zero "), "zero --version: %r" % out)
 
 
 def mode_mpi(zero, mpiexec):
