@@ -44,7 +44,7 @@ while getopts b:r:t:c:gh opt; do
     t) threads=$OPTARG ;;
     c) cases=$OPTARG ;;
     g) budget=1 ;;
-    *) sed -n '2,34p' "$0"; exit 2 ;;
+    *) sed -n '2,31p' "$0"; exit 2 ;;
     esac
 done
 shared=${ZERO_SHARED_DIR:-"$here/../shared"}
