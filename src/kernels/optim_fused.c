@@ -25,29 +25,15 @@
 
 enum { BLOCK = 1024, GRANULE = 32 };
 
-static size_t dt_bytes(zero_dtype_t dt) { return dt == ZERO_DTYPE_FP32 ? 4 : 2; }
-
 static void *at(void *buf, size_t i, zero_dtype_t dt) {
-    return (unsigned char *)buf + i * dt_bytes(dt);
+    return (unsigned char *)buf + i * zero_dtype_size(dt);
 }
 
 /* fp32 view of k elements of x (dtype dt): x itself when fp32, else widened into buf. */
 static const float *as_fp32(float *buf, const void *x, size_t k, zero_dtype_t dt) {
-    switch (dt) {
-    case ZERO_DTYPE_FP32: return x;
-    case ZERO_DTYPE_BF16: zero_bf16_to_fp32_array(buf, x, k); return buf;
-    case ZERO_DTYPE_FP16: zero_fp16_to_fp32_array(buf, x, k); return buf;
-    default: ZERO_ASSERT(!"optim_fused: dtype is not fp32, bf16 or fp16"); return NULL;
-    }
-}
-
-static void narrow(void *out, const float *in, size_t k, zero_dtype_t dt) {
-    switch (dt) {
-    case ZERO_DTYPE_FP32: memmove(out, in, k * sizeof(float)); break;
-    case ZERO_DTYPE_BF16: zero_fp32_to_bf16_array(out, in, k); break;
-    case ZERO_DTYPE_FP16: zero_fp32_to_fp16_array(out, in, k); break;
-    default: ZERO_ASSERT(!"optim_fused: dtype is not fp32, bf16 or fp16");
-    }
+    if (dt == ZERO_DTYPE_FP32) return x;
+    zero__widen(buf, x, k, dt);
+    return buf;
 }
 
 /* The per-step constants of zero__adamw_update, computed the same way. */
@@ -87,8 +73,8 @@ static void adamw_span(const adamw_args_t *a, size_t lo, size_t hi) {
         const size_t k = ZERO_MIN((size_t)BLOCK, hi - i);
         const float *g = as_fp32(gbuf, at(a->grads, i, a->grad_dt), k, a->grad_dt);
         adamw_block(a->master + i, g, a->m + i, a->v + i, k, &a->c);
-        if (a->zero_grads) memset(at(a->grads, i, a->grad_dt), 0, k * dt_bytes(a->grad_dt));
-        if (a->params) narrow(at(a->params, i, a->param_dt), a->master + i, k, a->param_dt);
+        if (a->zero_grads) memset(at(a->grads, i, a->grad_dt), 0, k * zero_dtype_size(a->grad_dt));
+        if (a->params) zero__narrow(at(a->params, i, a->param_dt), a->master + i, k, a->param_dt);
     }
 }
 
@@ -156,9 +142,9 @@ static void acc_span(void *acc, zero_dtype_t acc_dt, void *src, zero_dtype_t src
             const float *restrict s = as_fp32(sbuf, sp, k, src_dt);
 #pragma omp simd
             for (size_t j = 0; j < k; j++) a[j] += s[j];
-            narrow(apv, a, k, acc_dt);
+            zero__narrow(apv, a, k, acc_dt);
         }
-        if (zero_src) memset(sp, 0, k * dt_bytes(src_dt));
+        if (zero_src) memset(sp, 0, k * zero_dtype_size(src_dt));
     }
 }
 
