@@ -92,7 +92,10 @@ typedef struct zero_ckpt_shard_io {
 } zero_ckpt_shard_io_t;
 
 /* What the trainer stores beside the tensors. Each *_json is a JSON text (any value) or NULL for
- * null; the checkpoint keeps it verbatim (re-serialised) and gives it back on load. */
+ * null; the checkpoint keeps it verbatim (re-serialised) and gives it back on load. run_id names
+ * the training run that saved it (a run and its resumed continuations share one; 0: none, as in
+ * checkpoints saved before it existed): keep_last deletes only checkpoints of the saver's run_id.
+ */
 typedef struct zero_ckpt_meta {
     int64_t step;
     int stage;
@@ -102,6 +105,7 @@ typedef struct zero_ckpt_meta {
     const char *rng_json;
     const char *lr_schedule_json;
     const char *loss_scaler_json;
+    uint64_t run_id;
 } zero_ckpt_meta_t;
 
 /* ------------------------------------------------------------------------------ saving */
@@ -112,7 +116,9 @@ typedef struct zero_ckpt_save_params {
                              with comm a non-zero value must equal the comm's size */
     int with_optim;       /* 1: also write Adam m, v (`.optim` files) */
     int keep_last;        /* > 0: after the new checkpoint is complete delete all but the newest
-                             keep_last checkpoints in save_dir; 0 keeps all */
+                             keep_last saves of the same run (meta->run_id) in save_dir, newest
+                             by save time, not by step; other runs' checkpoints are never
+                             deleted; 0 keeps all */
     zero_comm_t *comm;    /* borrowed; NULL: this caller writes every rank's files itself */
 } zero_ckpt_save_params_t;
 
@@ -129,6 +135,22 @@ ZERO_API zero_status_t zero_ckpt_save(const zero_ckpt_save_params_t *params,
                                       const zero_ckpt_layout_t *layout,
                                       const zero_ckpt_meta_t *meta, const zero_ckpt_shard_io_t *io,
                                       char *path_out, size_t path_out_size);
+
+/* Check, before training, what a later zero_ckpt_save with these arguments depends on: the
+ * parameters, the layout, the manifest (built from layout and meta, then dropped) and that
+ * params->save_dir is a writable directory (created if missing, as the save does; a probe file is
+ * created and removed). Writes nothing else. Not collective: each caller checks for itself. */
+ZERO_API zero_status_t zero_ckpt_save_check(const zero_ckpt_save_params_t *params,
+                                            const zero_ckpt_layout_t *layout,
+                                            const zero_ckpt_meta_t *meta);
+
+/* The most recently saved complete checkpoint of save_dir (by the save time in its manifest;
+ * the COMPLETE marker's modification time for checkpoints older than that field; ties: the
+ * higher step), whatever `latest` says: for a save directory whose `latest` was lost. path_out
+ * receives its path, or "" when save_dir holds none (or does not exist). Directories without a
+ * valid COMPLETE marker and manifest are skipped. */
+ZERO_API zero_status_t zero_ckpt_find_newest(const char *save_dir, char *path_out,
+                                             size_t path_out_size);
 
 /* ------------------------------------------------------------------------------ loading */
 

@@ -6,7 +6,8 @@
  * written last and the directory fsynced; the directory is renamed to `step-N/` and the parent
  * fsynced; only then is `latest` replaced (temp file, fsync, rename, fsync). A crash at any point
  * leaves either the old state or the new one: `latest` never names a directory without COMPLETE.
- * Old checkpoints are deleted only after all of that succeeded.
+ * Old checkpoints are deleted only after all of that succeeded, and only the saver's run's own
+ * (manifest run_id), oldest saves first: never another run's, never by step number alone.
  *
  * Not here: knowledge of the engine or the model (see zero_ckpt_shard_io_t), and concurrency
  * between two savers of the same save_dir (one trainer owns a save_dir).
@@ -71,43 +72,126 @@ static int is_step_name(const char *name, long long *step) {
     return 1;
 }
 
-static int cmp_ll(const void *a, const void *b) {
-    long long x = *(const long long *)a, y = *(const long long *)b;
-    return (x > y) - (x < y);
+/* What retention and zero_ckpt_find_newest need to know of a `step-*` directory. */
+typedef struct entry {
+    long long step;
+    uint64_t run_id;
+    int64_t saved_us; /* the manifest's save time; COMPLETE's mtime for older checkpoints */
+} entry_t;
+
+/* 1 when dir/name is a complete checkpoint (COMPLETE's CRC matches a manifest that parses). */
+static int read_entry(const char *dir, const char *name, entry_t *out) {
+    char path[4096 + 64], fp[4096 + 96];
+    char *complete = NULL, *manifest = NULL;
+    size_t msize = 0;
+    unsigned version = 0, crc = 0;
+    int ok = 0;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(fp, sizeof fp, "%s/COMPLETE", path);
+    struct stat sb;
+    if (stat(fp, &sb) != 0 || zero__read_file(fp, 4096, &complete, NULL) != ZERO_OK) return 0;
+    if (sscanf(complete, "zero-checkpoint %u\nmanifest-crc32c %x", &version, &crc) == 2) {
+        snprintf(fp, sizeof fp, "%s/manifest.json", path);
+        zero__manifest_t m;
+        if (zero__read_file(fp, (size_t)1 << 28, &manifest, &msize) == ZERO_OK &&
+            zero__crc32c(0, manifest, msize) == crc &&
+            zero__manifest_parse(&m, manifest, msize, fp) == ZERO_OK) {
+            out->step = (long long)m.meta.step;
+            out->run_id = m.meta.run_id;
+            out->saved_us = m.saved_unix_us
+                                ? m.saved_unix_us
+                                : (int64_t)sb.st_mtim.tv_sec * 1000000 + sb.st_mtim.tv_nsec / 1000;
+            zero__manifest_free(&m);
+            ok = 1;
+        }
+    }
+    free(complete);
+    free(manifest);
+    return ok;
 }
 
-/* Delete all but the newest keep checkpoints (never `protect`); remove stale temporaries. */
-static void prune(const char *dir, int keep, long long protect) {
+/* The complete checkpoints of dir (*out malloc'ed, *n entries; a missing dir has none). */
+static zero_status_t list_entries(const char *dir, entry_t **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
     DIR *d = opendir(dir);
-    if (!d) return;
-    long long *steps = NULL;
-    size_t n = 0, cap = 0;
+    if (!d) {
+        if (errno == ENOENT) return ZERO_OK;
+        return zero__error(ZERO_ERR_IO, "cannot list checkpoint directory %s: %s", dir,
+                           strerror(errno));
+    }
+    size_t cap = 0;
+    zero_status_t st = ZERO_OK;
     struct dirent *e;
     while ((e = readdir(d))) {
         long long s;
-        if (keep > 0 && is_step_name(e->d_name, &s)) {
-            if (n == cap) {
-                cap = cap ? 2 * cap : 16;
-                long long *t = realloc(steps, cap * sizeof *t);
-                if (!t) break;
-                steps = t;
+        entry_t en;
+        if (!is_step_name(e->d_name, &s) || !read_entry(dir, e->d_name, &en)) continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            entry_t *t = realloc(*out, cap * sizeof *t);
+            if (!t) {
+                st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "cannot list %s: out of memory", dir);
+                break;
             }
-            steps[n++] = s;
+            *out = t;
         }
+        (*out)[(*n)++] = en;
     }
     closedir(d);
-    if (n > (size_t)keep) {
-        qsort(steps, n, sizeof *steps, cmp_ll);
-        for (size_t i = 0; i + (size_t)keep < n; i++) {
-            if (steps[i] == protect) continue;
+    if (st) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return st;
+}
+
+/* Newest first: by save time, then by step. */
+static int cmp_newest(const void *a, const void *b) {
+    const entry_t *x = a, *y = b;
+    if (x->saved_us != y->saved_us) return x->saved_us > y->saved_us ? -1 : 1;
+    return (x->step < y->step) - (x->step > y->step);
+}
+
+/* Delete all but the newest `keep` saves of run `run_id` (never step `protect`). Checkpoints of
+ * other runs, and directories that are not complete checkpoints, are never touched: a run may
+ * share its save directory with another's checkpoints (train.overwrite), and step numbers say
+ * nothing about which save is newer. */
+static void prune(const char *dir, int keep, long long protect, uint64_t run_id) {
+    entry_t *all = NULL;
+    size_t n = 0, mine = 0;
+    if (list_entries(dir, &all, &n) != ZERO_OK) return;
+    for (size_t i = 0; i < n; i++)
+        if (all[i].run_id == run_id) all[mine++] = all[i];
+    if (mine > (size_t)keep) {
+        qsort(all, mine, sizeof *all, cmp_newest);
+        for (size_t i = (size_t)keep; i < mine; i++) {
+            if (all[i].step == protect) continue;
             char path[4096 + 64];
-            snprintf(path, sizeof path, "%s/step-%08lld", dir, steps[i]);
+            snprintf(path, sizeof path, "%s/step-%08lld", dir, all[i].step);
             zero__rmtree(path);
             zero__log(ZERO_LOG_DEBUG, -1, 0, "checkpoint: deleted %s (keep-last %d)", path, keep);
         }
         zero__fsync_path(dir);
     }
-    free(steps);
+    free(all);
+}
+
+zero_status_t zero_ckpt_find_newest(const char *save_dir, char *path_out, size_t path_out_size) {
+    if (!save_dir || !path_out || !path_out_size)
+        return zero__error(ZERO_ERR_INVALID_ARG, "zero_ckpt_find_newest: NULL argument");
+    path_out[0] = 0;
+    entry_t *all = NULL;
+    size_t n = 0;
+    zero_status_t st = list_entries(save_dir, &all, &n);
+    if (st) return st;
+    if (n > 0) {
+        qsort(all, n, sizeof *all, cmp_newest);
+        snprintf(path_out, path_out_size, "%s/step-%08lld", save_dir, all[0].step);
+    }
+    free(all);
+    return ZERO_OK;
 }
 
 /* Remove temporaries of saves that died (their names start with ".step-" and hold ".tmp-"). */
@@ -159,23 +243,46 @@ static zero_status_t commit(const char *dir, const char *tmp, const char *name, 
     return ZERO_OK;
 }
 
-zero_status_t zero_ckpt_save(const zero_ckpt_save_params_t *p, const zero_ckpt_layout_t *layout,
-                             const zero_ckpt_meta_t *meta, const zero_ckpt_shard_io_t *io,
-                             char *path_out, size_t path_out_size) {
-    if (!p || !p->save_dir || !meta || !io)
+/* The checks zero_ckpt_save and zero_ckpt_save_check share; *world receives the world size. */
+static zero_status_t check_save_args(const zero_ckpt_save_params_t *p,
+                                     const zero_ckpt_layout_t *layout, const zero_ckpt_meta_t *meta,
+                                     int *world) {
+    if (!p || !p->save_dir || !meta)
         return zero__error(ZERO_ERR_INVALID_ARG, "zero_ckpt_save: NULL argument");
     zero_status_t st = zero_ckpt_layout_check(layout);
     if (st != ZERO_OK) return st;
-    int world = p->comm ? zero_comm_size(p->comm) : (p->world > 0 ? p->world : 1);
-    int rank = p->comm ? zero_comm_rank(p->comm) : 0;
-    if (world < 1 || (p->comm && p->world > 0 && p->world != world))
+    *world = p->comm ? zero_comm_size(p->comm) : (p->world > 0 ? p->world : 1);
+    if (*world < 1 || (p->comm && p->world > 0 && p->world != *world))
         return zero__error(ZERO_ERR_INVALID_ARG,
                            "checkpoint save: world size %d is invalid (expected >= 1 and equal "
                            "to the communicator's size %d)",
-                           p->world, world);
+                           p->world, *world);
     if (meta->step < 0)
         return zero__error(ZERO_ERR_INVALID_ARG, "checkpoint save: step %lld, expected >= 0",
                            (long long)meta->step);
+    return ZERO_OK;
+}
+
+zero_status_t zero_ckpt_save_check(const zero_ckpt_save_params_t *p,
+                                   const zero_ckpt_layout_t *layout, const zero_ckpt_meta_t *meta) {
+    int world = 0;
+    zero_status_t st = check_save_args(p, layout, meta, &world);
+    char *manifest = NULL;
+    if (st == ZERO_OK) st = zero__manifest_build(&manifest, world, p->with_optim, 0, layout, meta);
+    free(manifest);
+    if (st == ZERO_OK) st = zero__mkdir_p(p->save_dir);
+    if (st == ZERO_OK) st = zero__dir_writable(p->save_dir);
+    return st;
+}
+
+zero_status_t zero_ckpt_save(const zero_ckpt_save_params_t *p, const zero_ckpt_layout_t *layout,
+                             const zero_ckpt_meta_t *meta, const zero_ckpt_shard_io_t *io,
+                             char *path_out, size_t path_out_size) {
+    if (!io) return zero__error(ZERO_ERR_INVALID_ARG, "zero_ckpt_save: NULL argument");
+    int world = 0;
+    zero_status_t st = check_save_args(p, layout, meta, &world);
+    if (st != ZERO_OK) return st;
+    int rank = p->comm ? zero_comm_rank(p->comm) : 0;
     char name[64], tmp[4096];
     snprintf(name, sizeof name, "step-%08lld", (long long)meta->step);
 
@@ -236,7 +343,7 @@ zero_status_t zero_ckpt_save(const zero_ckpt_save_params_t *p, const zero_ckpt_l
         if (st != ZERO_OK)
             zero__rmtree(tmp);
         else if (p->keep_last > 0)
-            prune(p->save_dir, p->keep_last, (long long)meta->step);
+            prune(p->save_dir, p->keep_last, (long long)meta->step, meta->run_id);
     } else if (path_out && path_out_size) {
         snprintf(path_out, path_out_size, "%s/%s", p->save_dir, name);
     }

@@ -101,6 +101,7 @@ typedef struct zero__manifest {
     int world;
     int with_optim;
     uint64_t nonce;
+    int64_t saved_unix_us;     /* 0: not recorded (older checkpoints) */
     zero_ckpt_meta_t meta;     /* strings owned */
     zero_ckpt_layout_t layout; /* owned */
     zero_ckpt_unit_t *units;   /* owned arrays behind layout */

@@ -12,6 +12,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
+#include <time.h>
 
 static const char *const opaque_keys[6] = {"model", "training",    "data",
                                            "rng",   "lr_schedule", "loss_scaler"};
@@ -38,6 +39,15 @@ zero_status_t zero__manifest_build(char **out, int world, int with_optim, uint64
     cJSON_AddBoolToObject(root, "with_optim", with_optim);
     cJSON_AddNumberToObject(root, "shard_align_elems", ZERO_CKPT_ALIGN_ELEMS);
     cJSON_AddNumberToObject(root, "chunk_elems", (double)ZERO__CKPT_CHUNK_ELEMS);
+    /* Who saved it and when: keep-last deletes only the saver's run's checkpoints, oldest saves
+     * first, and a save directory without `latest` resumes from its newest save. */
+    char run[17];
+    snprintf(run, sizeof run, "%016" PRIx64, meta->run_id);
+    cJSON_AddStringToObject(root, "run_id", run);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    cJSON_AddNumberToObject(root, "saved_unix_us",
+                            (double)((int64_t)now.tv_sec * 1000000 + now.tv_nsec / 1000));
     zero_ckpt_meta_t m = *meta;
     for (int i = 0; i < 6; i++) {
         const char *text = *opaque_field(&m, i);
@@ -155,6 +165,17 @@ zero_status_t zero__manifest_parse(zero__manifest_t *m, const char *text, size_t
         (m->nonce = strtoull(id->valuestring, &end, 16), *end != '\0')) {
         st = zero__error(ZERO_ERR_FORMAT, "%s: 'id' is missing or not 16 hex digits", what);
         goto fail;
+    }
+    /* run_id and saved_unix_us are optional: checkpoints saved before them have neither. */
+    const cJSON *run = cJSON_GetObjectItemCaseSensitive(root, "run_id");
+    if (run && (!cJSON_IsString(run) || strlen(run->valuestring) != 16 ||
+                (m->meta.run_id = strtoull(run->valuestring, &end, 16), *end != '\0'))) {
+        st = zero__error(ZERO_ERR_FORMAT, "%s: 'run_id' is not 16 hex digits", what);
+        goto fail;
+    }
+    if (cJSON_GetObjectItemCaseSensitive(root, "saved_unix_us")) {
+        if ((st = get_count(root, "saved_unix_us", MAXC, &v, what, "")) != ZERO_OK) goto fail;
+        m->saved_unix_us = (int64_t)v;
     }
     if ((st = get_count(root, "step", MAXC, &v, what, "")) != ZERO_OK) goto fail;
     m->meta.step = (int64_t)v;

@@ -97,6 +97,22 @@ zero_status_t zero__mkdir_p(const char *path) {
     return ZERO_OK;
 }
 
+zero_status_t zero__dir_writable(const char *path) {
+    static _Atomic unsigned counter;
+    char probe[4096 + 64];
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return zero__error(ZERO_ERR_IO, "directory %s: %s", path, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return zero__error(ZERO_ERR_IO, "%s is not a directory", path);
+    snprintf(probe, sizeof probe, "%s/.zero-write-probe-%ld-%u", path, (long)getpid(), counter++);
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return zero__error(ZERO_ERR_IO, "cannot write in directory %s: %s", path, strerror(errno));
+    close(fd);
+    unlink(probe);
+    return ZERO_OK;
+}
+
 void zero__rmtree(const char *path) {
     DIR *d = opendir(path);
     if (d) {

@@ -16,6 +16,9 @@ zero_status_t zero__pwrite_all(int fd, const void *buf, size_t bytes, int64_t of
 zero_status_t zero__pread_all(int fd, void *buf, size_t bytes, int64_t offset, const char *path);
 zero_status_t zero__fsync_path(const char *path); /* file or directory */
 zero_status_t zero__mkdir_p(const char *path);
+/* Whether files can be created in an existing directory: a probe file is created and removed
+ * (root ignores permission bits, so access(2) alone would not tell a read-only mount). */
+zero_status_t zero__dir_writable(const char *path);
 void zero__rmtree(const char *path); /* best effort, for our own temporary directories */
 /* Write a small file atomically: path.tmp, fsync, rename, fsync of the parent directory. */
 zero_status_t zero__write_file_atomic(const char *dir, const char *name, const void *data,

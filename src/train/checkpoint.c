@@ -136,7 +136,7 @@ zero_status_t zero__train_ckpt_save(const zero_train_config_t *cfg, zero_engine_
     sp.world = 0;
     sp.with_optim = 1;
     sp.keep_last = cfg->keep_last;
-    zero_ckpt_meta_t meta = {pos->step, cfg->stage, model_s, train_s, data_s, rng_s, lr_s, ls_s};
+    zero_ckpt_meta_t meta = {pos->step, cfg->stage, model_s, train_s, data_s, rng_s, lr_s, ls_s, 0};
     st = zero_ckpt_save(&sp, &L.layout, &meta, &io, path_out, path_out_size);
 done:
     if (have_layout) zero_ckpt_engine_layout_free(&L);

@@ -1,5 +1,6 @@
 /* test_ckpt.c — checkpoints: round trips at equal and other world sizes (re-slicing), metadata,
- * `latest` and keep-last, ranges across chunks and ranks, the collective path over a threads
+ * `latest` and keep-last (only the saver's run, newest saves kept; the newest checkpoint without
+ * `latest`), the pre-save check, ranges across chunks and ranks, the collective path over a threads
  * communicator, and the fault paths: truncated file, flipped byte, wrong magic and version,
  * missing rank file, missing COMPLETE, edited manifest, another model's layout, a failing state
  * callback, a size-limited file (RLIMIT_FSIZE), a full tmpfs and a save killed with SIGKILL at
@@ -598,6 +599,127 @@ static void test_collective(void) {
     h_free(&h);
 }
 
+static zero_status_t save_run(harness_t *h, const char *dir, uint64_t run_id, int keep) {
+    zero_ckpt_save_params_t p = zero_ckpt_save_params_default();
+    p.save_dir = dir;
+    p.world = 2;
+    p.keep_last = keep;
+    zero_ckpt_meta_t m = meta_of(h->step);
+    m.run_id = run_id;
+    zero_ckpt_shard_io_t io = h_io(h);
+    return zero_ckpt_save(&p, &h->layout, &m, &io, NULL, 0);
+}
+
+/* Bit s set when step-s exists in dir (s <= 30). */
+static int step_mask(const char *dir) {
+    int mask = 0;
+    for (int s = 0; s <= 30; s++) {
+        char p[700];
+        snprintf(p, sizeof p, "%s/step-%08d", dir, s);
+        mask |= exists(p) << s;
+    }
+    return mask;
+}
+
+/* Keep-last deletes only the saver's run's checkpoints, oldest saves first (not lowest steps);
+ * zero_ckpt_find_newest picks the last save whatever `latest` and the step numbers say. The
+ * oracle is the order of the saves this test makes. */
+static void test_keep_last_runs(void) {
+    static const size_t small[] = {100, 3000};
+    char dir[600], p[700], newest[700];
+    harness_t h;
+    /* Run A saves steps 1..5; run B then saves steps 1 and 2 into the same directory with
+     * keep-last 1: B's step 1 goes, A's steps 3, 4, 5 stay (the old rule kept the highest
+     * steps and deleted B's own new checkpoints). */
+    snprintf(dir, sizeof dir, "%s/runs", root);
+    for (int step = 1; step <= 5; step++) {
+        h_init(&h, 2, small, step);
+        CHECK(save_run(&h, dir, 0xA, 0) == ZERO_OK, "run A step %d", step);
+        h_free(&h);
+    }
+    for (int step = 1; step <= 2; step++) {
+        h_init(&h, 2, small, step);
+        CHECK(save_run(&h, dir, 0xB, 1) == ZERO_OK, "run B step %d", step);
+        h_free(&h);
+    }
+    int mask = step_mask(dir);
+    CHECK(mask == ((1 << 2) | (1 << 3) | (1 << 4) | (1 << 5)),
+          "run B with keep-last 1 left steps mask %x (expected 2 of B, 3-5 of A)", mask);
+    zero_ckpt_t *c = NULL;
+    CHECK(zero_ckpt_open(&c, dir) == ZERO_OK && zero_ckpt_get_meta(c)->step == 2 &&
+              zero_ckpt_get_meta(c)->run_id == 0xB,
+          "latest is run B's step 2 with its run id");
+    zero_ckpt_close(c);
+    c = NULL;
+    snprintf(p, sizeof p, "%s/step-%08d", dir, 5);
+    CHECK(zero_ckpt_open(&c, p) == ZERO_OK && zero_ckpt_get_meta(c)->run_id == 0xA,
+          "run A's step 5 keeps run id A");
+    zero_ckpt_close(c);
+    /* `latest` lost: the newest save is B's step 2, not the highest step 5. */
+    snprintf(p, sizeof p, "%s/latest", dir);
+    unlink(p);
+    char want[700];
+    snprintf(want, sizeof want, "%s/step-%08d", dir, 2);
+    CHECK(zero_ckpt_find_newest(dir, newest, sizeof newest) == ZERO_OK && !strcmp(newest, want),
+          "newest without latest: '%s', expected '%s'", newest, want);
+    /* An incomplete directory (no COMPLETE) is never the newest. */
+    snprintf(p, sizeof p, "%s/step-%08d/COMPLETE", dir, 2);
+    unlink(p);
+    snprintf(want, sizeof want, "%s/step-%08d", dir, 5);
+    CHECK(zero_ckpt_find_newest(dir, newest, sizeof newest) == ZERO_OK && !strcmp(newest, want),
+          "newest skips an incomplete checkpoint: '%s', expected '%s'", newest, want);
+    snprintf(p, sizeof p, "%s/none", root);
+    CHECK(zero_ckpt_find_newest(p, newest, sizeof newest) == ZERO_OK && !newest[0],
+          "no save directory: no newest ('%s')", newest);
+
+    /* One run saving step 10 and then step 3 (a restart from an earlier checkpoint): keep-last
+     * 1 keeps the newer save, step 3 (the old rule kept step 10 and could not delete 3). */
+    snprintf(dir, sizeof dir, "%s/order", root);
+    h_init(&h, 2, small, 10);
+    CHECK(save_run(&h, dir, 0xC, 1) == ZERO_OK, "save step 10");
+    h_free(&h);
+    h_init(&h, 2, small, 3);
+    CHECK(save_run(&h, dir, 0xC, 1) == ZERO_OK, "save step 3");
+    h_free(&h);
+    mask = step_mask(dir);
+    CHECK(mask == (1 << 3), "keep-last 1 after saves of steps 10 then 3: mask %x", mask);
+}
+
+/* zero_ckpt_save_check: what the save will need, checked before it, writing nothing. */
+static void test_save_check(void) {
+    static const size_t small[] = {100, 3000};
+    harness_t h;
+    h_init(&h, 2, small, 1);
+    zero_ckpt_save_params_t p = zero_ckpt_save_params_default();
+    zero_ckpt_meta_t m = meta_of(1);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/check/sub", root);
+    p.save_dir = dir;
+    CHECK(zero_ckpt_save_check(&p, &h.layout, &m) == ZERO_OK, "check a new directory");
+    CHECK(count_entries(dir) == 0, "the check left %d entries", count_entries(dir));
+    /* a file where the directory should be */
+    char file[600];
+    snprintf(file, sizeof file, "%s/check/file", root);
+    int fd = open(file, O_CREAT | O_WRONLY, 0644);
+    if (fd >= 0) close(fd);
+    p.save_dir = file;
+    zero_status_t st = zero_ckpt_save_check(&p, &h.layout, &m);
+    CHECK(st == ZERO_ERR_IO && strstr(zero_last_error(), file), "file as save dir: %d '%s'",
+          (int)st, zero_last_error());
+    /* a layout the save would refuse */
+    p.save_dir = dir;
+    zero_ckpt_unit_t bad_unit = h.layout.units[0];
+    bad_unit.name = NULL;
+    zero_ckpt_layout_t bad = {1, &bad_unit};
+    CHECK(zero_ckpt_save_check(&p, &bad, &m) == ZERO_ERR_INVALID_ARG, "bad layout refused");
+    /* metadata that is not JSON */
+    m.data_json = "{not json";
+    st = zero_ckpt_save_check(&p, &h.layout, &m);
+    CHECK(st == ZERO_ERR_INVALID_ARG && strstr(zero_last_error(), "data"),
+          "bad metadata refused: %d '%s'", (int)st, zero_last_error());
+    h_free(&h);
+}
+
 /* CRC32C: the standard check value, and the interleaved fast path against the byte table on
  * random lengths, alignments and seeds. */
 static void test_crc32c(void) {
@@ -635,6 +757,8 @@ int main(int argc, char **argv) {
     test_roundtrip();
     test_meta_and_ranges();
     test_latest_keep_last();
+    test_keep_last_runs();
+    test_save_check();
     test_refusals();
     test_write_errors();
     test_collective();
