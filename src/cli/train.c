@@ -4,7 +4,10 @@
  * and turns errors into a message with a hint and an exit code (0 ok, 1 failure, 2 usage).
  *
  * The flags that set config keys come from the key table (src/train/config.c); flags are applied
- * after the config file, in command-line order, whatever their position.
+ * after the config file, in command-line order, whatever their position, and the file's values
+ * for the keys they set are not read (so a flag can replace a value the file has wrong).
+ * `--name value` and `--name=value` are the same; a value that starts with `--` where one is
+ * expected is an error naming the option that lacks it.
  */
 #include "cli/cli.h"
 
@@ -27,6 +30,7 @@ static void usage(FILE *out) {
         "\n"
         "options:\n"
         "  --config FILE        JSON config: DeepSpeed keys (ds_config.json) + model/data/train\n"
+        "  --deepspeed_config FILE  the same (DeepSpeed's spelling; also --deepspeed-config)\n"
         "  --json-report FILE   write the run report as JSON (rank 0)\n"
         "  --metrics FILE       JSON lines, one object per step (rank 0)\n"
         "  --dtype NAME         compute dtype fp32, bf16 or fp16 (sets bf16.enabled and\n"
@@ -41,6 +45,9 @@ static void usage(FILE *out) {
             "  -q, --quiet          no progress output (errors still go to stderr)\n"
             "  -h, --help           this text\n"
             "\n"
+            "Every option that takes a value accepts --option VALUE and --option=VALUE.\n"
+            "Flags apply after the config file and win over it, in command-line order.\n"
+            "\n"
             "Unless OMP_WAIT_POLICY is set, `zero train` sets it (restarting itself): active\n"
             "(threads spin between parallel regions) when the run's threads fit the machine's\n"
             "cores, passive when they outnumber them.\n");
@@ -51,12 +58,123 @@ static int fail(const char *what) {
     return 1;
 }
 
-static int need_value(int i, int argc, char **argv) {
-    if (i + 1 >= argc) {
-        fprintf(stderr, "zero train: %s needs a value (try `zero train --help`)\n", argv[i]);
-        return 0;
+/* One command-line argument: `--name value` or `--name=value` (value NULL for a switch). */
+typedef struct {
+    char name[64];
+    const char *value;
+} arg_t;
+
+enum { A_VALUE, A_SWITCH };
+
+/* The options that are not config keys, with whether they take a value. */
+static const struct {
+    const char *name;
+    int kind;
+} plain_opts[] = {
+    {"--config", A_VALUE},
+    {"--deepspeed_config", A_VALUE},
+    {"--deepspeed-config", A_VALUE},
+    {"--json-report", A_VALUE},
+    {"--metrics", A_VALUE},
+    {"--set", A_VALUE},
+    {"--dtype", A_VALUE},
+    {"--print-config", A_SWITCH},
+    {"--help-config", A_SWITCH},
+    {"--config-doc", A_SWITCH},
+    {"--no-peak", A_SWITCH},
+    {"--quiet", A_SWITCH},
+    {"-q", A_SWITCH},
+    {"--help", A_SWITCH},
+    {"-h", A_SWITCH},
+};
+
+static int is_config_flag(const char *name) {
+    return !strcmp(name, "--config") || !strcmp(name, "--deepspeed_config") ||
+           !strcmp(name, "--deepspeed-config");
+}
+
+/* Split argv into arguments; 0, or 2 after a usage message (an unknown option, a missing value,
+ * a value that is itself an option, a value given to a switch). */
+static int split_args(int argc, char **argv, arg_t *out, int *n_out) {
+    int n = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *eq = strncmp(a, "--", 2) ? NULL : strchr(a, '=');
+        arg_t *r = &out[n++];
+        size_t len = eq ? (size_t)(eq - a) : strlen(a);
+        if (len >= sizeof r->name) len = sizeof r->name - 1;
+        memcpy(r->name, a, len);
+        r->name[len] = 0;
+        r->value = eq ? eq + 1 : NULL;
+        int kind = -1;
+        for (size_t k = 0; k < sizeof plain_opts / sizeof plain_opts[0]; k++)
+            if (!strcmp(plain_opts[k].name, r->name)) kind = plain_opts[k].kind;
+        if (kind < 0 && zero__train_config_flag_key(r->name)) kind = A_VALUE;
+        if (kind < 0) {
+            fprintf(stderr, "zero train: unknown option '%s' (try `zero train --help`)\n", a);
+            return 2;
+        }
+        if (kind == A_SWITCH && eq) {
+            fprintf(stderr, "zero train: %s takes no value (got '%s')\n", r->name, a);
+            return 2;
+        }
+        if (kind == A_VALUE && !eq) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "zero train: %s needs a value (try `zero train --help`)\n", a);
+                return 2;
+            }
+            if (!strncmp(argv[i + 1], "--", 2)) {
+                fprintf(stderr,
+                        "zero train: %s needs a value, but the next argument is the option '%s' "
+                        "(write %s=VALUE for a value that starts with --)\n",
+                        a, argv[i + 1], a);
+                return 2;
+            }
+            r->value = argv[++i];
+        }
     }
-    return 1;
+    *n_out = n;
+    return 0;
+}
+
+/* The effective configuration: defaults, the keys the command line sets marked first, the file
+ * (its values for those keys skipped), then the flags in command-line order. Each value is checked
+ * once, where it is applied; the cross-key checks come later (zero__train_config_check). */
+static int build_config(const arg_t *args, int n, const char *config_path, int loud,
+                        zero_train_config_t *cfg) {
+    zero__train_config_default(cfg);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < n; i++) {
+            const char *name = args[i].name, *key = zero__train_config_flag_key(name);
+            const char *value = args[i].value;
+            char buf[1024];
+            if (!strcmp(name, "--set")) {
+                snprintf(buf, sizeof buf, "%s", value);
+                char *eq = strchr(buf, '=');
+                if (!eq) {
+                    if (loud) fprintf(stderr, "zero train: --set '%s' needs KEY=VALUE\n", buf);
+                    return 2;
+                }
+                *eq = 0;
+                key = buf;
+                value = eq + 1;
+            } else if (!strcmp(name, "--dtype")) {
+                if (pass == 0) {
+                    zero__train_config_mark_cli(cfg, "bf16.enabled");
+                    zero__train_config_mark_cli(cfg, "fp16.enabled");
+                } else if (zero__train_config_set_dtype(cfg, value)) {
+                    return loud ? fail("invalid option value") : 1;
+                }
+                continue;
+            }
+            if (!key) continue;
+            if (pass == 0 ? zero__train_config_mark_cli(cfg, key)
+                          : zero__train_config_set(cfg, key, value))
+                return loud ? fail("invalid option value") : 1;
+        }
+        if (pass == 0 && config_path && zero__train_config_load(cfg, config_path))
+            return loud ? fail("cannot use the config") : 1;
+    }
+    return 0;
 }
 
 /* How OpenMP threads wait between parallel regions. Spinning ("active") saves the futex wake-up
@@ -94,85 +212,63 @@ static void choose_openmp_wait(const zero_train_config_t *cfg) {
 
 int zero__cli_train(int argc, char **argv) {
     const char *config_path = NULL, *report_path = NULL, *metrics_path = NULL;
-    int print_config = 0, quiet = 0, peak = 1;
-    /* First pass: the config file and the flags that are not keys. */
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+    int print_config = 0, quiet = 0, peak = 1, n = 0;
+    arg_t *args = calloc((size_t)(argc > 0 ? argc : 1), sizeof *args);
+    if (!args) return fail("out of memory");
+    int rc = split_args(argc, argv, args, &n);
+    for (int i = 0; i < n && !rc; i++) {
+        const char *a = args[i].name;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
+            free(args);
             return 0;
         } else if (!strcmp(a, "--help-config")) {
             printf("configuration keys (JSON path, default):\n");
             zero__train_config_print_keys(stdout);
+            free(args);
             return 0;
         } else if (!strcmp(a, "--config-doc")) {
             zero__train_config_print_markdown(stdout);
+            free(args);
             return 0;
-        } else if (!strcmp(a, "--config")) {
-            if (!need_value(i, argc, argv)) return 2;
-            config_path = argv[++i];
+        } else if (is_config_flag(a)) {
+            config_path = args[i].value;
         } else if (!strcmp(a, "--json-report")) {
-            if (!need_value(i, argc, argv)) return 2;
-            report_path = argv[++i];
+            report_path = args[i].value;
         } else if (!strcmp(a, "--metrics")) {
-            if (!need_value(i, argc, argv)) return 2;
-            metrics_path = argv[++i];
+            metrics_path = args[i].value;
         } else if (!strcmp(a, "--print-config")) {
             print_config = 1;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             quiet = 1;
         } else if (!strcmp(a, "--no-peak")) {
             peak = 0;
-        } else if (!strcmp(a, "--set") || !strcmp(a, "--dtype") || zero__train_config_flag_key(a)) {
-            if (!need_value(i, argc, argv)) return 2;
-            i++;
-        } else {
-            fprintf(stderr, "zero train: unknown option '%s' (try `zero train --help`)\n", a);
-            return 2;
         }
     }
     zero_train_config_t cfg;
-    zero__train_config_default(&cfg);
-    if (config_path && zero__train_config_load(&cfg, config_path))
-        return fail("cannot use the config");
-    /* Second pass: overrides, in command-line order. */
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *key = zero__train_config_flag_key(a), *value = NULL;
-        char buf[1024];
-        if (key) {
-            value = argv[++i];
-        } else if (!strcmp(a, "--set")) {
-            snprintf(buf, sizeof buf, "%s", argv[++i]);
-            char *eq = strchr(buf, '=');
-            if (!eq) {
-                fprintf(stderr, "zero train: --set '%s' needs KEY=VALUE\n", buf);
-                return 2;
-            }
-            *eq = 0;
-            key = buf;
-            value = eq + 1;
-        } else if (!strcmp(a, "--dtype")) {
-            if (zero__train_config_set_dtype(&cfg, argv[++i])) return fail("invalid option value");
-        } else if (!strcmp(a, "--config") || !strcmp(a, "--json-report") ||
-                   !strcmp(a, "--metrics")) {
-            i++;
-        }
-        if (key && zero__train_config_set(&cfg, key, value)) return fail("invalid option value");
+    /* Read the config muted first when this program may restart itself for OMP_WAIT_POLICY
+     * (choose_openmp_wait), so that its warnings are printed once, by the image that trains. */
+    if (!rc && !print_config && !getenv("OMP_WAIT_POLICY")) {
+        zero__train_config_quiet(1);
+        int r0 = build_config(args, n, config_path, 0, &cfg);
+        zero__train_config_quiet(0);
+        if (!r0) choose_openmp_wait(&cfg);
     }
+    if (!rc) rc = build_config(args, n, config_path, 1, &cfg);
+    free(args);
+    if (rc) return rc;
     if (print_config) {
         if (zero__train_config_check(&cfg, zero__train_world_size(&cfg)))
             return fail("invalid configuration");
         zero__train_config_print(&cfg, stdout);
         return 0;
     }
-    choose_openmp_wait(&cfg);
     zero_train_io_t io = {quiet ? NULL : stdout, isatty(STDOUT_FILENO), peak, metrics_path};
     zero_train_report_t rep;
     if (zero__train_run(&cfg, &io, &rep)) {
         if (!quiet && io.tty) printf("\n");
         return fail("training failed");
     }
-    int rc = 0;
     if (report_path && rep.rank == 0) {
         if (zero__train_report_write(&rep, &cfg, report_path))
             rc = fail("cannot write the report");

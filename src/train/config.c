@@ -16,6 +16,7 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <string.h>
 #include <strings.h>
@@ -248,6 +249,21 @@ static const char *const ignored[] = {
     "scheduler.params.last_batch_iteration",
 };
 
+static int quiet;
+void zero__train_config_quiet(int on) { quiet = on; }
+
+/* Every warning and note of the reader goes through here (muted by zero__train_config_quiet). */
+static void note(zero_log_level_t level, const char *fmt, ...) ZERO_PRINTF(2, 3);
+static void note(zero_log_level_t level, const char *fmt, ...) {
+    if (quiet) return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    zero__log(level, -1, 0, "%s", msg);
+}
+
 static void *field(zero_train_config_t *cfg, const cfg_key_t *k) { return (char *)cfg + k->offset; }
 static const void *cfield(const zero_train_config_t *cfg, const cfg_key_t *k) {
     return (const char *)cfg + k->offset;
@@ -299,6 +315,15 @@ static const cfg_key_t *find_key(const char *name) {
     for (size_t i = 0; i < ZERO_ARRAY_LEN(keys); i++)
         if (!strcmp(keys[i].name, name)) return &keys[i];
     return NULL;
+}
+
+zero_status_t zero__train_config_mark_cli(zero_train_config_t *cfg, const char *name) {
+    const cfg_key_t *k = find_key(name);
+    if (!k)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "unknown configuration key '%s' (see `zero train --help-config`)", name);
+    cfg->key_cli[k - keys] = 1;
+    return ZERO_OK;
 }
 
 int zero__train_config_is_set(const zero_train_config_t *cfg, const char *name) {
@@ -408,7 +433,7 @@ static zero_status_t apply_item(zero_train_config_t *cfg, const cfg_key_t *k, co
     /* Hugging Face's DeepSpeed integration writes "auto" for values it fills in itself; under
      * zero they keep our default, and say so. */
     if (k->type != K_STR && cJSON_IsString(item) && !strcmp(item->valuestring, "auto")) {
-        zero__log(ZERO_LOG_WARN, -1, 0, "%s: %s = \"auto\": the default is used", src, k->name);
+        note(ZERO_LOG_WARN, "%s: %s = \"auto\": the default is used", src, k->name);
         return ZERO_OK;
     }
     switch (k->type) {
@@ -448,7 +473,9 @@ static zero_status_t walk(zero_train_config_t *cfg, const cJSON *obj, const char
         else
             snprintf(path, sizeof path, "%s", it->string);
         const cfg_key_t *k = find_key(path);
-        if (k) {
+        if (k && cfg->key_cli[k - keys]) {
+            continue; /* the command line sets it: the flag wins, the file's value is not read */
+        } else if (k) {
             zero_status_t st = apply_item(cfg, k, it, src);
             if (st) return st;
         } else if (is_ignored(path)) {
@@ -456,7 +483,7 @@ static zero_status_t walk(zero_train_config_t *cfg, const cJSON *obj, const char
             const cJSON *en =
                 cJSON_IsObject(it) ? cJSON_GetObjectItemCaseSensitive(it, "enabled") : NULL;
             if (!cJSON_IsFalse(it) && !cJSON_IsFalse(en))
-                zero__log(ZERO_LOG_WARN, -1, 0, "%s: '%s' ignored: not supported yet", src, path);
+                note(ZERO_LOG_WARN, "%s: '%s' ignored: not supported yet", src, path);
         } else if (cJSON_IsObject(it) && is_section(path)) {
             zero_status_t st = walk(cfg, it, path, src);
             if (st) return st;
@@ -465,10 +492,10 @@ static zero_status_t walk(zero_train_config_t *cfg, const cJSON *obj, const char
              * "zero_optimization": true for what is now stage 1. */
             cfg->stage = cJSON_IsTrue(it) ? 1 : 0;
             mark_set(cfg, find_key("zero_optimization.stage"));
-            zero__log(ZERO_LOG_WARN, -1, 0,
-                      "%s: zero_optimization = %s is DeepSpeed's old form: stage %d used (write "
-                      "{\"stage\": %d})",
-                      src, cJSON_IsTrue(it) ? "true" : "false", cfg->stage, cfg->stage);
+            note(ZERO_LOG_WARN,
+                 "%s: zero_optimization = %s is DeepSpeed's old form: stage %d used (write "
+                 "{\"stage\": %d})",
+                 src, cJSON_IsTrue(it) ? "true" : "false", cfg->stage, cfg->stage);
         } else if (is_section(path)) {
             char *text = cJSON_PrintUnformatted(it);
             zero_status_t st =
@@ -477,7 +504,7 @@ static zero_status_t walk(zero_train_config_t *cfg, const cJSON *obj, const char
             cJSON_free(text);
             return st;
         } else {
-            zero__log(ZERO_LOG_WARN, -1, 0, "%s: unknown key '%s' ignored", src, path);
+            note(ZERO_LOG_WARN, "%s: unknown key '%s' ignored", src, path);
         }
     }
     return ZERO_OK;
@@ -661,9 +688,9 @@ zero_status_t zero__train_config_check(zero_train_config_t *cfg, int world) {
     st = zero_loss_scaler_params_check(&cfg->loss_scaler);
     if (st) return st;
     if (!cfg->reduce_scatter)
-        zero__log(ZERO_LOG_WARN, -1, 0,
-                  "zero_optimization.reduce_scatter = false ignored: gradients are always "
-                  "reduce-scattered (same result, less traffic)");
+        note(ZERO_LOG_WARN,
+             "zero_optimization.reduce_scatter = false ignored: gradients are always "
+             "reduce-scattered (same result, less traffic)");
     return ZERO_OK;
 }
 
@@ -820,13 +847,23 @@ void zero__train_config_print_markdown(FILE *out) {
     for (size_t i = 0; i < ZERO_ARRAY_LEN(ignored); i++) fprintf(out, "- `%s`\n", ignored[i]);
 }
 
+/* What a flag's value is, for the help: a directory for *_dir keys and train.resume (a checkpoint
+ * or save directory, or "latest"), a name from a list, a file, or a number. */
+static const char *metavar(const cfg_key_t *k) {
+    size_t n = strlen(k->name);
+    if (k->type != K_STR) return "N";
+    if (k->allowed) return "NAME";
+    if (!strcmp(k->name, "train.resume")) return "DIR|latest";
+    if (n > 4 && !strcmp(k->name + n - 4, "_dir")) return "DIR";
+    return "FILE";
+}
+
 void zero__train_config_print_flags(FILE *out) {
     for (size_t i = 0; i < ZERO_ARRAY_LEN(keys); i++) {
         const cfg_key_t *k = &keys[i];
         if (!k->flag) continue;
         char left[64];
-        snprintf(left, sizeof left, "%s %s", k->flag,
-                 k->type == K_STR ? (k->allowed ? "NAME" : "FILE") : "N");
+        snprintf(left, sizeof left, "%s %s", k->flag, metavar(k));
         fprintf(out, "  %-20s %s (%s)\n", left, k->doc, k->name);
     }
 }

@@ -72,6 +72,9 @@ typedef struct zero_train_config {
     /* Which keys the file or the command line set (index = position in the key table), for rules
      * that depend on what the user gave (the batch-size triple, warmup_max_lr). */
     unsigned char key_set[ZERO_CONFIG_MAX_KEYS];
+    /* Keys the command line sets (zero__train_config_mark_cli, before the file is read): the
+     * file's value for such a key is skipped unchecked, so a flag can replace a bad value. */
+    unsigned char key_cli[ZERO_CONFIG_MAX_KEYS];
 } zero_train_config_t;
 
 /* Defaults from the table (threads 0 = cores / ranks). */
@@ -85,6 +88,14 @@ zero_status_t zero__train_config_parse(zero_train_config_t *cfg, const char *jso
                                        const char *name);
 /* Set one key from a string, as `--set key=value` does ("model.layers", "4"). */
 zero_status_t zero__train_config_set(zero_train_config_t *cfg, const char *key, const char *value);
+/* Declare, before reading the file, that the command line sets `key` (the flags are applied
+ * after the file): the file's value for it is then skipped without being checked, so
+ * `--set zero_optimization.stage=2` replaces a file's bad stage instead of failing on it.
+ * ZERO_ERR_CONFIG naming the key if it is unknown. */
+zero_status_t zero__train_config_mark_cli(zero_train_config_t *cfg, const char *key);
+/* Mute (1) or show (0) the warnings and notes the reader logs (process-wide; default shown).
+ * `zero train` reads its config muted when it may restart itself, so each line is printed once. */
+void zero__train_config_quiet(int on);
 /* True if the key (by name) was set by the file or the command line. */
 int zero__train_config_is_set(const zero_train_config_t *cfg, const char *key);
 

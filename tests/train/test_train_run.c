@@ -48,6 +48,24 @@ int main(void) {
     CHECK(train_cli((const char *[]){"train", "--print-config", "--set", "model.layers=3", NULL}) ==
               0,
           "--print-config");
+    /* --flag=value, DeepSpeed's --deepspeed_config, a flag where a value belongs (issue 12), a
+     * switch given a value, and a flag that replaces a bad value of the file (the file's value
+     * for a key the command line sets is not read). */
+    CHECK(train_cli((const char *[]){"train", "--print-config", "--steps=3", "--set=model.layers=2",
+                                     "--deepspeed_config", cfgpath, "--set", "model.heads=2",
+                                     NULL}) == 0,
+          "--flag=value, --deepspeed_config, --set over a bad file value: %s", zero_last_error());
+    CHECK(train_cli((const char *[]){"train", "--print-config",
+                                     "--deepspeed-config=/nonexistent.json", NULL}) == 1 &&
+              strstr(zero_last_error(), "/nonexistent.json"),
+          "--deepspeed-config=FILE is --config: '%s'", zero_last_error());
+    CHECK(train_cli((const char *[]){"train", "--steps", "--config", cfgpath, NULL}) == 2,
+          "--steps --config x: a flag where the value belongs");
+    CHECK(train_cli((const char *[]){"train", "--print-config=yes", NULL}) == 2,
+          "a switch with a value");
+    CHECK(train_cli((const char *[]){"train", "--print-config", "--config", cfgpath, NULL}) == 1 &&
+              strstr(zero_last_error(), "model.heads = 5"),
+          "the file's heads 5 without --set fails: '%s'", zero_last_error());
     CHECK(train_cli((const char *[]){"train", "-q", "--data", "/nonexistent/input.txt", NULL}) == 1,
           "missing data file");
     CHECK(strstr(zero_last_error(), "/nonexistent/input.txt") != NULL, "message: '%s'",
