@@ -37,6 +37,8 @@ static void usage(FILE *out) {
         "                       fp16.enabled over the config file)\n");
     zero__train_config_print_flags(out);
     fprintf(out,
+            "  --overwrite          let a fresh run save into a --save-dir that holds another\n"
+            "                       run's checkpoints (train.overwrite; else refused)\n"
             "  --set KEY=VALUE      set any config key, e.g. --set model.layers=2\n"
             "  --no-peak            skip the start-up matmul peak measurement (no MFU)\n"
             "  --print-config       print the effective configuration (JSON) and exit\n"
@@ -82,6 +84,7 @@ static const struct {
     {"--help-config", A_SWITCH},
     {"--config-doc", A_SWITCH},
     {"--no-peak", A_SWITCH},
+    {"--overwrite", A_SWITCH},
     {"--quiet", A_SWITCH},
     {"-q", A_SWITCH},
     {"--help", A_SWITCH},
@@ -157,6 +160,9 @@ static int build_config(const arg_t *args, int n, const char *config_path, int l
                 *eq = 0;
                 key = buf;
                 value = eq + 1;
+            } else if (!strcmp(name, "--overwrite")) {
+                key = "train.overwrite";
+                value = "true";
             } else if (!strcmp(name, "--dtype")) {
                 if (pass == 0) {
                     zero__train_config_mark_cli(cfg, "bf16.enabled");
@@ -263,7 +269,8 @@ int zero__cli_train(int argc, char **argv) {
         zero__train_config_print(&cfg, stdout);
         return 0;
     }
-    zero_train_io_t io = {quiet ? NULL : stdout, isatty(STDOUT_FILENO), peak, metrics_path};
+    zero_train_io_t io = {quiet ? NULL : stdout, isatty(STDOUT_FILENO), peak, metrics_path,
+                          report_path};
     zero_train_report_t rep;
     if (zero__train_run(&cfg, &io, &rep)) {
         if (!quiet && io.tty) printf("\n");

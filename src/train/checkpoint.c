@@ -17,10 +17,13 @@
 #include "zero/ckpt.h"
 
 #include <cJSON.h>
+#include <dirent.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The trainer's sampler seeds (trainer.c draws from them; kept here so the manifest states them).
@@ -59,9 +62,36 @@ static char *config_json(const zero_train_config_t *cfg) {
     return text;
 }
 
-zero_status_t zero__train_ckpt_save(const zero_train_config_t *cfg, zero_engine_t *eng,
-                                    zero_comm_t *comm, const zero_train_position_t *pos,
-                                    char *path_out, size_t path_out_size) {
+zero_train_position_t zero__train_position_fresh(const zero_train_config_t *cfg) {
+    zero_train_position_t p = {0, zero__train_data_rng_seed(cfg), 0.0, 0, 0.0};
+    /* A random id: two fresh runs into one directory must differ, whatever their configs. */
+    if (getrandom(&p.run_id, sizeof p.run_id, 0) != (ssize_t)sizeof p.run_id || !p.run_id) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        p.run_id =
+            ((uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid() << 40) |
+            1;
+    }
+    return p;
+}
+
+/* The manifest's JSON sections for a save at *pos (NULL members: out of memory). */
+typedef struct save_meta {
+    char *model, *data, *rng, *lr, *ls; /* cJSON_free */
+    char *train;                        /* free */
+} save_meta_t;
+
+static void save_meta_free(save_meta_t *m) {
+    cJSON_free(m->model);
+    cJSON_free(m->data);
+    cJSON_free(m->rng);
+    cJSON_free(m->lr);
+    cJSON_free(m->ls);
+    free(m->train);
+}
+
+static zero_status_t save_meta_build(save_meta_t *m, const zero_train_config_t *cfg,
+                                     zero_engine_t *eng, const zero_train_position_t *pos) {
     const zero_engine_params_t *ep = zero_engine_params(eng);
     cJSON *model = cJSON_CreateObject(), *data = cJSON_CreateObject(), *rng = cJSON_CreateObject(),
           *lr = cJSON_CreateObject(), *ls = cJSON_CreateObject();
@@ -78,6 +108,7 @@ zero_status_t zero__train_ckpt_save(const zero_train_config_t *cfg, zero_engine_
         add_hex(data, "sampler_state", pos->data_rng);
         cJSON_AddNumberToObject(data, "tokens", pos->tokens);
         cJSON_AddStringToObject(data, "path", cfg->data_path);
+        cJSON_AddNumberToObject(data, "elapsed_s", pos->elapsed_s);
     }
     if (rng) {
         add_hex(rng, "data_sampling", pos->data_rng);
@@ -106,13 +137,41 @@ zero_status_t zero__train_ckpt_save(const zero_train_config_t *cfg, zero_engine_
         cJSON_AddNumberToObject(ls, "hysteresis_left", lst.hysteresis_left);
         cJSON_AddNumberToObject(ls, "skipped_steps", (double)lst.skipped_steps);
     }
-    char *model_s = print_json(model), *data_s = print_json(data), *rng_s = print_json(rng),
-         *lr_s = print_json(lr), *ls_s = print_json(ls), *train_s = config_json(cfg);
+    m->model = print_json(model);
+    m->data = print_json(data);
+    m->rng = print_json(rng);
+    m->lr = print_json(lr);
+    m->ls = print_json(ls);
+    m->train = config_json(cfg);
+    if (!m->model || !m->data || !m->rng || !m->lr || !m->ls || !m->train)
+        return zero__error(ZERO_ERR_OUT_OF_MEMORY, "checkpoint: out of memory for the manifest");
+    return ZERO_OK;
+}
+
+static zero_ckpt_save_params_t save_params(const zero_train_config_t *cfg, zero_comm_t *comm) {
+    zero_ckpt_save_params_t sp = zero_ckpt_save_params_default();
+    sp.save_dir = cfg->save_dir;
+    sp.comm = comm;
+    sp.world = 0;
+    sp.with_optim = 1;
+    sp.keep_last = cfg->keep_last;
+    return sp;
+}
+
+static zero_ckpt_meta_t meta_of(const zero_train_config_t *cfg, const save_meta_t *m,
+                                const zero_train_position_t *pos) {
+    zero_ckpt_meta_t meta = {pos->step, cfg->stage, m->model, m->train,   m->data,
+                             m->rng,    m->lr,      m->ls,    pos->run_id};
+    return meta;
+}
+
+zero_status_t zero__train_ckpt_save(const zero_train_config_t *cfg, zero_engine_t *eng,
+                                    zero_comm_t *comm, const zero_train_position_t *pos,
+                                    char *path_out, size_t path_out_size) {
+    save_meta_t m = {0};
     zero_ckpt_engine_layout_t L;
-    zero_status_t st = ZERO_OK;
     int have_layout = 0;
-    if (!model_s || !data_s || !rng_s || !lr_s || !ls_s || !train_s)
-        st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "checkpoint: out of memory for the manifest");
+    zero_status_t st = save_meta_build(&m, cfg, eng, pos);
     if (!st) {
         st = zero_ckpt_engine_layout_init(&L, eng);
         have_layout = !st;
@@ -130,23 +189,65 @@ zero_status_t zero__train_ckpt_save(const zero_train_config_t *cfg, zero_engine_
     }
     if (st) goto done;
     zero_ckpt_shard_io_t io = zero_ckpt_engine_io(eng);
-    zero_ckpt_save_params_t sp = zero_ckpt_save_params_default();
-    sp.save_dir = cfg->save_dir;
-    sp.comm = comm;
-    sp.world = 0;
-    sp.with_optim = 1;
-    sp.keep_last = cfg->keep_last;
-    zero_ckpt_meta_t meta = {pos->step, cfg->stage, model_s, train_s, data_s, rng_s, lr_s, ls_s, 0};
+    zero_ckpt_save_params_t sp = save_params(cfg, comm);
+    zero_ckpt_meta_t meta = meta_of(cfg, &m, pos);
     st = zero_ckpt_save(&sp, &L.layout, &meta, &io, path_out, path_out_size);
 done:
     if (have_layout) zero_ckpt_engine_layout_free(&L);
-    cJSON_free(model_s);
-    cJSON_free(data_s);
-    cJSON_free(rng_s);
-    cJSON_free(lr_s);
-    cJSON_free(ls_s);
-    free(train_s);
+    save_meta_free(&m);
     return st;
+}
+
+zero_status_t zero__train_ckpt_save_check(const zero_train_config_t *cfg, zero_engine_t *eng,
+                                          zero_comm_t *comm, const zero_train_position_t *pos) {
+    save_meta_t m = {0};
+    zero_ckpt_engine_layout_t L;
+    zero_status_t st = save_meta_build(&m, cfg, eng, pos);
+    if (!st && !(st = zero_ckpt_engine_layout_init(&L, eng))) {
+        zero_ckpt_save_params_t sp = save_params(cfg, comm);
+        zero_ckpt_meta_t meta = meta_of(cfg, &m, pos);
+        st = zero_ckpt_save_check(&sp, &L.layout, &meta);
+        zero_ckpt_engine_layout_free(&L);
+    }
+    save_meta_free(&m);
+    return st;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+zero_status_t zero__train_ckpt_check_dir(const zero_train_config_t *cfg) {
+    if (!cfg->save_dir[0] || cfg->resume[0] || cfg->overwrite) return ZERO_OK;
+    DIR *d = opendir(cfg->save_dir);
+    if (!d)
+        return ZERO_OK; /* missing (created at the first save) or not a directory (the
+                         * save directory's own check names it) */
+    char *names[4096];
+    size_t n = 0, total = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "step-", 5) != 0) continue;
+        total++;
+        if (n < ZERO_ARRAY_LEN(names) && !(names[n] = strdup(e->d_name))) break;
+        n++;
+    }
+    closedir(d);
+    if (total == 0) return ZERO_OK;
+    qsort(names, n, sizeof *names, cmp_str);
+    char list[512] = "";
+    size_t len = 0, shown = 0;
+    for (; shown < n && len + strlen(names[shown]) + 16 < sizeof list; shown++)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", shown ? ", " : "",
+                                names[shown]);
+    if (shown < total) snprintf(list + len, sizeof list - len, " and %zu more", total - shown);
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    return zero__error(ZERO_ERR_CONFIG,
+                       "train.save_dir = \"%s\" already holds checkpoints of another run (%s): a "
+                       "fresh run would replace them and repoint `latest` (expected an empty or "
+                       "new directory; --resume latest to continue them, or --overwrite "
+                       "(train.overwrite) to write beside them)",
+                       cfg->save_dir, list);
 }
 
 /* Hex string member `name` of object o as a uint64; 0 on success. */
@@ -191,9 +292,13 @@ static zero_status_t parse_position(const zero_ckpt_t *c, zero_train_position_t 
         st = zero__error(ZERO_ERR_FORMAT, "checkpoint %s: step %lld is out of range",
                          zero_ckpt_path(c), (long long)meta->step);
     if (!st) {
+        double elapsed = 0.0; /* absent in checkpoints older than it */
+        if (get_number(data, "elapsed_s", &elapsed) || !(elapsed >= 0)) elapsed = 0.0;
         pos->step = meta->step;
         pos->data_rng = rng;
         pos->tokens = tokens;
+        pos->elapsed_s = elapsed;
+        if (meta->run_id) pos->run_id = meta->run_id; /* else a new id: older checkpoints */
         *opt_step = (int64_t)ostep;
     }
     cJSON_Delete(data);
@@ -246,18 +351,76 @@ static zero_status_t restore_scaler(const zero_ckpt_t *c, zero_engine_t *eng) {
     return st;
 }
 
-zero_status_t zero__train_ckpt_resume(const zero_train_config_t *cfg, zero_engine_t *eng,
+/* The checkpoint's model against the run's: ZERO_ERR_MISMATCH naming the first key that
+ * differs. Shapes that the layout check would catch are named here by their key too, and
+ * model.heads (which changes no tensor's shape, only what the weights mean) only here. */
+static zero_status_t check_model(const zero_ckpt_t *c, const zero_train_config_t *cfg) {
+    cJSON *model = cJSON_Parse(zero_ckpt_get_meta(c)->model_json);
+    const struct {
+        const char *key;
+        int run;
+    } keys[] = {{"layers", cfg->model.layers},
+                {"heads", cfg->model.heads},
+                {"dim", cfg->model.dim},
+                {"vocab", cfg->model.vocab},
+                {"seq", cfg->model.seq}};
+    zero_status_t st = ZERO_OK;
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(keys) && !st; i++) {
+        double saved = 0;
+        if (get_number(model, keys[i].key, &saved)) continue; /* not saved by `zero train` */
+        if (saved != (double)keys[i].run)
+            st = zero__error(ZERO_ERR_MISMATCH,
+                             "checkpoint %s was saved with model.%s = %.0f, this run has "
+                             "model.%s = %d (expected the checkpoint's model: set model.%s = %.0f, "
+                             "or start a fresh run)",
+                             zero_ckpt_path(c), keys[i].key, saved, keys[i].key, keys[i].run,
+                             keys[i].key, saved);
+    }
+    cJSON_Delete(model);
+    return st;
+}
+
+/* A checkpoint trained on another data file resumes (the sampler state carries over), but the
+ * run is then no continuation of the same data: say so, naming both. */
+static void check_data(const zero_ckpt_t *c, const zero_train_config_t *cfg) {
+    cJSON *data = cJSON_Parse(zero_ckpt_get_meta(c)->data_json);
+    const cJSON *path = cJSON_GetObjectItemCaseSensitive(data, "path");
+    if (cJSON_IsString(path) && strcmp(path->valuestring, cfg->data_path) != 0)
+        zero__log(ZERO_LOG_WARN, -1, 0,
+                  "checkpoint %s was trained on data %s%s%s, this run reads %s%s%s (data.path): "
+                  "the data position carries over to other data",
+                  zero_ckpt_path(c), path->valuestring[0] ? "'" : "",
+                  path->valuestring[0] ? path->valuestring : "the built-in corpus",
+                  path->valuestring[0] ? "'" : "", cfg->data_path[0] ? "'" : "",
+                  cfg->data_path[0] ? cfg->data_path : "the built-in corpus",
+                  cfg->data_path[0] ? "'" : "");
+    cJSON_Delete(data);
+}
+
+zero_status_t zero__train_ckpt_resume(const zero_train_config_t *cfg, zero_engine_t *eng, int rank,
                                       zero_train_position_t *pos, char *path_out,
                                       size_t path_out_size) {
     const int latest = !strcmp(cfg->resume, "latest");
     const char *path = latest ? cfg->save_dir : cfg->resume;
+    char newest[ZERO_CONFIG_STR_MAX + 32];
     if (path_out && path_out_size) path_out[0] = 0;
     if (latest) {
         /* No checkpoint yet: a fresh start, so that one command line both starts a run and
-         * continues it after an interruption. An explicit directory must exist. */
+         * continues it after an interruption. An explicit directory must exist. Without a
+         * `latest` file (lost, or deleted by hand) the newest complete save is the run's state:
+         * starting afresh would throw it away and, with keep-last, delete it. */
         char pointer[ZERO_CONFIG_STR_MAX + 16];
         snprintf(pointer, sizeof pointer, "%s/latest", cfg->save_dir);
-        if (access(pointer, F_OK) != 0) return ZERO_OK;
+        if (access(pointer, F_OK) != 0) {
+            zero_status_t st = zero_ckpt_find_newest(cfg->save_dir, newest, sizeof newest);
+            if (st || !newest[0]) return st;
+            if (rank == 0)
+                zero__log(ZERO_LOG_WARN, -1, 0,
+                          "%s has no `latest` file: resuming from its most recently saved "
+                          "complete checkpoint, %s",
+                          cfg->save_dir, newest);
+            path = newest;
+        }
     }
     zero_ckpt_t *c = NULL;
     zero_status_t st = zero_ckpt_open(&c, path);
@@ -266,7 +429,9 @@ zero_status_t zero__train_ckpt_resume(const zero_train_config_t *cfg, zero_engin
     int have_layout = 0;
     zero_train_position_t p = *pos;
     int64_t opt_step = 0;
-    st = parse_position(c, &p, &opt_step);
+    st = check_model(c, cfg);
+    if (!st && rank == 0) check_data(c, cfg);
+    if (!st) st = parse_position(c, &p, &opt_step);
     if (!st && !zero_ckpt_has_optim(c))
         st = zero__error(ZERO_ERR_FORMAT,
                          "checkpoint %s has no optimizer state (Adam m, v): a resume would not "

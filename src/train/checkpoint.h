@@ -22,10 +22,27 @@ typedef struct zero_train_position {
     int64_t step;      /* trainer steps completed (skipped optimizer steps included) */
     uint64_t data_rng; /* state of the training-batch sampler after `step` steps */
     double tokens;     /* tokens trained so far, all ranks */
+    uint64_t run_id;   /* the run (kept by its resumed continuations): keep-last's scope */
+    double elapsed_s;  /* seconds of the run so far (earlier invocations included) */
 } zero_train_position_t;
 
 /* The sampler state a fresh run starts from. */
 uint64_t zero__train_data_rng_seed(const zero_train_config_t *cfg);
+
+/* Where a fresh run starts: step 0, the seed's sampler state, a new random run id. */
+zero_train_position_t zero__train_position_fresh(const zero_train_config_t *cfg);
+
+/* A fresh run (no train.resume) into a cfg->save_dir that already holds checkpoints (`step-*`
+ * directories) is refused with ZERO_ERR_CONFIG naming them, unless train.overwrite is set: its
+ * saves would replace theirs step by step and repoint `latest`. No save_dir, a missing or empty
+ * one, or a resume: ZERO_OK. Reads the directory only. */
+zero_status_t zero__train_ckpt_check_dir(const zero_train_config_t *cfg);
+
+/* Before step 1: build what zero__train_ckpt_save(cfg, eng, comm, pos) will save (layout and
+ * manifest) and check it and the save directory (zero_ckpt_save_check), writing nothing. Not
+ * collective: every rank checks its own (the caller agrees on the status). */
+zero_status_t zero__train_ckpt_save_check(const zero_train_config_t *cfg, zero_engine_t *eng,
+                                          zero_comm_t *comm, const zero_train_position_t *pos);
 
 /* Save checkpoint cfg->save_dir/step-<pos->step> (keeping cfg->keep_last). Collective over comm
  * (NULL: one rank); every rank gets the same status. path_out (may be NULL) receives its path. */
@@ -33,12 +50,16 @@ zero_status_t zero__train_ckpt_save(const zero_train_config_t *cfg, zero_engine_
                                     zero_comm_t *comm, const zero_train_position_t *pos,
                                     char *path_out, size_t path_out_size);
 
-/* Restore cfg->resume ("latest": cfg->save_dir's latest checkpoint) into eng and *pos: weights,
- * Adam m and v, the engine's step and the trainer's position. Any world size and stage may load
- * any checkpoint of the same model (re-slicing). Not collective: every rank reads what it holds
- * (the caller agrees on the status across ranks). path_out receives the checkpoint's path, or ""
- * when "latest" found no checkpoint in cfg->save_dir yet (a fresh start: *pos is unchanged). */
-zero_status_t zero__train_ckpt_resume(const zero_train_config_t *cfg, zero_engine_t *eng,
+/* Restore cfg->resume ("latest": cfg->save_dir's latest checkpoint; without a `latest` file,
+ * its most recently saved complete checkpoint, with a warning) into eng and *pos: weights, Adam
+ * m and v, the engine's step and the trainer's position, run id and elapsed time. Any world size
+ * and stage may load any checkpoint of the same model (re-slicing); another model shape fails
+ * with ZERO_ERR_MISMATCH naming the key (model.heads, ...) and both values before anything is
+ * loaded; another data file warns, naming both. Not collective: every rank reads what it holds
+ * (the caller agrees on the status across ranks); rank 0 alone logs the warnings. path_out
+ * receives the checkpoint's path, or "" when "latest" found no checkpoint in cfg->save_dir yet
+ * (a fresh start: *pos is unchanged). */
+zero_status_t zero__train_ckpt_resume(const zero_train_config_t *cfg, zero_engine_t *eng, int rank,
                                       zero_train_position_t *pos, char *path_out,
                                       size_t path_out_size);
 

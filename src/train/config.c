@@ -173,7 +173,10 @@ static const cfg_key_t keys[] = {
     {"train.save_every", K_INT, OFF(save_every), 0, 0, INT_MAX, NULL, NULL, "--save-every",
      "steps between checkpoints (0: only at the end)"},
     {"train.keep_last", K_INT, OFF(keep_last), 0, 0, INT_MAX, NULL, NULL, "--keep-last",
-     "keep only the newest N checkpoints (0: keep all)"},
+     "keep only this run's N most recent checkpoints; never deletes another run's (0: keep all)"},
+    {"train.overwrite", K_BOOL, OFF(overwrite), 0, 0, 1, NULL, NULL, NULL,
+     "a fresh run may save into a save_dir holding other checkpoints, replacing those of its "
+     "steps and `latest` (--overwrite); false: refused, naming them"},
     {"train.resume", K_STR, OFF(resume), 0, 0, 0, "", NULL, "--resume",
      "checkpoint to continue from: a checkpoint or save directory, or latest (train.save_dir's); "
      "weights, optimizer, step, data position and RNG states"},

@@ -67,6 +67,7 @@ typedef struct zero_train_config {
     /* checkpoints */
     char save_dir[ZERO_CONFIG_STR_MAX];  /* "" = none */
     int save_every, keep_last;           /* 0 = only at the end / keep all */
+    int overwrite;                       /* a fresh run may save into a used save_dir */
     char resume[ZERO_CONFIG_STR_MAX];    /* "" = none; "latest" = save_dir's latest */
     char init_from[ZERO_CONFIG_STR_MAX]; /* "" = none; a .safetensors file */
     /* Which keys the file or the command line set (index = position in the key table), for rules

@@ -18,6 +18,7 @@
 #include "kernels/kernels.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/outputs.h"
 #include "train/sample.h"
 
 #include <cJSON.h>
@@ -50,6 +51,8 @@ typedef struct run {
     zero_gpt_t *gpt;
     int32_t *x, *y;        /* (B, T) */
     int64_t skipped_steps; /* steps this run skipped for an inf/NaN gradient */
+    double elapsed_base;   /* a resumed run's seconds before this invocation (checkpoint) */
+    int64_t skipped_base;  /* a resumed run's skipped steps before this invocation */
 } run_t;
 
 static void say(const run_t *r, const char *fmt, ...) ZERO_PRINTF(2, 3);
@@ -263,9 +266,11 @@ static void print_tables(const run_t *r, const zero_train_rank_report_t *all) {
     }
 }
 
-static void metrics_line(run_t *r, int step, float loss, const zero_step_stats_t *ss, double tokens,
-                         double tok_s, double step_s, float val_loss) {
-    if (!r->metrics) return;
+/* One record; a write error (a full disk) fails the run, naming the file. tokens, elapsed_s and
+ * skipped_steps count from the run's start, earlier invocations of a resumed run included. */
+static zero_status_t metrics_line(run_t *r, int step, float loss, const zero_step_stats_t *ss,
+                                  double tokens, double tok_s, double step_s, float val_loss) {
+    if (!r->metrics) return ZERO_OK;
     fprintf(r->metrics,
             "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"clipped\": %s, "
             "\"skipped\": %s, \"tokens\": %.0f, \"tokens_per_s\": %.6g, \"step_s\": %.6g, "
@@ -273,12 +278,35 @@ static void metrics_line(run_t *r, int step, float loss, const zero_step_stats_t
             "\"loss_scale\": %.9g, \"skipped_steps\": %lld",
             step, (double)loss, (double)ss->lr, ss->grad_norm, ss->clipped ? "true" : "false",
             ss->skipped ? "true" : "false", tokens, tok_s, step_s,
-            zero_time_now() - r->job->t_start, ss->step_s,
+            r->elapsed_base + zero_time_now() - r->job->t_start, ss->step_s,
             zero_dtype_name(zero__train_config_compute_dtype(r->cfg)), (double)ss->loss_scale,
-            (long long)r->skipped_steps);
+            (long long)(r->skipped_base + r->skipped_steps));
     if (!isnan(val_loss)) fprintf(r->metrics, ", \"val_loss\": %.9g", (double)val_loss);
     fprintf(r->metrics, "}\n");
-    fflush(r->metrics);
+    return zero__train_metrics_flush(r->metrics, r->job->io->metrics_path, 0);
+}
+
+/* Every rank learns whether any rank failed: one that went on would wait for the failed one in
+ * its next collective until the timeout. Returns st, or on a rank that did not fail itself an
+ * error naming `what` another rank could not do. */
+static zero_status_t agree_status(run_t *r, zero_status_t st, const char *what) {
+    double bad = st ? 1.0 : 0.0;
+    zero_status_t a = sum_ranks(r, &bad, 1);
+    if (st) return st;
+    if (a) return a;
+    if (bad > 0) return zero__error(ZERO_ERR_IO, "another rank could not %s", what);
+    return ZERO_OK;
+}
+
+/* The position after `step` steps, for a checkpoint. */
+static zero_train_position_t position_at(const run_t *r, const zero_train_position_t *start,
+                                         int64_t step, uint64_t rng, double tokens) {
+    zero_train_position_t p = *start;
+    p.step = step;
+    p.data_rng = rng;
+    p.tokens = start->tokens + tokens;
+    p.elapsed_s = r->elapsed_base + zero_time_now() - r->job->t_start;
+    return p;
 }
 
 static zero_status_t engine_params(const run_t *r, zero_engine_params_t *ep) {
@@ -350,22 +378,10 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
     zero_train_rank_report_t *all = NULL;
     zero_status_t st = ZERO_OK;
 
-    /* Rank 0 alone opens the metrics log, but every rank must learn that it failed: the others
-     * would otherwise wait for it in their first collective until the timeout. */
-    double bad = 0.0;
-    if (rank == 0 && job->io->metrics_path) {
-        r.metrics = fopen(job->io->metrics_path, "w");
-        if (!r.metrics) {
-            st = zero__error(ZERO_ERR_IO, "cannot write the metrics log '%s': %s",
-                             job->io->metrics_path, strerror(errno));
-            bad = 1.0;
-        }
-    }
-    zero_status_t agree = sum_ranks(&r, &bad, 1);
-    if (!st && agree) st = agree;
-    if (!st && bad > 0)
-        st = zero__error(ZERO_ERR_IO, "rank 0 cannot write the metrics log '%s'",
-                         job->io->metrics_path);
+    /* Every output path is checked before anything else (a bad one fails now, not after the
+     * last step); the metrics log is opened once the resume point is known. */
+    st = zero__train_outputs_check(cfg, job->io->report_path, job->io->metrics_path, rank);
+    st = agree_status(&r, st, "use the output paths");
     if (st) goto done;
 
     /* engine + model */
@@ -429,14 +445,14 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
 
     /* Where the run starts: fresh, from a checkpoint, or from imported weights. Every rank
      * reads for itself; they agree on the outcome before the first collective of training. */
-    zero_train_position_t pos = {0, zero__train_data_rng_seed(cfg), 0.0};
+    zero_train_position_t pos = zero__train_position_fresh(cfg);
     char ckpt_path[1024] = "";
     if (cfg->resume[0])
-        st = zero__train_ckpt_resume(cfg, r.eng, &pos, ckpt_path, sizeof ckpt_path);
+        st = zero__train_ckpt_resume(cfg, r.eng, rank, &pos, ckpt_path, sizeof ckpt_path);
     else if (cfg->init_from[0])
         st = zero__train_init_from(cfg, r.eng);
-    bad = st ? 1.0 : 0.0;
-    agree = sum_ranks(&r, &bad, 1);
+    double bad = st ? 1.0 : 0.0;
+    zero_status_t agree = sum_ranks(&r, &bad, 1);
     if (!st && agree) st = agree;
     if (!st && bad > 0)
         st = zero__error(ZERO_ERR_IO, "another rank could not %s",
@@ -450,6 +466,30 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
     else if (cfg->init_from[0])
         say(&r, "weights initialised from %s\n", cfg->init_from);
     const int start = (int)pos.step;
+    if (ckpt_path[0]) {
+        zero_loss_scaler_state_t lst;
+        zero_loss_scaler_get_state(zero_engine_loss_scaler(r.eng), &lst);
+        r.elapsed_base = pos.elapsed_s;
+        r.skipped_base = lst.skipped_steps;
+    }
+    if (ckpt_path[0] && cfg->steps <= start && rank == 0) {
+        zero__log(ZERO_LOG_WARN, -1, 0,
+                  "train.steps = %d is not above the step of checkpoint %s, %d: nothing to "
+                  "train (train.steps is the total to reach, not the steps to add); the run "
+                  "evaluates the checkpoint's weights and reports 0 steps trained",
+                  cfg->steps, ckpt_path, start);
+        say(&r, "nothing to train: train.steps = %d, the checkpoint is at step %d\n", cfg->steps,
+            start);
+    }
+    /* Before step 1: the checkpoint the run will save is built and checked (a layout or
+     * manifest error shows now, not after the last step), and the metrics log is opened,
+     * keeping a resumed run's records up to its checkpoint. */
+    if (cfg->save_dir[0]) st = zero__train_ckpt_save_check(cfg, r.eng, r.comm, &pos);
+    if (!st && rank == 0 && job->io->metrics_path)
+        st = zero__train_metrics_open(job->io->metrics_path, ckpt_path[0] ? pos.step : 0,
+                                      &r.metrics);
+    st = agree_status(&r, st, "prepare the checkpoint or the metrics log");
+    if (st) goto done;
 
     st = evaluate(&r, 0, &rep->init_val_loss);
     if (st) goto done;
@@ -500,11 +540,13 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
             say(&r, "step %5d | val loss %.4f | train loss %.4f | %.1fk tok/s\n", step + 1,
                 (double)rep->final_val_loss, smooth, tok_s / 1e3);
         }
-        metrics_line(&r, step + 1, loss, &ss, rep->tokens, tok_s, step_s, val);
+        st = metrics_line(&r, step + 1, loss, &ss, pos.tokens + rep->tokens, tok_s, step_s, val);
+        if (job->io->metrics_path) st = agree_status(&r, st, "write the metrics log");
+        if (st) goto done;
         /* Periodic checkpoints, and always one after the last step. */
         if (cfg->save_dir[0] &&
             ((cfg->save_every > 0 && (step + 1) % cfg->save_every == 0) || last)) {
-            zero_train_position_t now = {step + 1, rng, pos.tokens + rep->tokens};
+            zero_train_position_t now = position_at(&r, &pos, step + 1, rng, rep->tokens);
             st = zero__train_ckpt_save(cfg, r.eng, r.comm, &now, ckpt_path, sizeof ckpt_path);
             if (st) goto done;
             saved_step = step + 1;
@@ -515,12 +557,20 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
     /* A run that took no step still leaves a checkpoint, unless it resumed from one (which holds
      * this very state already). */
     if (cfg->save_dir[0] && saved_step != (int64_t)ZERO_MAX(start, cfg->steps)) {
-        zero_train_position_t now = {ZERO_MAX(start, cfg->steps), rng, pos.tokens + rep->tokens};
+        zero_train_position_t now =
+            position_at(&r, &pos, ZERO_MAX(start, cfg->steps), rng, rep->tokens);
         st = zero__train_ckpt_save(cfg, r.eng, r.comm, &now, ckpt_path, sizeof ckpt_path);
         if (st) goto done;
         say(&r, "checkpoint saved to %s\n", ckpt_path);
     }
-    rep->steps = cfg->steps;
+    if (r.metrics) {
+        st = zero__train_metrics_flush(r.metrics, job->io->metrics_path, 1);
+        r.metrics = NULL;
+    }
+    if (job->io->metrics_path) st = agree_status(&r, st, "close the metrics log");
+    if (st) goto done;
+    rep->steps = ZERO_MAX(cfg->steps - start, 0); /* trained by this invocation */
+    rep->start_step = start;
     rep->train_s = train_s;
     st = evaluate(&r, 1, &rep->final_train_loss);
     if (st) goto done;
@@ -722,7 +772,7 @@ static zero_status_t run_mpi(job_t *job, zero_train_report_t *rep) {
 
 zero_status_t zero__train_run(zero_train_config_t *cfg, const zero_train_io_t *io_in,
                               zero_train_report_t *rep_out) {
-    static const zero_train_io_t io_default = {NULL, 0, 1, NULL};
+    static const zero_train_io_t io_default = {NULL, 0, 1, NULL, NULL};
     job_t job;
     memset(&job, 0, sizeof job);
     job.t_start = zero_time_now();
@@ -798,6 +848,7 @@ zero_status_t zero__train_report_write(const zero_train_report_t *rep,
     cJSON_AddNumberToObject(root, "ln_vocab", rep->ln_vocab);
     cJSON_AddNumberToObject(root, "params", (double)rep->params);
     cJSON_AddNumberToObject(root, "steps", rep->steps);
+    cJSON_AddNumberToObject(root, "start_step", rep->start_step);
     cJSON_AddNumberToObject(root, "tokens", rep->tokens);
     cJSON_AddNumberToObject(root, "train_s", rep->train_s);
     cJSON_AddNumberToObject(root, "elapsed_s", rep->elapsed_s);

@@ -34,7 +34,9 @@ typedef struct zero_train_rank_report {
 
 typedef struct zero_train_report {
     size_t params;
-    int steps, threads; /* threads per rank */
+    int steps;      /* steps trained by this invocation */
+    int start_step; /* the step it started from: 0, or a resumed checkpoint's */
+    int threads;    /* per rank */
     int world, stage, rank;
     const char *backend;     /* "threads" or "mpi" (static) */
     double tokens;           /* trained tokens, all ranks */
@@ -64,6 +66,8 @@ typedef struct zero_train_io {
     int tty;                  /* 1: a progress bar redrawn in place; 0: plain lines */
     int measure_peak;         /* 1: measure the matmul peak at start-up (~0.5 s) */
     const char *metrics_path; /* JSON lines, one object per step (NULL: none); rank 0 writes */
+    const char *report_path;  /* where the caller will write the report (NULL: none): only
+                                 checked before step 1, so that a bad path fails early */
 } zero_train_io_t;
 
 /* The world size a run of cfg will have: the MPI job's size when it runs on MPI (train.backend
