@@ -7,5 +7,6 @@
 #include "zero/engine.h"
 #include "zero/ckpt.h"
 #include "zero/optim.h"
+#include "zero/config.h"
 
 #endif /* ZERO_ZERO_H */

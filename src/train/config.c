@@ -10,6 +10,8 @@
 #include "train/config.h"
 
 #include "core/core_internal.h"
+#include "zero/comm.h"
+#include "zero/config.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -70,8 +72,8 @@ static const cfg_key_t keys[] = {
      "sequences per rank per micro-step"},
     {"gradient_accumulation_steps", K_INT, OFF(grad_accum), 1, 1, 1 << 20, NULL, NULL, NULL,
      "micro-steps per optimizer step"},
-    {"gradient_clipping", K_FLOAT, OFF(grad_clip), 1.0, 0, 1e30, NULL, NULL, NULL,
-     "global L2 norm clip (0 disables)"},
+    {"gradient_clipping", K_FLOAT, OFF(grad_clip), 0, 0, 1e30, NULL, NULL, NULL,
+     "global L2 norm clip (0: no clipping, DeepSpeed's default)"},
     {"bf16.enabled", K_BOOL, OFF(bf16), 0, 0, 1, NULL, NULL, NULL,
      "bf16 compute: parameters, activations, gradients and collectives in bf16; fp32 master "
      "weights and Adam moments (see --dtype)"},
@@ -104,31 +106,36 @@ static const cfg_key_t keys[] = {
      "AdamW (Adam means AdamW: decoupled decay, DeepSpeed's adam_w_mode)"},
     {"optimizer.params.lr", K_FLOAT, OFF(lr), 1e-3, 0, 10, NULL, NULL, NULL, "peak learning rate"},
     {"optimizer.params.betas", K_PAIR, OFF(beta), 0.9, 0, 0.999999, NULL, NULL, NULL,
-     "Adam betas (default [0.9, 0.95])"},
+     "Adam betas (default [0.9, 0.999], DeepSpeed's and PyTorch's Adam/AdamW default)"},
     {"optimizer.params.eps", K_FLOAT, OFF(eps), 1e-8, 1e-30, 1, NULL, NULL, NULL, "Adam epsilon"},
-    {"optimizer.params.weight_decay", K_FLOAT, OFF(weight_decay), 0.1, 0, 10, NULL, NULL, NULL,
-     "decoupled weight decay (not on biases, norms, positions)"},
-    {"scheduler.type", K_STR, OFF(scheduler), 0, 0, 0, "WarmupCosineLR",
-     "WarmupCosineLR|WarmupDecayLR|WarmupLR", NULL,
-     "after warm-up: cosine decay, linear decay or constant"},
+    {"optimizer.params.weight_decay", K_FLOAT, OFF(weight_decay), 0, 0, 10, NULL, NULL, NULL,
+     "decoupled weight decay (not on biases, norms, positions; DeepSpeed's default 0)"},
+    {"scheduler.type", K_STR, OFF(scheduler), 0, 0, 0, "none",
+     "none|WarmupCosineLR|WarmupDecayLR|WarmupLR", NULL,
+     "none (no scheduler block): constant learning rate, as in DeepSpeed; otherwise a warm-up "
+     "then cosine decay, linear decay or constant"},
     {"scheduler.params.warmup_min_lr", K_FLOAT, OFF(warmup_min_lr), 0, 0, 10, NULL, NULL, NULL,
      "WarmupLR, WarmupDecayLR: where the warm-up starts (and WarmupDecayLR's final lr)"},
-    {"scheduler.params.warmup_max_lr", K_FLOAT, OFF(warmup_max_lr), 0, 0, 10, NULL, NULL, NULL,
-     "WarmupLR, WarmupDecayLR: peak learning rate (0: optimizer.params.lr)"},
+    {"scheduler.params.warmup_max_lr", K_FLOAT, OFF(warmup_max_lr), 0.001, 0, 10, NULL, NULL, NULL,
+     "WarmupLR, WarmupDecayLR: peak learning rate (DeepSpeed's default 0.001 whatever "
+     "optimizer.params.lr says; 0: optimizer.params.lr)"},
     {"scheduler.params.warmup_min_ratio", K_FLOAT, OFF(warmup_min_ratio), 0, 0, 1, NULL, NULL, NULL,
      "WarmupCosineLR: where the warm-up starts, as a fraction of the peak"},
-    {"scheduler.params.warmup_num_steps", K_INT, OFF(warmup_steps), 20, 0, INT_MAX, NULL, NULL,
+    {"scheduler.params.warmup_num_steps", K_INT, OFF(warmup_steps), 1000, 0, INT_MAX, NULL, NULL,
      NULL, "warm-up steps"},
-    {"scheduler.params.warmup_type", K_STR, OFF(warmup_type), 0, 0, 0, "linear", "linear|log", NULL,
-     "warm-up shape: linear, or log (DeepSpeed's default)"},
+    {"scheduler.params.warmup_type", K_STR, OFF(warmup_type), 0, 0, 0, "log", "linear|log", NULL,
+     "warm-up shape: log (DeepSpeed's default: lr = min + (peak - min) log(step + 1) / "
+     "log(warmup_num_steps)) or linear"},
     {"scheduler.params.total_num_steps", K_INT, OFF(total_steps), 0, 0, INT_MAX, NULL, NULL, NULL,
      "end of the decay (0: train.steps)"},
-    {"scheduler.params.cos_min_ratio", K_FLOAT, OFF(min_lr_ratio), 0.1, 0, 1, NULL, NULL, NULL,
+    {"scheduler.params.cos_min_ratio", K_FLOAT, OFF(min_lr_ratio), 0.0001, 0, 1, NULL, NULL, NULL,
      "WarmupCosineLR: final learning rate as a fraction of the peak"},
     {"zero_optimization.stage", K_INT, OFF(stage), 0, 0, 3, NULL, NULL, "--stage",
      "ZeRO stage: 0 data parallel, 1 optimizer states, 2 + gradients, 3 + parameters sharded"},
-    {"zero_optimization.reduce_bucket_size", K_I64, OFF(reduce_bucket_elems), DS_BUCKET, 1, I64_MAX,
-     NULL, NULL, NULL, "gradient elements per reduce-scatter bucket"},
+    {"zero_optimization.reduce_bucket_size", K_I64, OFF(reduce_bucket_elems), DS_BUCKET, 0, I64_MAX,
+     NULL, NULL, NULL,
+     "gradient elements per reduce-scatter bucket (0: no bucket, each unit's gradients are "
+     "reduce-scattered on their own)"},
     {"zero_optimization.allgather_bucket_size", K_I64, OFF(allgather_bucket_elems), DS_BUCKET, 1,
      I64_MAX, NULL, NULL, NULL, "accepted; stages 1-2 all-gather updated parameters per unit"},
     {"zero_optimization.overlap_comm", K_BOOL, OFF(overlap_comm), 1, 0, 1, NULL, NULL, NULL,
@@ -302,7 +309,7 @@ void zero__train_config_default(zero_train_config_t *cfg) {
         }
     }
     cfg->beta[0] = 0.9f;
-    cfg->beta[1] = 0.95f;
+    cfg->beta[1] = 0.999f;
     /* cfg->loss_scaler holds the table's fp16.* defaults, which are the scaler's own
      * (zero_loss_scaler_params_default; test_config compares them). Not assigned from it: a
      * struct copy may leave padding bytes that the config's byte comparisons would see. */
@@ -715,6 +722,61 @@ zero_status_t zero__train_config_set_dtype(zero_train_config_t *cfg, const char 
     return ZERO_OK;
 }
 
+zero_status_t zero__train_config_engine_params(const zero_train_config_t *cfg,
+                                               zero_engine_params_t *ep) {
+    ep->stage = cfg->stage;
+    ep->compute_dtype = zero__train_config_compute_dtype(cfg);
+    ep->grad_accum_dtype = zero__train_config_accum_dtype(cfg);
+    ep->loss_scaler = cfg->loss_scaler;
+    /* DeepSpeed: no scheduler keeps the optimizer's lr; WarmupLR and WarmupDecayLR take their
+     * peak from warmup_max_lr and decay to warmup_min_lr; WarmupCosineLR scales the optimizer's
+     * lr by cos_min_ratio at the end. */
+    int none = !strcmp(cfg->scheduler, "none");
+    int warmup_family = !none && strcmp(cfg->scheduler, "WarmupCosineLR") != 0;
+    float peak = cfg->lr;
+    if (warmup_family && cfg->warmup_max_lr > 0) peak = cfg->warmup_max_lr;
+    if (none) {
+        ep->lr = ep->min_lr = ep->warmup_min_lr = peak;
+        ep->schedule = ZERO_LR_CONSTANT;
+        ep->warmup_steps = 0;
+        ep->warmup_type = ZERO_WARMUP_LINEAR;
+    } else {
+        ep->lr = peak;
+        ep->schedule = !strcmp(cfg->scheduler, "WarmupLR")        ? ZERO_LR_CONSTANT
+                       : !strcmp(cfg->scheduler, "WarmupDecayLR") ? ZERO_LR_LINEAR
+                                                                  : ZERO_LR_COSINE;
+        ep->min_lr = warmup_family ? cfg->warmup_min_lr : peak * cfg->min_lr_ratio;
+        if (ep->min_lr > peak)
+            return zero__error(ZERO_ERR_CONFIG,
+                               "scheduler.params.warmup_min_lr = %g is above the peak learning "
+                               "rate %g (expected <= the peak)",
+                               (double)cfg->warmup_min_lr, (double)peak);
+        ep->warmup_min_lr = warmup_family ? cfg->warmup_min_lr : peak * cfg->warmup_min_ratio;
+        ep->warmup_steps = cfg->warmup_steps;
+        ep->warmup_type = !strcmp(cfg->warmup_type, "log") ? ZERO_WARMUP_LOG : ZERO_WARMUP_LINEAR;
+    }
+    ep->beta1 = cfg->beta[0];
+    ep->beta2 = cfg->beta[1];
+    ep->eps = cfg->eps;
+    ep->weight_decay = cfg->weight_decay;
+    ep->total_steps = cfg->total_steps > 0 ? cfg->total_steps : (cfg->steps > 0 ? cfg->steps : 1);
+    ep->grad_clip = cfg->grad_clip;
+    ep->grad_accum_steps = cfg->grad_accum;
+    /* DeepSpeed sizes buckets in elements; the engine takes bytes of fp32 gradient (with 16-bit
+     * compute the bucket keeps this element count in half the bytes). A bucket of 0 elements
+     * (DeepSpeed: every gradient is reduced on its own) becomes the engine's smallest, 1 byte,
+     * which holds no unit, so every unit is reduce-scattered straight from its own buffer. */
+    int64_t bucket_bytes = cfg->reduce_bucket_elems * (int64_t)sizeof(float);
+    ep->reduce_bucket_bytes = bucket_bytes > INT32_MAX ? INT32_MAX
+                              : bucket_bytes < 1       ? 1
+                                                       : (int)bucket_bytes;
+    ep->overlap_comm = cfg->overlap_comm;
+    ep->prefetch_bucket_elems = cfg->prefetch_bucket_elems;
+    ep->persistence_threshold_elems = cfg->persistence_threshold_elems;
+    ep->max_live_elems = cfg->max_live_elems;
+    return ZERO_OK;
+}
+
 zero_dtype_t zero__train_config_compute_dtype(const zero_train_config_t *cfg) {
     return cfg->bf16 ? ZERO_DTYPE_BF16 : cfg->fp16 ? ZERO_DTYPE_FP16 : ZERO_DTYPE_FP32;
 }
@@ -869,4 +931,27 @@ void zero__train_config_print_flags(FILE *out) {
         snprintf(left, sizeof left, "%s %s", k->flag, metavar(k));
         fprintf(out, "  %-20s %s (%s)\n", left, k->doc, k->name);
     }
+}
+
+zero_status_t zero_ds_config_load(const char *path, zero_engine_params_t *out) {
+    if (!path || !out)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "zero_ds_config_load: %s is NULL (expected a config path and "
+                           "engine parameters to fill)",
+                           !path ? "path" : "out");
+    zero_train_config_t cfg;
+    zero__train_config_default(&cfg);
+    zero_status_t st = zero__train_config_load(&cfg, path);
+    if (st) return st;
+    st = zero__train_config_check(&cfg, out->comm ? zero_comm_size(out->comm) : 1);
+    if (st) return st;
+    zero_engine_params_t p = zero_engine_params_default();
+    p.comm = out->comm;
+    p.mem = out->mem;
+    p.threads = out->threads;
+    p.seed = out->seed;
+    st = zero__train_config_engine_params(&cfg, &p);
+    if (st) return st;
+    *out = p;
+    return ZERO_OK;
 }

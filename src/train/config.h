@@ -16,6 +16,7 @@
 #define ZERO_TRAIN_CONFIG_H
 
 #include "model/gpt.h"
+#include "zero/engine.h"
 #include "zero/optim.h"
 
 #include <stdint.h>
@@ -118,6 +119,13 @@ zero_status_t zero__train_config_set_dtype(zero_train_config_t *cfg, const char 
 /* The compute dtype and the gradient-accumulation dtype the config asks for (after check). */
 zero_dtype_t zero__train_config_compute_dtype(const zero_train_config_t *cfg);
 zero_dtype_t zero__train_config_accum_dtype(const zero_train_config_t *cfg);
+
+/* Map a checked config onto engine parameters (stage, optimizer, schedule, clipping,
+ * accumulation, dtypes and loss scaler, buckets, prefetch, persistence): the one mapping that
+ * `zero train` and zero_ds_config_load share. Leaves comm, mem, threads and seed as *ep has them.
+ * ZERO_ERR_CONFIG when warmup_min_lr is above the peak learning rate. */
+zero_status_t zero__train_config_engine_params(const zero_train_config_t *cfg,
+                                               zero_engine_params_t *ep);
 
 /* Write the effective configuration as JSON (nested like the input). */
 void zero__train_config_print(const zero_train_config_t *cfg, FILE *out);

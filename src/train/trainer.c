@@ -310,50 +310,11 @@ static zero_train_position_t position_at(const run_t *r, const zero_train_positi
 }
 
 static zero_status_t engine_params(const run_t *r, zero_engine_params_t *ep) {
-    const zero_train_config_t *cfg = r->cfg;
     *ep = zero_engine_params_default();
-    ep->seed = (uint64_t)cfg->seed;
+    ep->seed = (uint64_t)r->cfg->seed;
     ep->threads = r->job->threads;
-    ep->stage = cfg->stage;
     ep->comm = r->comm;
-    ep->compute_dtype = zero__train_config_compute_dtype(cfg);
-    ep->grad_accum_dtype = zero__train_config_accum_dtype(cfg);
-    ep->loss_scaler = cfg->loss_scaler;
-    /* DeepSpeed: WarmupLR and WarmupDecayLR take their peak from warmup_max_lr and decay to
-     * warmup_min_lr; WarmupCosineLR scales the optimizer's lr by cos_min_ratio at the end. */
-    int warmup_family = strcmp(cfg->scheduler, "WarmupCosineLR") != 0;
-    float peak = cfg->lr;
-    if (warmup_family && cfg->warmup_max_lr > 0) peak = cfg->warmup_max_lr;
-    ep->lr = peak;
-    ep->schedule = !strcmp(cfg->scheduler, "WarmupLR")        ? ZERO_LR_CONSTANT
-                   : !strcmp(cfg->scheduler, "WarmupDecayLR") ? ZERO_LR_LINEAR
-                                                              : ZERO_LR_COSINE;
-    ep->min_lr = warmup_family ? cfg->warmup_min_lr : peak * cfg->min_lr_ratio;
-    float warmup_start = warmup_family ? cfg->warmup_min_lr : peak * cfg->warmup_min_ratio;
-    if (ep->min_lr > peak)
-        return zero__error(ZERO_ERR_CONFIG,
-                           "scheduler.params.warmup_min_lr = %g is above the peak learning rate "
-                           "%g (expected <= the peak)",
-                           (double)cfg->warmup_min_lr, (double)peak);
-    ep->beta1 = cfg->beta[0];
-    ep->beta2 = cfg->beta[1];
-    ep->eps = cfg->eps;
-    ep->weight_decay = cfg->weight_decay;
-    ep->warmup_steps = cfg->warmup_steps;
-    ep->total_steps = cfg->total_steps > 0 ? cfg->total_steps : (cfg->steps > 0 ? cfg->steps : 1);
-    ep->grad_clip = cfg->grad_clip;
-    ep->grad_accum_steps = cfg->grad_accum;
-    ep->warmup_min_lr = warmup_start;
-    ep->warmup_type = !strcmp(cfg->warmup_type, "log") ? ZERO_WARMUP_LOG : ZERO_WARMUP_LINEAR;
-    /* DeepSpeed sizes buckets in elements; the engine takes bytes of fp32 gradient (with 16-bit
-     * compute the bucket keeps this element count in half the bytes). */
-    int64_t bucket_bytes = cfg->reduce_bucket_elems * (int64_t)sizeof(float);
-    ep->reduce_bucket_bytes = bucket_bytes > INT32_MAX ? INT32_MAX : (int)bucket_bytes;
-    ep->overlap_comm = cfg->overlap_comm;
-    ep->prefetch_bucket_elems = cfg->prefetch_bucket_elems;
-    ep->persistence_threshold_elems = cfg->persistence_threshold_elems;
-    ep->max_live_elems = cfg->max_live_elems;
-    return ZERO_OK;
+    return zero__train_config_engine_params(r->cfg, ep);
 }
 
 /* The whole run of one rank. rep is filled on every rank; rep->ranks only on rank 0. */

@@ -8,6 +8,7 @@
 #include "check.h"
 #include "train/config.h"
 #include "train/trainer.h"
+#include "zero/zero.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -181,9 +182,9 @@ static void test_invalid_cases(void) {
          1,
          {"optimizer.params.betas = [0.9]", "[number, number]", NULL}},
         {"{\"gradient_clipping\": true}", 1, {"gradient_clipping = true", "number", NULL}},
-        {"{\"zero_optimization\": {\"reduce_bucket_size\": 0}}",
+        {"{\"zero_optimization\": {\"reduce_bucket_size\": -1}}",
          1,
-         {"zero_optimization.reduce_bucket_size = 0", "out of range", NULL}},
+         {"zero_optimization.reduce_bucket_size = -1", "out of range", NULL}},
         {"{\"train\": {\"backend\": \"nccl\"}}", 1, {"train.backend", "nccl", "auto|threads|mpi"}},
         {"{\"model\": 4}", 1, {"model = 4", "expected an object", NULL}},
         {"{\"optimizer\": {\"params\": [0.1]}}",
@@ -307,7 +308,7 @@ static void test_deepspeed_example(void) {
     CHECK(!strcmp(c.scheduler, "WarmupLR") && c.warmup_max_lr == 0.001f && c.warmup_steps == 1000 &&
               !strcmp(c.warmup_type, "log"),
           "scheduler");
-    CHECK(c.grad_clip == 1.0f && c.steps_per_print == 2000, "auto keeps the default clip");
+    CHECK(c.grad_clip == 0.0f && c.steps_per_print == 2000, "auto keeps the default clip");
 }
 
 /* Mixed precision: bf16 / fp16 blocks, the fp16.* keys through the loss scaler's setter (its
@@ -464,6 +465,110 @@ static void test_machine_threads(void) {
           zero__train_machine_threads(&c), cores);
 }
 
+/* What an absent key means is what it means under DeepSpeed (deepspeed/runtime/constants.py,
+ * lr_schedules.py, FusedAdam): no scheduler block keeps the optimizer's lr constant, no
+ * gradient_clipping clips nothing, Adam's betas are (0.9, 0.999) and weight_decay 0; a
+ * reduce_bucket_size of 0 is valid. Checked on the engine parameters the trainer builds. */
+static void test_absent_keys(void) {
+    zero_train_config_t c;
+    CHECK(parse_check(&c, "{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.0002}}}",
+                      1) == ZERO_OK,
+          "parse: %s", zero_last_error());
+    zero_engine_params_t ep = zero_engine_params_default();
+    CHECK(zero__train_config_engine_params(&c, &ep) == ZERO_OK, "map: %s", zero_last_error());
+    CHECK(ep.schedule == ZERO_LR_CONSTANT && ep.warmup_steps == 0 && ep.lr == 0.0002f &&
+              ep.min_lr == 0.0002f,
+          "no scheduler: schedule %d warmup %d lr %g min %g", (int)ep.schedule, ep.warmup_steps,
+          (double)ep.lr, (double)ep.min_lr);
+    CHECK(ep.grad_clip == 0.0f, "no gradient_clipping: clip %g", (double)ep.grad_clip);
+    CHECK(ep.beta1 == 0.9f && ep.beta2 == 0.999f && ep.weight_decay == 0.0f && ep.eps == 1e-8f,
+          "Adam defaults: betas (%g, %g) wd %g eps %g", (double)ep.beta1, (double)ep.beta2,
+          (double)ep.weight_decay, (double)ep.eps);
+    /* A scheduler block without its optional params: DeepSpeed's WarmupLR defaults (peak 0.001
+     * whatever the optimizer says, 1000 log-shaped warm-up steps from 0). */
+    CHECK(
+        parse_check(&c,
+                    "{\"optimizer\": {\"params\": {\"lr\": 0.0002}}, \"scheduler\": "
+                    "{\"type\": \"WarmupLR\"}, \"zero_optimization\": {\"reduce_bucket_size\": 0}}",
+                    1) == ZERO_OK &&
+            zero__train_config_engine_params(&c, &ep) == ZERO_OK,
+        "WarmupLR: %s", zero_last_error());
+    CHECK(ep.schedule == ZERO_LR_CONSTANT && ep.lr == 0.001f && ep.warmup_steps == 1000 &&
+              ep.warmup_type == ZERO_WARMUP_LOG && ep.warmup_min_lr == 0.0f,
+          "WarmupLR defaults: lr %g warmup %d type %d", (double)ep.lr, ep.warmup_steps,
+          (int)ep.warmup_type);
+    CHECK(c.reduce_bucket_elems == 0 && ep.reduce_bucket_bytes >= 1 && ep.reduce_bucket_bytes < 4,
+          "reduce_bucket_size 0: %d bytes", ep.reduce_bucket_bytes);
+    /* WarmupCosineLR: cos_min_ratio 0.0001 and warmup_min_ratio 0 by default. */
+    CHECK(parse_check(&c,
+                      "{\"optimizer\": {\"params\": {\"lr\": 0.01}}, \"scheduler\": {\"type\": "
+                      "\"WarmupCosineLR\", \"params\": {\"total_num_steps\": 50}}}",
+                      1) == ZERO_OK &&
+              zero__train_config_engine_params(&c, &ep) == ZERO_OK,
+          "WarmupCosineLR: %s", zero_last_error());
+    CHECK(ep.schedule == ZERO_LR_COSINE && ep.lr == 0.01f &&
+              fabsf(ep.min_lr - 0.01f * 0.0001f) <= 1e-12f && ep.warmup_steps == 1000 &&
+              ep.total_steps == 50 && ep.warmup_min_lr == 0.0f,
+          "WarmupCosineLR defaults: min %g warmup %d total %d", (double)ep.min_lr, ep.warmup_steps,
+          ep.total_steps);
+}
+
+/* zero_ds_config_load (include/zero/config.h): the trainer's reader and mapping behind a public
+ * call; the caller's comm, threads and seed survive, a failure leaves *out as it was. */
+static void test_public_load(void) {
+    char path[] = "/tmp/zero-test-dsconfig-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp");
+    if (fd < 0) return;
+    const char *json = "{\"train_batch_size\": 8, \"gradient_accumulation_steps\": 4,\n"
+                       " \"seed\": 99, \"gradient_clipping\": 0.7,\n"
+                       " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 3e-4, "
+                       "\"betas\": [0.8, 0.9], \"eps\": 1e-6, \"weight_decay\": 0.05}},\n"
+                       " \"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {"
+                       "\"warmup_min_lr\": 1e-5, \"warmup_max_lr\": 2e-4, \"warmup_num_steps\": 7, "
+                       "\"total_num_steps\": 70, \"warmup_type\": \"linear\"}},\n"
+                       " \"fp16\": {\"enabled\": true, \"loss_scale_window\": 500},\n"
+                       " \"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 1000,\n"
+                       "   \"overlap_comm\": false, \"stage3_prefetch_bucket_size\": 123,\n"
+                       "   \"stage3_param_persistence_threshold\": 45, "
+                       "\"stage3_max_live_parameters\": 6789}}\n";
+    CHECK(write(fd, json, strlen(json)) == (ssize_t)strlen(json), "write");
+    close(fd);
+    zero_engine_params_t p = zero_engine_params_default();
+    p.threads = 3;
+    p.seed = 42;
+    CHECK(zero_ds_config_load(path, &p) == ZERO_OK, "load: %s", zero_last_error());
+    CHECK(p.threads == 3 && p.seed == 42 && p.comm == NULL, "caller's fields: threads %d seed %llu",
+          p.threads, (unsigned long long)p.seed);
+    CHECK(p.stage == 2 && p.grad_accum_steps == 4 && p.grad_clip == 0.7f,
+          "stage %d accum %d clip %g", p.stage, p.grad_accum_steps, (double)p.grad_clip);
+    CHECK(p.beta1 == 0.8f && p.beta2 == 0.9f && p.eps == 1e-6f && p.weight_decay == 0.05f,
+          "optimizer");
+    CHECK(p.schedule == ZERO_LR_LINEAR && p.lr == 2e-4f && p.min_lr == 1e-5f &&
+              p.warmup_min_lr == 1e-5f && p.warmup_steps == 7 && p.total_steps == 70 &&
+              p.warmup_type == ZERO_WARMUP_LINEAR,
+          "scheduler: lr %g min %g", (double)p.lr, (double)p.min_lr);
+    CHECK(p.compute_dtype == ZERO_DTYPE_FP16 && p.loss_scaler.loss_scale_window == 500,
+          "fp16 and its scaler");
+    CHECK(p.reduce_bucket_bytes == 4000 && p.overlap_comm == 0 && p.prefetch_bucket_elems == 123 &&
+              p.persistence_threshold_elems == 45 && p.max_live_elems == 6789,
+          "zero_optimization: bucket %d bytes", p.reduce_bucket_bytes);
+    /* a failure changes nothing */
+    zero_engine_params_t before = p;
+    FILE *f = fopen(path, "w");
+    fprintf(f, "{\"zero_optimization\": {\"stage\": 4}}\n");
+    fclose(f);
+    CHECK(zero_ds_config_load(path, &p) == ZERO_ERR_CONFIG &&
+              strstr(zero_last_error(), "zero_optimization.stage = 4") &&
+              !memcmp(&before, &p, sizeof p),
+          "bad stage: '%s'", zero_last_error());
+    CHECK(zero_ds_config_load("/nonexistent/ds.json", &p) == ZERO_ERR_IO &&
+              !memcmp(&before, &p, sizeof p),
+          "missing file");
+    CHECK(zero_ds_config_load(NULL, &p) == ZERO_ERR_INVALID_ARG, "NULL path");
+    unlink(path);
+}
+
 int main(int argc, char **argv) {
     zero_log_set_callback(capture, NULL);
     test_values();
@@ -476,6 +581,8 @@ int main(int argc, char **argv) {
     test_legacy_zero();
     test_mixed_precision();
     test_machine_threads();
+    test_absent_keys();
+    test_public_load();
     if (argc > 1) test_docs(argv[1]);
     return check_report();
 }

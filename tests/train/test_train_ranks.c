@@ -37,18 +37,19 @@ static void capture(zero_log_level_t level, int rank, int world, const char *msg
 
 static char dir[256], cfgpath[512];
 
-static const char *tiny = "{\n"
-                          "  \"model\": {\"layers\": 2, \"heads\": 2, \"dim\": 32, \"seq\": 32},\n"
-                          "  \"data\": {\"builtin_bytes\": 65536},\n"
-                          "  \"train_micro_batch_size_per_gpu\": 4,\n"
-                          "  \"gradient_accumulation_steps\": 2,\n"
-                          "  \"optimizer\": {\"params\": {\"lr\": 0.003}},\n"
-                          "  \"scheduler\": {\"params\": {\"warmup_num_steps\": 2}},\n"
-                          "  \"zero_optimization\": {\"reduce_bucket_size\": 5000,\n"
-                          "      \"stage3_param_persistence_threshold\": 100},\n"
-                          "  \"train\": {\"steps\": 6, \"eval_interval\": 3, \"eval_batches\": 2,\n"
-                          "            \"samples\": 1, \"sample_tokens\": 16}\n"
-                          "}\n";
+static const char *tiny =
+    "{\n"
+    "  \"model\": {\"layers\": 2, \"heads\": 2, \"dim\": 32, \"seq\": 32},\n"
+    "  \"data\": {\"builtin_bytes\": 65536},\n"
+    "  \"train_micro_batch_size_per_gpu\": 4,\n"
+    "  \"gradient_accumulation_steps\": 2,\n"
+    "  \"optimizer\": {\"params\": {\"lr\": 0.003}},\n"
+    "  \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_num_steps\": 2}},\n"
+    "  \"zero_optimization\": {\"reduce_bucket_size\": 5000,\n"
+    "      \"stage3_param_persistence_threshold\": 100},\n"
+    "  \"train\": {\"steps\": 6, \"eval_interval\": 3, \"eval_batches\": 2,\n"
+    "            \"samples\": 1, \"sample_tokens\": 16}\n"
+    "}\n";
 
 static double num(const cJSON *o, const char *key) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);

@@ -35,8 +35,9 @@ static const char *tiny =
     "{\"model\": {\"layers\": 2, \"heads\": 2, \"dim\": 32, \"seq\": 32},\n"
     " \"data\": {\"builtin_bytes\": 65536},\n"
     " \"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 2,\n"
-    " \"optimizer\": {\"params\": {\"lr\": 0.003}},\n"
-    " \"scheduler\": {\"params\": {\"warmup_num_steps\": 2, \"total_num_steps\": 6}},\n"
+    " \"optimizer\": {\"params\": {\"lr\": 0.003}}, \"gradient_clipping\": 1.0,\n"
+    " \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"warmup_num_steps\": 2, "
+    "\"total_num_steps\": 6}},\n"
     " \"zero_optimization\": {\"reduce_bucket_size\": 5000,\n"
     "     \"stage3_param_persistence_threshold\": 100},\n"
     " \"train\": {\"steps\": 6, \"eval_interval\": 2, \"eval_batches\": 1, \"samples\": 0}}\n";
