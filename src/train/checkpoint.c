@@ -10,6 +10,11 @@
  * moments carry over and the loss scaler starts afresh, with a warning. Evaluation and
  * sampling draw from fixed seeds per call, so they hold no state. 64-bit values are stored as
  * hex strings: JSON numbers are doubles.
+ * Ownership of a save directory: every checkpoint carries its run's id (random for a fresh run,
+ * inherited by a resume), so keep-last deletes only the run's own saves; a fresh run does not
+ * save into a directory holding other checkpoints unless told to (train.overwrite). A resume
+ * checks the model's shape keys by name before loading: model.heads changes no tensor's shape,
+ * so the layout check alone would let it through.
  */
 #include "train/checkpoint.h"
 
