@@ -2,7 +2,8 @@
  * stage 0-3, 3 steps saved then resumed to 6 under MPI give the weights_fingerprint of an
  * uninterrupted 6-step run on 2 threads (the reference: both backends sum in rank order, so the
  * weights are bitwise equal); the stage-3 checkpoint written by MPI loads on 3 threads at stage 1
- * with the fingerprint the saving run reported.
+ * with the fingerprint the saving run reported. Output errors that only rank 0 sees (a metrics log
+ * on /dev/full, a fresh run into a used save directory) fail both processes within a minute.
  *
  * Arguments: the `zero` program and the MPI launcher (CTest passes both); runs them as child
  * processes.
@@ -12,6 +13,7 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include "harness.h"
 
@@ -52,6 +54,25 @@ static char *train(int mpi, const char *extra) {
 }
 
 static int same(const char *a, const char *b) { return a && b && !strcmp(a, b); }
+
+/* `mpirun -np 2 zero train` that must fail on every rank, with `want` in its messages, within a
+ * minute: a rank that did not learn of the other's failure would wait in a collective. */
+static void train_fails(const char *extra, const char *want) {
+    char cmd[4096], errpath[512];
+    snprintf(errpath, sizeof errpath, "%s/err.txt", dir);
+    snprintf(cmd, sizeof cmd,
+             "timeout 60 %s --allow-run-as-root --oversubscribe -np 2 %s train -q --no-peak "
+             "--config %s %s 2>%s",
+             mpirun, zero, cfg, extra, errpath);
+    printf("$ %s\n", cmd);
+    fflush(stdout);
+    int rc = system(cmd);
+    char *err = slurp(errpath);
+    CHECK(rc != 0 && WIFEXITED(rc) && WEXITSTATUS(rc) != 124 && err && strstr(err, want),
+          "expected a failure naming '%s' (exit status %d): %s", want, rc, err ? err : "");
+    free(err);
+    unlink(errpath);
+}
 
 int main(int argc, char **argv) {
     if (argc < 3) {
@@ -104,6 +125,11 @@ int main(int argc, char **argv) {
         free(mid);
         free(resumed);
     }
+    /* Output errors of rank 0 fail rank 1 too: a metrics log on a full device, a fresh run into
+     * a save directory holding another run's checkpoints. */
+    train_fails("--metrics /dev/full", "No space left");
+    snprintf(extra, sizeof extra, "--steps 1 --save-dir %s/ckpt-0", dir);
+    train_fails(extra, "already holds checkpoints");
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (failed == 0 && system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
