@@ -4,7 +4,9 @@
 #   build-asan/  AddressSanitizer + UndefinedBehaviorSanitizer (all tests)
 #   build-tsan/  ThreadSanitizer (tests labelled comm, core or tsan: our own threaded code;
 #                OpenMP and MPI runtimes are not instrumented, so their tests stay out)
-# plus a clang-format check. Exits non-zero on the first failing stage.
+# plus a clang-format check and an install check: a portable build (ZERO_NATIVE=OFF, no tests)
+# installed to a temporary prefix, examples/ built out of tree against it with pkg-config and with
+# find_package(zero), both run, and a short `zero train` from the installed program. Exits non-zero on the first failing stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -17,6 +19,38 @@ clang-format --dry-run --Werror "${sources[@]}"
 echo "== optimised build"
 bash scripts/setup.sh
 ctest --test-dir build --output-on-failure -j "$jobs"
+
+echo "== install check (portable build, installed, examples built against it)"
+ZERO_BUILD_DIR=build-install \
+  ZERO_CMAKE_ARGS="-DZERO_NATIVE=OFF -DZERO_BUILD_TESTS=OFF -DZERO_BUILD_BENCH=OFF" \
+  bash scripts/setup.sh
+prefix=$(mktemp -d)
+trap 'rm -rf "$prefix"' EXIT
+cmake --install build-install --prefix "$prefix" >/dev/null
+libdir=$(dirname "$(find "$prefix" -name zero.pc)")/..
+# pkg-config, shared library
+PKG_CONFIG_PATH=$libdir/pkgconfig
+export PKG_CONFIG_PATH
+# shellcheck disable=SC2046
+cc -std=c11 -O2 -Wall -Werror -o "$prefix/mlp_pkgconfig" examples/mlp.c \
+  $(pkg-config --cflags --libs zero) -lm -Wl,-rpath,"$(pkg-config --variable=libdir zero)"
+"$prefix/mlp_pkgconfig"
+"$prefix/mlp_pkgconfig" bf16
+# find_package(zero), static library
+cmake -S examples -B "$prefix/examples" -DCMAKE_PREFIX_PATH="$prefix" -DZERO_EXAMPLES_STATIC=ON \
+  -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$prefix/examples" >/dev/null
+"$prefix/examples/example_mlp"
+# the installed program: 20 steps must bring the validation loss well below its start (ln 256)
+"$prefix/bin/zero" train --config configs/main.json --steps 20 --set train.eval_interval=0 \
+  --set train.samples=0 --no-peak -q --json-report "$prefix/report.json"
+python3 - "$prefix/report.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+first, last = r["initial_val_loss"], r["final_val_loss"]
+print(f"installed zero train: val loss {first:.3f} -> {last:.3f}")
+sys.exit(0 if last < 0.8 * first else 1)
+PY
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build"
 ZERO_BUILD_DIR=build-asan ZERO_CMAKE_ARGS="-DZERO_SANITIZE=address -DCMAKE_BUILD_TYPE=RelWithDebInfo" \

@@ -4,15 +4,18 @@
  * interleaved (the instruction has a latency of 3 cycles and a throughput of 1, so one stream
  * runs at a third of the speed), then the three are joined with the GF(2) "combine" identity
  * crc(A || B) = crc(A) * x^(8|B|) mod P xor crc(B) (as zlib's crc32_combine). Without SSE4.2 a
- * byte table is used. Both give the standard CRC32C (initial ~0, final xor ~0):
- * "123456789" -> 0xE3069283; tests/ckpt checks the fast path against the table.
+ * byte table is used. The SSE4.2 path is compiled with a target attribute and chosen at run time
+ * (__builtin_cpu_supports), so a build for plain x86-64 still uses it. Both give the standard
+ * CRC32C (initial ~0, final xor ~0): "123456789" -> 0xE3069283; tests/ckpt checks the fast path
+ * against the table.
  */
 #include "ckpt/ckpt_internal.h"
 
 #include <pthread.h>
 
-#if defined(__SSE4_2__)
+#if defined(__x86_64__) && defined(__GNUC__)
 #include <nmmintrin.h>
+#define HAVE_X86 1
 #endif
 
 #define POLY 0x82F63B78u /* reflected Castagnoli polynomial */
@@ -49,6 +52,7 @@ static void make_tables(void) {
     }
 }
 
+#ifdef HAVE_X86
 /* x^(n * 2^k) mod P. */
 static uint32_t x2nmodp(uint64_t n, unsigned k) {
     pthread_once(&tables_once, make_tables);
@@ -64,6 +68,7 @@ static uint32_t x2nmodp(uint64_t n, unsigned k) {
 static uint32_t combine(uint32_t crc1, uint32_t crc2, uint64_t len2) {
     return multmodp(x2nmodp(len2, 3), crc1) ^ crc2;
 }
+#endif
 
 static uint32_t crc_table_bytes(uint32_t crc, const unsigned char *p, size_t bytes) {
     pthread_once(&tables_once, make_tables);
@@ -76,9 +81,9 @@ uint32_t zero__crc32c_reference(uint32_t crc, const void *data, size_t bytes) {
     return crc_table_bytes(crc, data, bytes);
 }
 
-uint32_t zero__crc32c(uint32_t crc, const void *data, size_t bytes) {
-#if defined(__SSE4_2__)
-    const unsigned char *p = data;
+#ifdef HAVE_X86
+__attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t crc, const unsigned char *p,
+                                                            size_t bytes) {
     if (bytes >= 3 * 256) {
         size_t part = bytes / 3 / 8 * 8;
         const unsigned char *a = p, *b = p + part, *c = p + 2 * part;
@@ -95,7 +100,7 @@ uint32_t zero__crc32c(uint32_t crc, const void *data, size_t bytes) {
         uint32_t r = combine(crc, ~(uint32_t)ca, part);
         r = combine(r, ~(uint32_t)cb, part);
         r = combine(r, ~(uint32_t)cc, part);
-        return zero__crc32c(r, p + 3 * part, bytes - 3 * part);
+        return crc_sse42(r, p + 3 * part, bytes - 3 * part);
     }
     uint64_t c64 = ~crc;
     while (bytes >= 8) {
@@ -108,7 +113,13 @@ uint32_t zero__crc32c(uint32_t crc, const void *data, size_t bytes) {
     uint32_t c32 = (uint32_t)c64;
     while (bytes--) c32 = _mm_crc32_u8(c32, *p++);
     return ~c32;
-#else
-    return crc_table_bytes(crc, data, bytes);
+}
 #endif
+
+uint32_t zero__crc32c(uint32_t crc, const void *data, size_t bytes) {
+#ifdef HAVE_X86
+    /* __builtin_cpu_supports reads a table filled before main: cheap, and no race */
+    if (__builtin_cpu_supports("sse4.2")) return crc_sse42(crc, data, bytes);
+#endif
+    return crc_table_bytes(crc, data, bytes);
 }
