@@ -9,9 +9,9 @@
  *
  * The module does not know the engine: it sees a layout (units of named tensors) and reaches the
  * state through a shard-access callback (zero_ckpt_shard_io_t). Each unit is one flat buffer of
- * param_count elements padded to a multiple of world * 16; rank r owns [r*S, (r+1)*S) with
- * S = padded / world (ARCHITECTURE.md section 3). Because shards are plain ranges, loading at
- * another world size is a re-slicing.
+ * param_count elements (up to the end of its last tensor) padded to a multiple of world * 16;
+ * rank r owns [r*S, (r+1)*S) with S = padded / world (ARCHITECTURE.md section 3). Because shards
+ * are plain ranges, loading at another world size is a re-slicing.
  *
  * Ownership: strings and layouts passed in are borrowed for the duration of the call; those
  * returned by an opened checkpoint are owned by it (valid until zero_ckpt_close).
@@ -56,7 +56,10 @@ typedef struct zero_ckpt_tensor {
 
 typedef struct zero_ckpt_unit {
     const char *name;
-    size_t param_count; /* elements without padding; tensors lie inside [0, param_count) */
+    size_t param_count; /* elements without padding; tensors lie inside [0, param_count).
+                           The extent, not always the sum of the tensors: an engine unit
+                           (zero_ckpt_engine_layout_init) starts each tensor at a multiple of
+                           16 elements, so its gaps of zeros count too. */
     int tensor_count;
     const zero_ckpt_tensor_t *tensors;
 } zero_ckpt_unit_t;
@@ -250,7 +253,7 @@ ZERO_API zero_status_t zero_ckpt_engine_layout_init(zero_ckpt_engine_layout_t *o
 ZERO_API void zero_ckpt_engine_layout_free(zero_ckpt_engine_layout_t *layout);
 
 /* Shard access on top of the engine's public API (zero_engine_state_read/write): fp32 master,
- * Adam m and v, with ranges clipped to the unpadded unit (padding reads as zeros) and to what
+ * Adam m and v, with ranges clipped to the unit's extent (padding reads as zeros) and to what
  * this rank holds of each state (zero_engine_state_range), so a safetensors import or a
  * whole-unit load fills exactly that. Loading through a communicator at stage 3 delivers only
  * the rank's shard: load whole units at world 1 instead (what the trainer does). */

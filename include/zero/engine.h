@@ -246,7 +246,9 @@ ZERO_API float zero_engine_lr_at(const zero_engine_t *eng, int64_t step);
 
 ZERO_API int zero_engine_unit_count(const zero_engine_t *eng);
 ZERO_API const char *zero_engine_unit_name(const zero_engine_t *eng, int u);
-/* Elements of unit u (sum of its tensors, without padding) and of the whole model. */
+/* Elements of unit u (sum of its tensors, without padding) and of the whole model. The unit's
+ * buffer holds more: each tensor starts at a multiple of 16 elements (zero_engine_tensor_offset),
+ * and the whole is padded to a multiple of world x 16 (zero_engine_unit_padded_count). */
 ZERO_API size_t zero_engine_unit_param_count(const zero_engine_t *eng, int u);
 ZERO_API size_t zero_engine_param_count(const zero_engine_t *eng);
 ZERO_API int zero_engine_tensor_count(const zero_engine_t *eng, int u);

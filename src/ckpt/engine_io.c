@@ -2,19 +2,38 @@
  * layout built from the engine's unit and tensor queries, and shard access by
  * zero_engine_state_read/write (fp32 master, Adam m and v).
  *
+ * The checkpoint's unit extent (zero_ckpt_unit_t.param_count) is where the engine's last tensor
+ * ends, not the engine's parameter count: the engine starts every tensor at a multiple of 16
+ * elements, so a tensor whose size is not a multiple of 16 leaves a gap of zeros before the next
+ * one, and the buffer holds more elements than the sum of the tensors (engine_extent). Both give
+ * the same padded size, round_up(extent, world * 16), so the checkpoint's shards are the
+ * engine's.
+ *
  * Ranges handed to the callbacks are elements of the padded unit buffer. They are clipped to the
- * unpadded unit (reads give zeros in the padding, writes drop it, so the engine's padding stays
- * zero) and to what this rank holds of that state (zero_engine_state_range: the whole unit for
- * the master in stages 0-2 and stage-3 persistent units and for stage 0's moments, else the
- * owned shard). So a whole-unit put (safetensors import, or a load at world 1) fills exactly
- * what the rank holds. A load through a communicator at stage 3 delivers only the rank's shard:
- * a persistent unit's full copy would then be partly stale, which is why the trainer loads at
- * world 1 without a communicator on every rank. Whole units must be written alike on every rank.
+ * extent (reads give zeros in the padding, writes drop it, so the engine's padding stays zero) and
+ * to what this rank holds of that state (zero_engine_state_range: the whole unit for the master in
+ * stages 0-2 and stage-3 persistent units and for stage 0's moments, else the owned shard). So a
+ * whole-unit put (safetensors import, or a load at world 1) fills exactly what the rank holds. A
+ * load through a communicator at stage 3 delivers only the rank's shard: a persistent unit's full
+ * copy would then be partly stale, which is why the trainer loads at world 1 without a communicator
+ * on every rank. Whole units must be written alike on every rank.
  */
 #include "ckpt/ckpt_internal.h"
 #include "core/core_internal.h"
 
 #include <stdlib.h>
+
+/* The end of unit u's last tensor in the engine's buffer (its gaps included, padding not). */
+static size_t engine_extent(const zero_engine_t *eng, int u) {
+    size_t end = 0;
+    for (int t = 0; t < zero_engine_tensor_count(eng, u); t++) {
+        const zero_tensor_desc_t *d = zero_engine_tensor_desc(eng, u, t);
+        size_t n = 1;
+        for (int i = 0; i < d->ndim; i++) n *= d->shape[i];
+        end = ZERO_MAX(end, zero_engine_tensor_offset(eng, u, t) + n);
+    }
+    return end;
+}
 
 zero_status_t zero_ckpt_engine_layout_init(zero_ckpt_engine_layout_t *out,
                                            const zero_engine_t *eng) {
@@ -34,7 +53,7 @@ zero_status_t zero_ckpt_engine_layout_init(zero_ckpt_engine_layout_t *out,
     for (int u = 0; u < nu; u++) {
         zero_ckpt_unit_t *U = &out->units[u];
         U->name = zero_engine_unit_name(eng, u);
-        U->param_count = zero_engine_unit_param_count(eng, u);
+        U->param_count = engine_extent(eng, u);
         U->tensor_count = zero_engine_tensor_count(eng, u);
         U->tensors = &out->tensors[k];
         for (int t = 0; t < U->tensor_count; t++, k++) {
@@ -45,6 +64,17 @@ zero_status_t zero_ckpt_engine_layout_init(zero_ckpt_engine_layout_t *out,
             for (int i = 0; i < d->ndim && i < ZERO_CKPT_MAX_DIMS; i++) T->shape[i] = d->shape[i];
             T->offset = zero_engine_tensor_offset(eng, u, t);
             T->flags = d->flags;
+        }
+        /* Our invariant: the checkpoint's padded size is the engine's at its world size. */
+        size_t padded = zero_engine_unit_padded_count(eng, u), so = 0, sc = 0;
+        zero_engine_shard_range(eng, u, &so, &sc);
+        if (!sc || zero_ckpt_padded_count(U->param_count, (int)(padded / sc)) != padded) {
+            zero_ckpt_engine_layout_free(out);
+            return zero__error(ZERO_ERR_INTERNAL,
+                               "checkpoint layout: unit %d of the engine has %zu padded elements, "
+                               "its tensors end at %zu (expected round_up(%zu, world x %d))",
+                               u, padded, engine_extent(eng, u), engine_extent(eng, u),
+                               ZERO_CKPT_ALIGN_ELEMS);
         }
     }
     out->layout.unit_count = nu;
@@ -65,7 +95,7 @@ static zero_engine_state_t engine_state(zero_ckpt_state_t state) {
                                        : ZERO_ENGINE_STATE_MASTER;
 }
 
-/* [*a, *e) clipped to the unpadded unit and to what this rank holds of the state. */
+/* [*a, *e) clipped to the unit's extent and to what this rank holds of the state. */
 static zero_status_t clip(zero_engine_t *eng, int u, zero_ckpt_state_t state, size_t *a,
                           size_t *e) {
     if ((unsigned)state >= ZERO_CKPT_STATE_COUNT)
@@ -74,7 +104,7 @@ static zero_status_t clip(zero_engine_t *eng, int u, zero_ckpt_state_t state, si
     size_t so = 0, sc = 0;
     zero_status_t st = zero_engine_state_range(eng, u, engine_state(state), &so, &sc);
     if (st) return st;
-    *e = ZERO_MIN(*e, zero_engine_unit_param_count(eng, u));
+    *e = ZERO_MIN(*e, engine_extent(eng, u));
     *a = ZERO_MAX(*a, so);
     *e = ZERO_MIN(*e, so + sc);
     if (*a > *e) *a = *e;
