@@ -67,7 +67,7 @@ static zero_status_t train(const opts_t *o, uint64_t *fp) {
     if (!st && o->resume) st = zero__train_config_set(&c, "train.resume", o->resume);
     if (!st && o->init_from) st = zero__train_config_set(&c, "train.init_from", o->init_from);
     if (st) return st;
-    zero_train_io_t io = {NULL, 0, 0, NULL};
+    zero_train_io_t io = {.out = NULL}; /* silent */
     zero_train_report_t rep;
     st = zero__train_run(&c, &io, &rep);
     if (!st) {
