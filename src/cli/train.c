@@ -252,6 +252,10 @@ int zero__cli_train(int argc, char **argv) {
         }
     }
     zero_train_config_t cfg;
+    /* Under mpirun every process reads the config: rank 0 alone says what it noticed. */
+    const char *mpi_rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (!mpi_rank) mpi_rank = getenv("PMI_RANK");
+    int other_rank = mpi_rank && atoi(mpi_rank) > 0;
     /* Read the config muted first when this program may restart itself for OMP_WAIT_POLICY
      * (choose_openmp_wait), so that its warnings are printed once, by the image that trains. */
     if (!rc && !print_config && !getenv("OMP_WAIT_POLICY")) {
@@ -260,6 +264,7 @@ int zero__cli_train(int argc, char **argv) {
         zero__train_config_quiet(0);
         if (!r0) choose_openmp_wait(&cfg);
     }
+    zero__train_config_quiet(other_rank);
     if (!rc) rc = build_config(args, n, config_path, 1, &cfg);
     free(args);
     if (rc) return rc;

@@ -1,11 +1,12 @@
 /* config.c — the table of training keys and the JSON reader (cJSON).
  *
- * Not here: what the values do (the trainer maps them onto the engine and the model). DeepSpeed
- * keys we know but do not support yet (offload, aio, ...) are listed in `ignored` and
- * warned about by name rather than silently accepted. Invariant: every field of
- * zero_train_config_t that a user can set appears exactly once in `keys`, so defaults, parsing,
- * flags, printing and docs/config.md agree; keys are grouped by JSON section so that printing can
- * nest them by common prefix.
+ * Not here: what the values do (zero__train_config_engine_params maps them onto the engine, the
+ * trainer onto the model). Every other key DeepSpeed accepts is in `ds_keys` with what zero does
+ * with it (the same thing, nothing needed, an equivalent, another spelling, not yet), so none is
+ * an "unknown key". Duplicate keys are an error (find_duplicate), as in DeepSpeed. Invariant: every
+ * field of zero_train_config_t that a user can set appears exactly once in `keys`, so defaults,
+ * parsing, flags, printing and docs/config.md agree; keys are grouped by JSON section so that
+ * printing can nest them by common prefix.
  */
 #include "train/config.h"
 
@@ -193,71 +194,179 @@ static const cfg_key_t keys[] = {
 #undef OFF
 _Static_assert(sizeof keys / sizeof keys[0] <= ZERO_CONFIG_MAX_KEYS, "key_set is too small");
 
-/* DeepSpeed keys (whole subtrees) we know but do not implement yet: warned about by name as
- * "ignored: not supported yet", so a user's ds_config.json runs and says what it dropped. */
-static const char *const ignored[] = {
-    "fp16.auto_cast",
-    "fp16.fp16_master_weights_and_grads",
-    "amp",
-    "aio",
-    "activation_checkpointing",
-    "flops_profiler",
-    "wall_clock_breakdown",
-    "memory_breakdown",
-    "tensorboard",
-    "wandb",
-    "csv_monitor",
-    "comet",
-    "comms_logger",
-    "communication_data_type",
-    "prescale_gradients",
-    "gradient_predivide_factor",
-    "sparse_gradients",
-    "zero_allow_untested_optimizer",
-    "zero_force_ds_cpu_optimizer",
-    "elasticity",
-    "autotuning",
-    "checkpoint",
-    "data_efficiency",
-    "curriculum_learning",
-    "compression_training",
-    "dump_state",
-    "pipeline",
-    "sparse_attention",
-    "nebula",
-    "weight_quantization",
-    "hybrid_engine",
-    "train_monitor",
-    "zero_optimization.offload_optimizer",
-    "zero_optimization.offload_param",
-    "zero_optimization.cpu_offload",
-    "zero_optimization.cpu_offload_params",
-    "zero_optimization.cpu_offload_use_pin_memory",
-    "zero_optimization.sub_group_size",
-    "zero_optimization.stage3_gather_16bit_weights_on_model_save",
-    "zero_optimization.stage3_gather_fp16_weights_on_model_save",
-    "zero_optimization.gather_16bit_weights_on_model_save",
-    "zero_optimization.round_robin_gradients",
-    "zero_optimization.allgather_partitions",
-    "zero_optimization.ignore_unused_parameters",
-    "zero_optimization.elastic_checkpoint",
-    "zero_optimization.load_from_fp32_weights",
-    "zero_optimization.zero_hpz_partition_size",
-    "zero_optimization.zero_quantized_weights",
-    "zero_optimization.zero_quantized_gradients",
-    "zero_optimization.mics_shard_size",
-    "zero_optimization.mics_hierarchical_params_gather",
-    "zero_optimization.memory_efficient_linear",
-    "zero_optimization.use_multi_rank_bucket_allreduce",
-    "zero_optimization.legacy_stage1",
-    "zero_optimization.stage3_module_granularity_threshold",
-    "zero_optimization.stage3_use_all_reduce_for_fetch_params",
-    "optimizer.params.torch_adam",
-    "optimizer.params.adam_w_mode",
-    "optimizer.params.amsgrad",
-    "optimizer.params.bias_correction",
-    "scheduler.params.last_batch_iteration",
+/* Every other key DeepSpeed accepts (deepspeed/runtime/config.py and constants.py, zero/config.py,
+ * the optimizer and scheduler params): what zero does with it. Whole subtrees: a section's
+ * path covers its keys.
+ *   SAME   zero always does what `same` (JSON) says: that value is accepted silently ("auto"
+ *          too: Hugging Face fills in DeepSpeed's default); another value warns "ignored: not
+ *          supported yet" with the note.
+ *   NOOP   accepted silently: it changes nothing zero does (the note says why, in the docs).
+ *   EQUIV  zero has the equivalent elsewhere: a note (info) says where, unless disabled.
+ *   UNSUP  not supported yet: warns with the note, unless disabled (false, null,
+ *          "enabled": false, "device": "none").
+ *   ALIAS  another spelling of the table key `note`.
+ *   ERROR  DeepSpeed rejects it too: an error naming the key and the note. */
+typedef enum { DS_SAME, DS_NOOP, DS_EQUIV, DS_UNSUP, DS_ALIAS, DS_ERROR } ds_kind_t;
+typedef struct {
+    const char *path;
+    ds_kind_t kind;
+    const char *same; /* DS_SAME: the value zero implements, as JSON */
+    const char *note;
+} ds_key_t;
+
+#define ZO "zero_optimization."
+static const ds_key_t ds_keys[] = {
+    /* optimizer and scheduler params */
+    {"optimizer.params.adam_w_mode", DS_SAME, "true",
+     "zero's Adam is AdamW (decoupled weight decay); adam_w_mode false (L2 in the gradient) is not "
+     "implemented"},
+    {"optimizer.params.bias_correction", DS_SAME, "true", "Adam's bias correction is always on"},
+    {"optimizer.params.amsgrad", DS_SAME, "false", "AMSGrad is not implemented"},
+    {"optimizer.params.torch_adam", DS_NOOP, NULL,
+     "a choice of implementation; zero's fused Adam has torch's math"},
+    {"optimizer.params.max_grad_norm", DS_ERROR, NULL,
+     "DeepSpeed rejects it too (expected the top-level gradient_clipping)"},
+    {"optimizer.legacy_fusion", DS_NOOP, NULL, "a choice of implementation"},
+    {"scheduler.params.last_batch_iteration", DS_SAME, "-1",
+     "a schedule starts at step 0; --resume restores the step"},
+    /* precision */
+    {"bfloat16", DS_ALIAS, NULL, "bf16"},
+    {"fp16.auto_cast", DS_SAME, "false", "inputs are token ids; nothing to cast"},
+    {"fp16.fp16_master_weights_and_grads", DS_SAME, "false",
+     "master weights and their gradients are always fp32"},
+    {"bf16.immediate_grad_update", DS_NOOP, NULL,
+     "an option of DeepSpeed's BF16_Optimizer; zero's ZeRO step is the same either way"},
+    {"amp", DS_UNSUP, NULL, "use bf16 or fp16 (zero has no Apex AMP)"},
+    {"communication_data_type", DS_SAME, "null",
+     "gradient collectives run in the compute dtype (bf16.enabled / fp16.enabled)"},
+    {"seq_parallel_communication_data_type", DS_NOOP, NULL, "zero has no sequence parallelism"},
+    {"prescale_gradients", DS_SAME, "false", "gradients are averaged after the reduce-scatter"},
+    {"gradient_predivide_factor", DS_SAME, "1.0",
+     "gradients are averaged after the reduce-scatter"},
+    {"fp32_reduce_scatter", DS_SAME, "false",
+     "gradient collectives run in the compute dtype; data_types.grad_accum_dtype fp32 keeps the "
+     "accumulator in fp32"},
+    {"sparse_gradients", DS_SAME, "false", "gradients are dense"},
+    {"disable_allgather", DS_SAME, "false", "parameters are always all-gathered"},
+    {"zero_allow_untested_optimizer", DS_NOOP, NULL, "zero runs its own Adam"},
+    {"zero_force_ds_cpu_optimizer", DS_NOOP, NULL, "zero runs its own Adam"},
+    {"dataloader_drop_last", DS_NOOP, NULL,
+     "zero's sampler draws full batches only (no partial last batch)"},
+    {"vocabulary_size", DS_NOOP, NULL, "the vocabulary is model.vocab"},
+    /* what zero reports instead */
+    {"activation_checkpointing", DS_EQUIV, NULL,
+     "honoured as model.activation_checkpointing = true (each block's forward is recomputed in "
+     "backward)"},
+    {"flops_profiler", DS_EQUIV, NULL,
+     "the run report has FLOP/s and MFU (--json-report FILE: flops_per_s, mfu)"},
+    {"wall_clock_breakdown", DS_EQUIV, NULL,
+     "step and optimizer-step times are in the run report and --metrics FILE (step_s, "
+     "optimizer_step_s)"},
+    {"memory_breakdown", DS_EQUIV, NULL,
+     "the run report has each rank's memory by category beside the ZeRO paper's theory"},
+    {"comms_logger", DS_EQUIV, NULL,
+     "the run report has each rank's bytes sent per step and per collective"},
+    {"tensorboard", DS_UNSUP, NULL, "--metrics FILE writes one JSON line per step"},
+    {"wandb", DS_UNSUP, NULL, "--metrics FILE writes one JSON line per step"},
+    {"csv_monitor", DS_UNSUP, NULL, "--metrics FILE writes one JSON line per step"},
+    {"comet", DS_UNSUP, NULL, "--metrics FILE writes one JSON line per step"},
+    {"monitor_config", DS_UNSUP, NULL, "--metrics FILE writes one JSON line per step"},
+    {"dump_state", DS_SAME, "false", "--print-config prints the effective configuration"},
+    /* features not there yet */
+    {"aio", DS_UNSUP, NULL, "no NVMe offload yet"},
+    {"elasticity", DS_UNSUP, NULL, "the world size is --ranks or the MPI job's"},
+    {"autotuning", DS_UNSUP, NULL, ""},
+    {"checkpoint", DS_UNSUP, NULL, "zero's checkpoints: --save-dir, --resume (any world size)"},
+    {"load_universal_checkpoint", DS_SAME, "false",
+     "zero's checkpoints load at any world size and stage by themselves"},
+    {"use_node_local_storage", DS_SAME, "false", "checkpoints go to --save-dir"},
+    {"data_efficiency", DS_UNSUP, NULL, ""},
+    {"curriculum_learning", DS_UNSUP, NULL, ""},
+    {"compression_training", DS_UNSUP, NULL, ""},
+    {"quantize_training", DS_UNSUP, NULL, ""},
+    {"weight_quantization", DS_UNSUP, NULL, ""},
+    {"progressive_layer_drop", DS_UNSUP, NULL, ""},
+    {"eigenvalue", DS_UNSUP, NULL, ""},
+    {"pipeline", DS_UNSUP, NULL, "zero is data parallel only"},
+    {"tensor_parallel", DS_UNSUP, NULL, "zero is data parallel only"},
+    {"sequence_parallel_size", DS_SAME, "1", "zero is data parallel only"},
+    {"sparse_attention", DS_UNSUP, NULL, ""},
+    {"nebula", DS_UNSUP, NULL, ""},
+    {"hybrid_engine", DS_UNSUP, NULL, ""},
+    {"compile", DS_UNSUP, NULL, "zero is compiled C"},
+    {"timers", DS_NOOP, NULL, "the run report times every step"},
+    {"graph_harvesting", DS_SAME, "false", ""},
+    {"use_data_before_expert_parallelism", DS_SAME, "false", "zero has no experts"},
+    {"train_monitor", DS_UNSUP, NULL, "--metrics FILE writes one JSON line per step"},
+    /* zero_optimization */
+    {ZO "offload_optimizer", DS_UNSUP, NULL, "optimizer states stay in memory; offload is planned"},
+    {ZO "offload_param", DS_UNSUP, NULL, "parameters stay in memory; offload is planned"},
+    {ZO "cpu_offload", DS_SAME, "false",
+     "DeepSpeed's old name of offload_optimizer {\"device\": \"cpu\"}: optimizer states stay in "
+     "memory; offload is planned"},
+    {ZO "cpu_offload_param", DS_SAME, "false",
+     "DeepSpeed's old name of offload_param {\"device\": \"cpu\"}: parameters stay in memory; "
+     "offload is planned"},
+    {ZO "cpu_offload_use_pin_memory", DS_NOOP, NULL, "only used with offload"},
+    {ZO "prefetch_bucket_size", DS_ALIAS, NULL, ZO "stage3_prefetch_bucket_size"},
+    {ZO "param_persistence_threshold", DS_ALIAS, NULL, ZO "stage3_param_persistence_threshold"},
+    {ZO "max_live_parameters", DS_ALIAS, NULL, ZO "stage3_max_live_parameters"},
+    {ZO "max_reuse_distance", DS_ALIAS, NULL, ZO "stage3_max_reuse_distance"},
+    {ZO "stage3_model_persistence_threshold", DS_NOOP, NULL,
+     "no cap on the total of persistent units: every unit under "
+     "stage3_param_persistence_threshold stays gathered"},
+    {ZO "model_persistence_threshold", DS_NOOP, NULL,
+     "no cap on the total of persistent units: every unit under "
+     "stage3_param_persistence_threshold stays gathered"},
+    {ZO "sub_group_size", DS_NOOP, NULL,
+     "the optimizer step updates a rank's whole shard (sub-groups matter for offload)"},
+    {ZO "stage3_gather_16bit_weights_on_model_save", DS_EQUIV, NULL,
+     "checkpoints always hold the full weights; `zero convert CKPT OUT.safetensors --dtype bf16` "
+     "writes 16-bit weights"},
+    {ZO "gather_16bit_weights_on_model_save", DS_EQUIV, NULL,
+     "checkpoints always hold the full weights; `zero convert CKPT OUT.safetensors --dtype bf16` "
+     "writes 16-bit weights"},
+    {ZO "stage3_gather_fp16_weights_on_model_save", DS_EQUIV, NULL,
+     "checkpoints always hold the full weights; `zero convert CKPT OUT.safetensors --dtype fp16` "
+     "writes 16-bit weights"},
+    {ZO "round_robin_gradients", DS_SAME, "false", "gradients are reduce-scattered in unit order"},
+    {ZO "allgather_partitions", DS_SAME, "true", "parameters are always all-gathered"},
+    {ZO "ignore_unused_parameters", DS_NOOP, NULL, "every parameter of the model gets a gradient"},
+    {ZO "elastic_checkpoint", DS_SAME, "false", "checkpoints load at any world size by themselves"},
+    {ZO "load_from_fp32_weights", DS_SAME, "true",
+     "a resume restores the fp32 master weights from the checkpoint"},
+    {ZO "zero_hpz_partition_size", DS_SAME, "1", "ZeRO++ hpZ is planned"},
+    {ZO "zero_quantized_weights", DS_SAME, "false", "ZeRO++ qwZ is planned"},
+    {ZO "zero_quantized_nontrainable_weights", DS_SAME, "false",
+     "every parameter is trained, in the compute dtype"},
+    {ZO "zero_quantized_gradients", DS_SAME, "false", "ZeRO++ qgZ is planned"},
+    {ZO "zeropp_loco_param", DS_SAME, "null", "ZeRO++ qgZ is planned"},
+    {ZO "mics_shard_size", DS_SAME, "-1", "parameters are sharded over all ranks (no MiCS)"},
+    {ZO "mics_hierarchical_params_gather", DS_SAME, "false", "no MiCS"},
+    {ZO "memory_efficient_linear", DS_NOOP, NULL,
+     "a detail of DeepSpeed's PyTorch linear layer; zero's model has its own"},
+    {ZO "use_multi_rank_bucket_allreduce", DS_NOOP, NULL,
+     "gradients are reduce-scattered, never all-reduced"},
+    {ZO "legacy_stage1", DS_SAME, "false", "DeepSpeed removed it"},
+    {ZO "stage3_module_granularity_threshold", DS_SAME, "0",
+     "each model unit (a transformer block) is fetched whole"},
+    {ZO "module_granularity_threshold", DS_SAME, "0",
+     "each model unit (a transformer block) is fetched whole"},
+    {ZO "stage3_use_all_reduce_for_fetch_params", DS_SAME, "false",
+     "parameters are fetched with all-gathers"},
+    {ZO "use_all_reduce_for_fetch_params", DS_SAME, "false",
+     "parameters are fetched with all-gathers"},
+    {ZO "pipeline_loading_checkpoint", DS_NOOP, NULL, "each rank reads its own slices"},
+    {ZO "override_module_apply", DS_NOOP, NULL, "a PyTorch hook; nothing to override"},
+    {ZO "log_trace_cache_warnings", DS_NOOP, NULL, "zero records no module trace"},
+    {ZO "fp32_reduce_scatter", DS_SAME, "false",
+     "gradient collectives run in the compute dtype; data_types.grad_accum_dtype fp32 keeps the "
+     "accumulator in fp32"},
 };
+#undef ZO
+static const char *const ds_kind_names[] = {"same",  "noop", "equivalent", "not supported yet",
+                                            "alias", "error"};
+_Static_assert(ZERO_ARRAY_LEN(ds_kind_names) == DS_ERROR + 1, "ds kind names");
 
 static int quiet;
 void zero__train_config_quiet(int on) { quiet = on; }
@@ -355,10 +464,25 @@ static int is_section(const char *prefix) {
     return 0;
 }
 
-static int is_ignored(const char *path) {
-    for (size_t i = 0; i < ZERO_ARRAY_LEN(ignored); i++)
-        if (!strcmp(ignored[i], path)) return 1;
-    return 0;
+static const ds_key_t *find_ds(const char *path) {
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(ds_keys); i++)
+        if (!strcmp(ds_keys[i].path, path)) return &ds_keys[i];
+    return NULL;
+}
+
+/* A DeepSpeed block or value that asks for nothing: false, null, {"enabled": false} or an offload
+ * block with device "none". */
+static int ds_disabled(const cJSON *it) {
+    if (cJSON_IsFalse(it) || cJSON_IsNull(it)) return 1;
+    if (!cJSON_IsObject(it)) return 0;
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(it, "enabled");
+    const cJSON *dev = cJSON_GetObjectItemCaseSensitive(it, "device");
+    return cJSON_IsFalse(en) || (cJSON_IsString(dev) && !strcasecmp(dev->valuestring, "none")) ||
+           cJSON_IsNull(dev);
+}
+
+static int is_auto(const cJSON *it) {
+    return cJSON_IsString(it) && !strcmp(it->valuestring, "auto");
 }
 
 static zero_status_t range_error(const char *src, const cfg_key_t *k, double v) {
@@ -440,10 +564,10 @@ static zero_status_t type_error(const char *src, const cfg_key_t *k, const cJSON
 
 static zero_status_t apply_item(zero_train_config_t *cfg, const cfg_key_t *k, const cJSON *item,
                                 const char *src) {
-    /* Hugging Face's DeepSpeed integration writes "auto" for values it fills in itself; under
-     * zero they keep our default, and say so. */
-    if (k->type != K_STR && cJSON_IsString(item) && !strcmp(item->valuestring, "auto")) {
-        note(ZERO_LOG_WARN, "%s: %s = \"auto\": the default is used", src, k->name);
+    /* Hugging Face's DeepSpeed integration writes "auto" for values it fills in itself. */
+    if (k->type != K_STR && is_auto(item)) {
+        /* resolved, and the value chosen said, by zero__train_config_check (resolve_auto) */
+        cfg->key_auto[k - keys] = 1;
         return ZERO_OK;
     }
     switch (k->type) {
@@ -475,6 +599,85 @@ static zero_status_t apply_item(zero_train_config_t *cfg, const cfg_key_t *k, co
 }
 
 static zero_status_t walk(zero_train_config_t *cfg, const cJSON *obj, const char *prefix,
+                          const char *src);
+
+/* DeepSpeed's activation_checkpointing block: zero recomputes each transformer block's forward
+ * in backward (model.activation_checkpointing) unless the model section says otherwise. */
+static void activation_block(zero_train_config_t *cfg, const cJSON *it, const char *src) {
+    const cfg_key_t *k = find_key("model.activation_checkpointing");
+    if (!cfg->key_set[k - keys] && !cfg->key_cli[k - keys]) {
+        cfg->checkpointing = 1;
+        mark_set(cfg, k);
+        note(ZERO_LOG_INFO,
+             "%s: 'activation_checkpointing' honoured as model.activation_checkpointing = true "
+             "(each block's forward is recomputed in backward)",
+             src);
+    }
+    const cJSON *cpu = cJSON_GetObjectItemCaseSensitive(it, "cpu_checkpointing");
+    if (cJSON_IsTrue(cpu))
+        note(ZERO_LOG_WARN,
+             "%s: 'activation_checkpointing.cpu_checkpointing' ignored: not supported yet "
+             "(checkpointed activations stay in memory)",
+             src);
+    const cJSON *part = cJSON_GetObjectItemCaseSensitive(it, "partition_activations");
+    if (cJSON_IsTrue(part))
+        note(ZERO_LOG_INFO,
+             "%s: 'activation_checkpointing.partition_activations' has no effect: it splits "
+             "activations over model-parallel ranks, and zero is data parallel only",
+             src);
+}
+
+/* A key of DeepSpeed's that is not in the key table (ds_keys). */
+static zero_status_t apply_ds(zero_train_config_t *cfg, const ds_key_t *d, const cJSON *it,
+                              const char *path, const char *src) {
+    switch (d->kind) {
+    case DS_ALIAS: {
+        const cfg_key_t *k = find_key(d->note);
+        note(ZERO_LOG_INFO, "%s: '%s' is DeepSpeed's other name of '%s': read as %s", src, path,
+             d->note, d->note);
+        if (k) return cfg->key_cli[k - keys] ? ZERO_OK : apply_item(cfg, k, it, src);
+        if (!cJSON_IsObject(it)) {
+            char *text = cJSON_PrintUnformatted(it);
+            zero_status_t st =
+                zero__error(ZERO_ERR_CONFIG, "%s: %s = %s has the wrong type (expected an object)",
+                            src, path, text ? text : "?");
+            cJSON_free(text);
+            return st;
+        }
+        return walk(cfg, it, d->note, src);
+    }
+    case DS_SAME: {
+        cJSON *same = cJSON_Parse(d->same);
+        int ok = is_auto(it) || (same && cJSON_Compare(it, same, 1));
+        cJSON_Delete(same);
+        if (!ok) {
+            char *text = cJSON_PrintUnformatted(it);
+            note(ZERO_LOG_WARN, "%s: '%s' = %s ignored: not supported yet (zero does %s; %s)", src,
+                 path, text ? text : "?", d->same, d->note);
+            cJSON_free(text);
+        }
+        return ZERO_OK;
+    }
+    case DS_NOOP: return ZERO_OK;
+    case DS_EQUIV:
+        if (ds_disabled(it)) return ZERO_OK;
+        if (!strcmp(path, "activation_checkpointing") && cJSON_IsObject(it))
+            activation_block(cfg, it, src);
+        else
+            note(ZERO_LOG_INFO, "%s: '%s': %s", src, path, d->note);
+        return ZERO_OK;
+    case DS_UNSUP:
+        if (!ds_disabled(it))
+            note(ZERO_LOG_WARN, "%s: '%s' ignored: not supported yet%s%s%s", src, path,
+                 d->note[0] ? " (" : "", d->note, d->note[0] ? ")" : "");
+        return ZERO_OK;
+    case DS_ERROR:
+        return zero__error(ZERO_ERR_CONFIG, "%s: '%s' is not allowed: %s", src, path, d->note);
+    }
+    return ZERO_ERR_INTERNAL;
+}
+
+static zero_status_t walk(zero_train_config_t *cfg, const cJSON *obj, const char *prefix,
                           const char *src) {
     for (const cJSON *it = obj->child; it; it = it->next) {
         char path[256];
@@ -483,17 +686,15 @@ static zero_status_t walk(zero_train_config_t *cfg, const cJSON *obj, const char
         else
             snprintf(path, sizeof path, "%s", it->string);
         const cfg_key_t *k = find_key(path);
+        const ds_key_t *d = k ? NULL : find_ds(path);
         if (k && cfg->key_cli[k - keys]) {
             continue; /* the command line sets it: the flag wins, the file's value is not read */
         } else if (k) {
             zero_status_t st = apply_item(cfg, k, it, src);
             if (st) return st;
-        } else if (is_ignored(path)) {
-            /* "fp16": {"enabled": false} or "wall_clock_breakdown": false drop nothing. */
-            const cJSON *en =
-                cJSON_IsObject(it) ? cJSON_GetObjectItemCaseSensitive(it, "enabled") : NULL;
-            if (!cJSON_IsFalse(it) && !cJSON_IsFalse(en))
-                note(ZERO_LOG_WARN, "%s: '%s' ignored: not supported yet", src, path);
+        } else if (d) {
+            zero_status_t st = apply_ds(cfg, d, it, path, src);
+            if (st) return st;
         } else if (cJSON_IsObject(it) && is_section(path)) {
             zero_status_t st = walk(cfg, it, path, src);
             if (st) return st;
@@ -520,6 +721,91 @@ static zero_status_t walk(zero_train_config_t *cfg, const cJSON *obj, const char
     return ZERO_OK;
 }
 
+/* cJSON keeps one of two equal keys of an object silently; DeepSpeed (json.load with a hook)
+ * rejects them, and so do we: a pass over text that cJSON already accepted as JSON, tracking the
+ * objects open, the keys each holds so far and their lines. Depth beyond 64 is not checked. */
+typedef struct {
+    const char *s;
+    size_t n;
+    int line;
+} jkey_t;
+typedef struct {
+    int is_obj, expect_key;
+    size_t first; /* this object's keys: keys[first..] */
+    const char *name;
+    size_t name_n;
+} jframe_t;
+
+static zero_status_t find_duplicate(const char *json, const char *src) {
+    enum { MAX_DEPTH = 64 };
+    jframe_t fr[MAX_DEPTH];
+    int depth = 0, line = 1;
+    jkey_t *ks = NULL;
+    size_t nk = 0, capk = 0;
+    const char *last = NULL;
+    size_t last_n = 0;
+    zero_status_t st = ZERO_OK;
+    for (const char *p = json; *p && !st; p++) {
+        char c = *p;
+        if (c == '\n') {
+            line++;
+        } else if (c == '"') {
+            const char *b = ++p;
+            while (*p && *p != '"') p += (*p == '\\' && p[1]) ? 2 : 1;
+            size_t n = (size_t)(p - b);
+            if (!*p) break;
+            jframe_t *f = depth > 0 && depth <= MAX_DEPTH ? &fr[depth - 1] : NULL;
+            if (!f || !f->is_obj || !f->expect_key) continue;
+            f->expect_key = 0;
+            last = b;
+            last_n = n;
+            for (size_t i = f->first; i < nk; i++) {
+                if (ks[i].n != n || memcmp(ks[i].s, b, n)) continue;
+                char path[512];
+                size_t len = 0;
+                path[0] = 0;
+                for (int d = 1; d < depth && len < sizeof path; d++)
+                    len += (size_t)snprintf(path + len, sizeof path - len, "%.*s.",
+                                            (int)fr[d].name_n, fr[d].name ? fr[d].name : "[]");
+                if (len < sizeof path) snprintf(path + len, sizeof path - len, "%.*s", (int)n, b);
+                st = zero__error(ZERO_ERR_CONFIG,
+                                 "%s:%d: duplicate key '%s' (first at line %d; expected each key "
+                                 "once: JSON readers keep only one of the two, DeepSpeed rejects "
+                                 "them)",
+                                 src, line, path, ks[i].line);
+                break;
+            }
+            if (st) break;
+            if (nk == capk) {
+                capk = capk ? 2 * capk : 64;
+                jkey_t *nks = realloc(ks, capk * sizeof *ks);
+                if (!nks) {
+                    st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "%s: out of memory", src);
+                    break;
+                }
+                ks = nks;
+            }
+            ks[nk++] = (jkey_t){b, n, line};
+        } else if (c == '{' || c == '[') {
+            if (depth < MAX_DEPTH) {
+                jframe_t *parent = depth > 0 ? &fr[depth - 1] : NULL;
+                int named = parent && parent->is_obj;
+                fr[depth] =
+                    (jframe_t){c == '{', c == '{', nk, named ? last : NULL, named ? last_n : 2};
+            }
+            depth++;
+        } else if (c == '}' || c == ']') {
+            depth--;
+            if (depth < MAX_DEPTH && depth >= 0) nk = fr[depth].first;
+        } else if (c == ',') {
+            if (depth > 0 && depth <= MAX_DEPTH && fr[depth - 1].is_obj)
+                fr[depth - 1].expect_key = 1;
+        }
+    }
+    free(ks);
+    return st;
+}
+
 zero_status_t zero__train_config_parse(zero_train_config_t *cfg, const char *json,
                                        const char *name) {
     const char *end = NULL;
@@ -540,14 +826,13 @@ zero_status_t zero__train_config_parse(zero_train_config_t *cfg, const char *jso
                            "object)",
                            name, line, col, at && *at ? at : "end of file");
     }
-    zero_status_t st;
-    if (!cJSON_IsObject(root))
+    zero_status_t st = find_duplicate(json, name);
+    if (!st && !cJSON_IsObject(root))
         st = zero__error(ZERO_ERR_CONFIG,
                          "%s: the top level is not a JSON object (expected "
                          "{...})",
                          name);
-    else
-        st = walk(cfg, root, "", name);
+    if (!st) st = walk(cfg, root, "", name);
     cJSON_Delete(root);
     return st;
 }
@@ -624,9 +909,62 @@ zero_status_t zero__train_config_set(zero_train_config_t *cfg, const char *name,
     return set_number(cfg, k, v, 0, "command line");
 }
 
+static void print_value(const zero_train_config_t *cfg, const cfg_key_t *k, FILE *out);
+
+/* "auto" (Hugging Face's placeholder for values its integration fills in). Where Hugging Face
+ * derives the value from something zero knows, zero derives it the same way: warmup_max_lr from
+ * optimizer.params.lr, the stage-3 sizes from model.dim (hidden_size), the batch sizes from each
+ * other and the world size, total_num_steps from train.steps. Elsewhere "auto" means what an
+ * absent key means (DeepSpeed's default, as docs/config.md lists). */
+static void auto_derive(zero_train_config_t *cfg) {
+    int64_t d = cfg->model.dim;
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(keys); i++) {
+        if (!cfg->key_auto[i]) continue;
+        const char *n = keys[i].name;
+        if (!strcmp(n, "scheduler.params.warmup_max_lr"))
+            cfg->warmup_max_lr = cfg->lr;
+        else if (!strcmp(n, "zero_optimization.reduce_bucket_size"))
+            cfg->reduce_bucket_elems = d * d;
+        else if (!strcmp(n, "zero_optimization.stage3_prefetch_bucket_size"))
+            cfg->prefetch_bucket_elems = (int64_t)(0.9 * (double)(d * d));
+        else if (!strcmp(n, "zero_optimization.stage3_param_persistence_threshold"))
+            cfg->persistence_threshold_elems = 10 * d;
+    }
+}
+
+static void auto_report(zero_train_config_t *cfg) {
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(keys); i++) {
+        if (!cfg->key_auto[i]) continue;
+        const char *n = keys[i].name, *why = "the value when the key is absent";
+        char val[128] = "?";
+        FILE *m = fmemopen(val, sizeof val, "w");
+        if (m) {
+            print_value(cfg, &keys[i], m);
+            fclose(m);
+        }
+        if (!strcmp(n, "scheduler.params.warmup_max_lr"))
+            why = "optimizer.params.lr, as Hugging Face fills both from one learning rate";
+        else if (!strcmp(n, "zero_optimization.reduce_bucket_size"))
+            why = "model.dim^2, as Hugging Face fills it from hidden_size";
+        else if (!strcmp(n, "zero_optimization.stage3_prefetch_bucket_size"))
+            why = "0.9 x model.dim^2, as Hugging Face fills it from hidden_size";
+        else if (!strcmp(n, "zero_optimization.stage3_param_persistence_threshold"))
+            why = "10 x model.dim, as Hugging Face fills it from hidden_size";
+        else if (!strcmp(n, "scheduler.params.total_num_steps")) {
+            why = "0: the decay ends at train.steps";
+        } else if (!strcmp(n, "train_batch_size") || !strcmp(n, "gradient_accumulation_steps") ||
+                   !strcmp(n, "train_micro_batch_size_per_gpu"))
+            why = "DeepSpeed's rule train_batch_size = micro x accumulation x world size, with "
+                  "the absent ones at their defaults";
+        note(ZERO_LOG_INFO, "%s = \"auto\": %s chosen (%s)", n, val, why);
+        cfg->key_auto[i] = 0;
+    }
+}
+
 zero_status_t zero__train_config_check(zero_train_config_t *cfg, int world) {
     zero_status_t st = zero__gpt_config_check(&cfg->model);
     if (st) return st;
+    auto_derive(cfg);
     if (world < 1)
         return zero__error(ZERO_ERR_CONFIG, "world size %d is invalid (expected >= 1 ranks)",
                            world);
@@ -697,6 +1035,7 @@ zero_status_t zero__train_config_check(zero_train_config_t *cfg, int world) {
             cdt == ZERO_DTYPE_FP32 ? "" : zero_dtype_name(cdt), cdt == ZERO_DTYPE_FP32 ? "" : "\"");
     st = zero_loss_scaler_params_check(&cfg->loss_scaler);
     if (st) return st;
+    auto_report(cfg);
     if (!cfg->reduce_scatter)
         note(ZERO_LOG_WARN,
              "zero_optimization.reduce_scatter = false ignored: gradients are always "
@@ -883,9 +1222,14 @@ void zero__train_config_print_keys(FILE *out) {
         if (keys[i].flag) fprintf(out, "; flag %s", keys[i].flag);
         fprintf(out, ")\n");
     }
-    fprintf(out, "  ignored with a warning (not supported yet):");
-    for (size_t i = 0; i < ZERO_ARRAY_LEN(ignored); i++) fprintf(out, "\n    %s", ignored[i]);
-    fprintf(out, "\n");
+    fprintf(out, "\nother DeepSpeed keys (what zero does with them):\n");
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(ds_keys); i++) {
+        const ds_key_t *d = &ds_keys[i];
+        fprintf(out, "  %-50s %s", d->path, ds_kind_names[d->kind]);
+        if (d->kind == DS_SAME) fprintf(out, " (zero does %s)", d->same);
+        if (d->kind == DS_ALIAS) fprintf(out, " of %s", d->note);
+        fprintf(out, "\n");
+    }
 }
 
 void zero__train_config_print_markdown(FILE *out) {
@@ -907,9 +1251,27 @@ void zero__train_config_print_markdown(FILE *out) {
         }
         fprintf(out, " |\n");
     }
-    fprintf(out, "\nDeepSpeed keys accepted with the warning \"ignored: not supported yet\" (a "
-                 "section set to `false` or with `\"enabled\": false` is accepted silently):\n\n");
-    for (size_t i = 0; i < ZERO_ARRAY_LEN(ignored); i++) fprintf(out, "- `%s`\n", ignored[i]);
+    fprintf(out,
+            "\nOther DeepSpeed keys, and what zero does with each (a section or value that asks "
+            "for nothing — `false`, `null`, `\"enabled\": false`, `\"device\": \"none\"` — is "
+            "accepted silently):\n\n| DeepSpeed key | zero |\n|---|---|\n");
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(ds_keys); i++) {
+        const ds_key_t *d = &ds_keys[i];
+        fprintf(out, "| `%s` | ", d->path);
+        switch (d->kind) {
+        case DS_SAME:
+            fprintf(out, "zero does `%s` (accepted; another value warns \"not supported yet\")",
+                    d->same);
+            break;
+        case DS_NOOP: fprintf(out, "accepted, changes nothing"); break;
+        case DS_EQUIV: fprintf(out, "zero's equivalent (said when enabled)"); break;
+        case DS_UNSUP: fprintf(out, "warns \"ignored: not supported yet\""); break;
+        case DS_ALIAS: fprintf(out, "read as `%s` (DeepSpeed's other name)", d->note); break;
+        case DS_ERROR: fprintf(out, "error"); break;
+        }
+        if (d->kind != DS_ALIAS && d->note[0]) fprintf(out, ": %s", d->note);
+        fprintf(out, " |\n");
+    }
 }
 
 /* What a flag's value is, for the help: a directory for *_dir keys and train.resume (a checkpoint

@@ -77,6 +77,9 @@ typedef struct zero_train_config {
     /* Keys the command line sets (zero__train_config_mark_cli, before the file is read): the
      * file's value for such a key is skipped unchecked, so a flag can replace a bad value. */
     unsigned char key_cli[ZERO_CONFIG_MAX_KEYS];
+    /* Keys the file gave as "auto" (Hugging Face's placeholder): zero__train_config_check picks
+     * their values and says which. */
+    unsigned char key_auto[ZERO_CONFIG_MAX_KEYS];
 } zero_train_config_t;
 
 /* Defaults from the table (threads 0 = cores / ranks). */

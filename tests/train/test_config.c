@@ -19,7 +19,7 @@ static char warnings[4096];
 
 static void capture(zero_log_level_t level, int rank, int world, const char *msg, void *user) {
     (void)rank, (void)world, (void)user;
-    if (level >= ZERO_LOG_WARN) {
+    if (level >= ZERO_LOG_INFO) {
         strncat(warnings, msg, sizeof warnings - strlen(warnings) - 2);
         strcat(warnings, "\n");
     }
@@ -282,14 +282,14 @@ static void test_deepspeed_example(void) {
     const char *ignored[] = {"'aio' ignored: not supported yet",
                              "'zero_optimization.offload_optimizer' ignored",
                              "'zero_optimization.offload_param' ignored",
-                             "'zero_optimization.sub_group_size' ignored",
                              "'zero_optimization.stage3_gather_16bit_weights_on_model_save'",
                              "gradient_clipping = \"auto\"",
                              "unknown key 'my_custom_key'"};
     for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
         CHECK(strstr(warnings, ignored[i]) != NULL, "no warning '%s' in:\n%s", ignored[i],
               warnings);
-    CHECK(!strstr(warnings, "bf16") && !strstr(warnings, "wall_clock") && !strstr(warnings, "fp16"),
+    CHECK(!strstr(warnings, "'bf16") && !strstr(warnings, "wall_clock") &&
+              !strstr(warnings, "'fp16") && !strstr(warnings, "sub_group_size"),
           "disabled (or now supported) features warn: %s", warnings);
     CHECK(c.fp16 == 1 && c.bf16 == 0 && c.loss_scaler.loss_scale == 0.0 &&
               c.loss_scaler.initial_scale_power == 16 && c.loss_scaler.loss_scale_window == 1000 &&
@@ -513,6 +513,118 @@ static void test_absent_keys(void) {
           ep.total_steps);
 }
 
+/* Duplicate keys (an error naming both lines and the full path), DeepSpeed's other spellings,
+ * values zero already does (silent) and those it does not (a warning), "auto" (the value chosen
+ * is said), the activation_checkpointing block, a key DeepSpeed rejects, and the command line's
+ * keys skipping the file's values. */
+static void test_deepspeed_spellings(void) {
+    zero_train_config_t c;
+    zero__train_config_default(&c);
+    zero_status_t st =
+        zero__train_config_parse(&c,
+                                 "{\n  \"zero_optimization\": {\n    \"stage\": 2,\n"
+                                 "    \"overlap_comm\": true,\n    \"stage\": 3\n  }\n}\n",
+                                 "dup.json");
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "dup.json:5:") &&
+              strstr(zero_last_error(), "'zero_optimization.stage'") &&
+              strstr(zero_last_error(), "first at line 3"),
+          "duplicate key: '%s'", zero_last_error());
+    /* equal names in different objects, and in strings, are not duplicates */
+    zero__train_config_default(&c);
+    st =
+        zero__train_config_parse(&c,
+                                 "{\"fp16\": {\"enabled\": false}, \"bf16\": {\"enabled\": false}, "
+                                 "\"data\": {\"path\": \"enabled\\\"enabled\"}}",
+                                 "nodup.json");
+    CHECK(st == ZERO_OK, "same name in two objects: %s", zero_last_error());
+    st = zero__train_config_parse(
+        &c, "{\"a\": [{\"x\": 1}, {\"x\": 2}], \"b\": {\"x\": 1, \"x\": 2}}", "arr.json");
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "'b.x'"),
+          "duplicate after arrays: '%s'", zero_last_error());
+
+    warnings[0] = 0;
+    CHECK(parse_check(&c,
+                      "{\"bfloat16\": {\"enabled\": true},\n"
+                      " \"optimizer\": {\"params\": {\"adam_w_mode\": true, \"amsgrad\": true}},\n"
+                      " \"zero_optimization\": {\"allgather_partitions\": true, "
+                      "\"max_live_parameters\": 77, \"zero_quantized_weights\": true,\n"
+                      "   \"stage3_model_persistence_threshold\": 5, \"cpu_offload\": false},\n"
+                      " \"dataloader_drop_last\": false, \"fp32_reduce_scatter\": false,\n"
+                      " \"activation_checkpointing\": {\"cpu_checkpointing\": true},\n"
+                      " \"wall_clock_breakdown\": true, \"tensorboard\": {\"enabled\": true},\n"
+                      " \"gradient_clipping\": \"auto\", \"train_batch_size\": \"auto\"}",
+                      2) == ZERO_OK,
+          "spellings: %s", zero_last_error());
+    CHECK(c.bf16 == 1 && zero__train_config_compute_dtype(&c) == ZERO_DTYPE_BF16,
+          "bfloat16 -> bf16 compute");
+    CHECK(c.max_live_elems == 77, "max_live_parameters -> stage3_max_live_parameters");
+    CHECK(c.checkpointing == 1, "activation_checkpointing block -> model.activation_checkpointing");
+    CHECK(c.train_batch_size == 32 && c.micro_batch == 16, "train_batch_size auto: %d",
+          c.train_batch_size);
+    const char *want[] = {"'bfloat16' is DeepSpeed's other name of 'bf16'",
+                          "'optimizer.params.amsgrad' = true ignored: not supported yet",
+                          "'zero_optimization.zero_quantized_weights' = true ignored",
+                          "'activation_checkpointing.cpu_checkpointing' ignored",
+                          "'wall_clock_breakdown': step and optimizer-step times",
+                          "'tensorboard' ignored: not supported yet",
+                          "gradient_clipping = \"auto\": 0 chosen",
+                          "train_batch_size = \"auto\": 32 chosen"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        CHECK(strstr(warnings, want[i]) != NULL, "no '%s' in:\n%s", want[i], warnings);
+    const char *silent[] = {"adam_w_mode", "allgather_partitions", "model_persistence",
+                            "cpu_offload", "dataloader_drop_last", "fp32_reduce_scatter",
+                            "unknown"};
+    for (size_t i = 0; i < sizeof silent / sizeof silent[0]; i++)
+        CHECK(strstr(warnings, silent[i]) == NULL, "'%s' should be silent:\n%s", silent[i],
+              warnings);
+
+    /* an explicit model.activation_checkpointing wins over the block, wherever it is */
+    CHECK(parse_check(&c,
+                      "{\"model\": {\"activation_checkpointing\": false}, "
+                      "\"activation_checkpointing\": {\"partition_activations\": false}}",
+                      1) == ZERO_OK &&
+              c.checkpointing == 0,
+          "model.activation_checkpointing false kept");
+    /* "auto" derived from other keys: HF's formulas from hidden_size and the lr */
+    CHECK(parse_check(
+              &c,
+              "{\"model\": {\"dim\": 64, \"heads\": 4}, \"optimizer\": {\"params\": "
+              "{\"lr\": 0.004}}, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": "
+              "{\"warmup_max_lr\": \"auto\"}}, \"zero_optimization\": {\"reduce_bucket_size\": "
+              "\"auto\", \"stage3_prefetch_bucket_size\": \"auto\", "
+              "\"stage3_param_persistence_threshold\": \"auto\"}}",
+              1) == ZERO_OK,
+          "derived auto: %s", zero_last_error());
+    CHECK(c.warmup_max_lr == 0.004f && c.reduce_bucket_elems == 64 * 64 &&
+              c.prefetch_bucket_elems == (int64_t)(0.9 * 64 * 64) &&
+              c.persistence_threshold_elems == 640,
+          "derived auto: max_lr %g bucket %lld prefetch %lld persist %lld", (double)c.warmup_max_lr,
+          (long long)c.reduce_bucket_elems, (long long)c.prefetch_bucket_elems,
+          (long long)c.persistence_threshold_elems);
+    st = parse_check(&c, "{\"optimizer\": {\"params\": {\"max_grad_norm\": 1.0}}}", 1);
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "optimizer.params.max_grad_norm") &&
+              strstr(zero_last_error(), "gradient_clipping"),
+          "max_grad_norm: '%s'", zero_last_error());
+
+    /* the command line's keys: the file's value is skipped unchecked, others still checked */
+    zero__train_config_default(&c);
+    CHECK(zero__train_config_mark_cli(&c, "zero_optimization.stage") == ZERO_OK &&
+              zero__train_config_mark_cli(&c, "bf16.enabled") == ZERO_OK,
+          "mark_cli");
+    CHECK(zero__train_config_mark_cli(&c, "nope.key") == ZERO_ERR_CONFIG &&
+              strstr(zero_last_error(), "nope.key"),
+          "mark_cli unknown");
+    CHECK(zero__train_config_parse(&c,
+                                   "{\"zero_optimization\": {\"stage\": 9}, \"bfloat16\": "
+                                   "{\"enabled\": \"yes\"}}",
+                                   "cli.json") == ZERO_OK &&
+              c.stage == 0 && c.bf16 == 0,
+          "the file's values for the command line's keys are skipped: %s", zero_last_error());
+    CHECK(zero__train_config_parse(&c, "{\"model\": {\"layers\": 0}}", "cli.json") ==
+              ZERO_ERR_CONFIG,
+          "other keys are still checked");
+}
+
 /* zero_ds_config_load (include/zero/config.h): the trainer's reader and mapping behind a public
  * call; the caller's comm, threads and seed survive, a failure leaves *out as it was. */
 static void test_public_load(void) {
@@ -583,6 +695,7 @@ int main(int argc, char **argv) {
     test_machine_threads();
     test_absent_keys();
     test_public_load();
+    test_deepspeed_spellings();
     if (argc > 1) test_docs(argv[1]);
     return check_report();
 }
