@@ -79,6 +79,12 @@ ZERO_API int zero_comm_mpi_launched(void);
 ZERO_API zero_status_t zero_comm_mpi_init(zero_comm_t **out, const zero_comm_params_t *params);
 /* Finalize MPI if zero_comm_mpi_init initialised it. Call after freeing every MPI communicator. */
 ZERO_API void zero_comm_mpi_finalize(void);
+/* Abort every process of the MPI job (MPI_Abort on MPI_COMM_WORLD with errorcode `code`) when
+ * MPI is initialised and not finalized; otherwise (and in a build without MPI) return at once.
+ * For a fatal error under MPI: MPI_Finalize waits for every rank, forever if one hangs, whereas
+ * the launcher ends the whole job on an abort. Does not return when it aborts; meant for a
+ * program's top level (the library itself never calls it). Not collective. */
+ZERO_API void zero_comm_mpi_abort(int code);
 
 /* Split into sub-communicators: ranks passing the same colour form one group, ordered by key
  * then parent rank. colour < 0 (ZERO_COMM_NO_COLOUR) joins no group and gets *out = NULL.

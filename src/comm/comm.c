@@ -104,14 +104,19 @@ static void *progress_main(void *arg) {
         zero_comm_request_t *req = comm->queue.head;
         if (!req) break; /* stop requested and the queue is drained */
         zero_status_t failure = comm->failure;
+        char first[sizeof comm->failure_message];
+        if (failure) memcpy(first, comm->failure_message, sizeof first);
         pthread_mutex_unlock(&comm->lock);
 
         zero_status_t status;
         if (failure) {
+            /* The first failure names the missing ranks; a later call that reaches the caller
+             * first (non-blocking calls are waited in any order) must not lose that. */
             status = zero__error(ZERO_ERR_COMM_FAILED,
-                                 "%s on rank %d: the communicator failed earlier (%s) and can no "
-                                 "longer be used",
-                                 coll_names[req->args.coll], comm->rank, zero_status_str(failure));
+                                 "%s on rank %d: the communicator failed earlier (%s: %s) and can "
+                                 "no longer be used",
+                                 coll_names[req->args.coll], comm->rank, zero_status_str(failure),
+                                 first);
         } else {
             status = comm->backend->run(comm, &req->args);
         }
@@ -125,9 +130,12 @@ static void *progress_main(void *arg) {
             comm->stats.recv_bytes[req->args.coll] += recvd;
         } else {
             snprintf(req->message, sizeof req->message, "%s", zero_last_error());
-            if (status == ZERO_ERR_TIMEOUT || status == ZERO_ERR_MISMATCH ||
-                status == ZERO_ERR_COMM_FAILED)
-                if (!comm->failure) comm->failure = status;
+            if ((status == ZERO_ERR_TIMEOUT || status == ZERO_ERR_MISMATCH ||
+                 status == ZERO_ERR_COMM_FAILED) &&
+                !comm->failure) {
+                comm->failure = status;
+                snprintf(comm->failure_message, sizeof comm->failure_message, "%s", req->message);
+            }
         }
         req->status = status;
         comm->queue.head = req->next;
@@ -149,6 +157,7 @@ zero_status_t zero__comm_base_init(zero_comm_t *comm, const zero__comm_backend_t
     comm->queue.head = comm->queue.tail = NULL;
     comm->stop = 0;
     comm->failure = ZERO_OK;
+    comm->failure_message[0] = '\0';
     memset(&comm->stats, 0, sizeof comm->stats);
     pthread_mutex_init(&comm->lock, NULL);
     pthread_cond_init(&comm->work, NULL);

@@ -62,7 +62,8 @@ struct zero_comm {
     zero__request_queue_t queue;
     int stop;
     int thread_started;
-    zero_status_t failure; /* non-zero once a collective timed out or ranks disagreed */
+    zero_status_t failure;      /* non-zero once a collective timed out or ranks disagreed */
+    char failure_message[1024]; /* that first failure's message, repeated by later calls */
     zero_comm_stats_t stats;
 };
 

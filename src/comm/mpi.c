@@ -1279,3 +1279,12 @@ void zero_comm_mpi_finalize(void) {
     we_initialised = 0;
     pthread_mutex_unlock(&init_lock);
 }
+
+void zero_comm_mpi_abort(int code) {
+    int initialised = 0, finalized = 0;
+    MPI_Initialized(&initialised);
+    MPI_Finalized(&finalized);
+    if (!initialised || finalized) return;
+    fflush(NULL);
+    MPI_Abort(MPI_COMM_WORLD, code);
+}

@@ -176,6 +176,9 @@ static const cfg_key_t keys[] = {
      "ranks of the threads backend (under mpirun: the MPI job's size)"},
     {"train.backend", K_STR, OFF(backend), 0, 0, 0, "auto", "auto|threads|mpi", "--backend",
      "auto: MPI when started by mpirun, else threads"},
+    {"train.timeout_s", K_DOUBLE, OFF(timeout_s), 300, 0.001, 1e9, NULL, NULL, "--timeout",
+     "seconds a collective waits for the other ranks before the run fails naming the missing "
+     "ones (under MPI the job is then aborted); not set: $ZERO_TIMEOUT, else 300"},
     {"train.save_dir", K_STR, OFF(save_dir), 0, 0, 0, "", NULL, "--save-dir",
      "checkpoint directory (empty: no checkpoints); a checkpoint is always saved at the end"},
     {"train.save_every", K_INT, OFF(save_every), 0, 0, INT_MAX, NULL, NULL, "--save-every",
@@ -961,6 +964,23 @@ static void auto_report(zero_train_config_t *cfg) {
     }
 }
 
+/* train.timeout_s: the flag and the config file (which set the key) win over $ZERO_TIMEOUT, which
+ * wins over the default; a job-wide default can so live in the environment of every rank. */
+static zero_status_t timeout_from_env(zero_train_config_t *cfg) {
+    const char *env = getenv("ZERO_TIMEOUT");
+    if (zero__train_config_is_set(cfg, "train.timeout_s") || !env || !*env) return ZERO_OK;
+    char *end;
+    errno = 0;
+    double v = strtod(env, &end);
+    if (end == env || *end || errno || !isfinite(v) || v < 0.001 || v > 1e9)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "environment: ZERO_TIMEOUT = '%s' is not a timeout (expected a number "
+                           "of seconds in [0.001, 1e+09], e.g. 60)",
+                           env);
+    cfg->timeout_s = v;
+    return ZERO_OK;
+}
+
 zero_status_t zero__train_config_check(zero_train_config_t *cfg, int world) {
     zero_status_t st = zero__gpt_config_check(&cfg->model);
     if (st) return st;
@@ -1034,6 +1054,8 @@ zero_status_t zero__train_config_check(zero_train_config_t *cfg, int world) {
             cfg->grad_accum_dtype, zero_dtype_name(cdt), cdt == ZERO_DTYPE_FP32 ? "" : " or \"",
             cdt == ZERO_DTYPE_FP32 ? "" : zero_dtype_name(cdt), cdt == ZERO_DTYPE_FP32 ? "" : "\"");
     st = zero_loss_scaler_params_check(&cfg->loss_scaler);
+    if (st) return st;
+    st = timeout_from_env(cfg);
     if (st) return st;
     auto_report(cfg);
     if (!cfg->reduce_scatter)

@@ -65,6 +65,7 @@ typedef struct zero_train_config {
     char prompt[ZERO_CONFIG_STR_MAX];
     int threads, ranks;
     char backend[16]; /* auto | threads | mpi */
+    double timeout_s; /* collective timeout; zero__train_config_check applies $ZERO_TIMEOUT */
     /* checkpoints */
     char save_dir[ZERO_CONFIG_STR_MAX];  /* "" = none */
     int save_every, keep_last;           /* 0 = only at the end / keep all */

@@ -676,7 +676,9 @@ static zero_status_t run_threads(job_t *job, zero_train_report_t *rep) {
         return zero__error(ZERO_ERR_OUT_OF_MEMORY, "cannot set up %d ranks", n);
     }
     int started = 1;
-    zero_status_t st = zero_comm_threads_init_all(n, comms, NULL);
+    zero_comm_params_t cp = zero_comm_params_default();
+    cp.timeout_s = job->cfg->timeout_s;
+    zero_status_t st = zero_comm_threads_init_all(n, comms, &cp);
     if (st) goto done;
     for (int k = 0; k < n; k++) {
         t[k].job = job;
@@ -710,9 +712,14 @@ done:
     return st;
 }
 
+/* On failure with more than one rank, MPI is left initialised: finalizing waits for every rank,
+ * forever if one hangs (a stopped process), so the caller aborts the job instead
+ * (zero_comm_mpi_abort) once it has printed the error. */
 static zero_status_t run_mpi(job_t *job, zero_train_report_t *rep) {
     zero_comm_t *comm = NULL;
-    zero_status_t st = zero_comm_mpi_init(&comm, NULL);
+    zero_comm_params_t cp = zero_comm_params_default();
+    cp.timeout_s = job->cfg->timeout_s;
+    zero_status_t st = zero_comm_mpi_init(&comm, &cp);
     if (st) return st;
     int world = zero_comm_size(comm), rank = zero_comm_rank(comm);
     if (zero__train_config_is_set(job->cfg, "train.ranks") && job->cfg->ranks != world) {
@@ -727,7 +734,7 @@ static zero_status_t run_mpi(job_t *job, zero_train_report_t *rep) {
     }
     if (!st) st = rank_main(job, rank, comm, rep);
     zero_comm_free(comm);
-    zero_comm_mpi_finalize();
+    if (!st || world == 1) zero_comm_mpi_finalize();
     return st;
 }
 

@@ -80,7 +80,9 @@ int zero__train_machine_threads(const zero_train_config_t *cfg);
 /* Run a training job over zero__train_world_size(cfg) ranks. cfg is checked (and its batch sizes
  * resolved) for that world. rep may be NULL; on success it is filled on every process, with
  * rep->rank telling whether this process holds rank 0's full report (ranks != NULL). Free it
- * with zero__train_report_free. */
+ * with zero__train_report_free. Under MPI with more than one rank a failed run leaves MPI
+ * initialised (finalizing could wait forever for a hung rank): the caller prints the error and
+ * calls zero_comm_mpi_abort. Collectives time out after cfg->timeout_s (train.timeout_s). */
 zero_status_t zero__train_run(zero_train_config_t *cfg, const zero_train_io_t *io,
                               zero_train_report_t *rep);
 void zero__train_report_free(zero_train_report_t *rep);
