@@ -279,7 +279,7 @@ int zero__cli_train(int argc, char **argv) {
     zero_train_report_t rep;
     if (zero__train_run(&cfg, &io, &rep)) {
         if (!quiet && io.tty) printf("\n");
-        int rc = fail("training failed");
+        rc = fail("training failed");
         /* Under MPI: end the whole job now; finalizing would wait for a hung rank forever. */
         zero_comm_mpi_abort(rc);
         return rc;
