@@ -24,6 +24,35 @@ echo "== install check (portable build, installed, examples built against it)"
 ZERO_BUILD_DIR=build-install \
   ZERO_CMAKE_ARGS="-DZERO_NATIVE=OFF -DZERO_BUILD_TESTS=OFF -DZERO_BUILD_BENCH=OFF" \
   bash scripts/setup.sh
+# The portable library may use AVX/AVX2/AVX-512 (and SSE4.2's crc32) only in functions chosen at
+# run time: the per-level kernel tables and the target-attribute functions of attention, convert,
+# nonfinite and crc32c, recognised by their names. A vector instruction anywhere else fails.
+objdump -d --no-show-raw-insn build-install/libzero.a | python3 -c '
+import re, sys
+allowed = re.compile(r"_avx2|_avx512|avx512bf16|_f16c|_sse42|^tile_avx512|^transpose16|^hmax8|^hsum8|^exp_nonpos8|^lanes_below|^bf16_round16")
+isa_objects = re.compile(r"^spans\.c\.o$")
+insn = re.compile(r"^\s+[0-9a-f]+:\s+(\S+)\s*(.*)$")
+obj = fn = None
+bad, checked = {}, 0
+for line in sys.stdin:
+    m = re.match(r"^(\S+\.o):\s+file format", line)
+    if m: obj = m.group(1); continue
+    m = re.match(r"^[0-9a-f]+ <(.+)>:$", line)
+    if m: fn = m.group(1); continue
+    m = insn.match(line)
+    if not m or obj is None: continue
+    op, args = m.groups()
+    checked += 1
+    vector = (op.startswith("v") and op != "verw") or re.search(r"%[yz]mm|%k[0-7]", args) \
+        or op.split(".")[0] in ("crc32b", "crc32q", "crc32l", "crc32w", "popcnt", "lzcnt", "tzcnt",
+                                "andn", "bzhi", "shlx", "shrx", "sarx", "pdep", "pext", "movbe")
+    if vector and not isa_objects.match(obj) and not allowed.search(fn or ""):
+        bad.setdefault(f"{obj}: {fn}", op)
+for k, op in sorted(bad.items()):
+    print(f"not dispatched: {k} uses {op}")
+print(f"ISA scan: {checked} instructions, {len(bad)} functions with instructions beyond x86-64 outside the run-time choices")
+sys.exit(1 if bad else 0)
+'
 prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
 cmake --install build-install --prefix "$prefix" >/dev/null

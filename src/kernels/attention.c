@@ -26,6 +26,7 @@
  * and runs the same block functions on it; the probabilities stay fp32 (one (B, NH, T, T) buffer
  * shared by all layers, so fp32 costs little memory and keeps the softmax exact).
  */
+#include "isa.h"
 #include "kernels.h"
 #include "kernels_lp.h"
 #include "kmath.h"
@@ -161,11 +162,10 @@ __attribute__((target("avx512f"))) static void tile_avx512(float *c, size_t ldc,
 }
 #endif
 
-/* The CPU's features, read each time (a load of libgcc's table, filled before main): a cached
- * copy written by the first caller would be a data race between kernel threads. */
+/* The level chosen once per process for all kernels (isa.h), so ZERO_ISA caps these paths too. */
 static int use_avx2(void) {
 #ifdef HAVE_X86
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return zero__isa_selected() >= ZERO__ISA_AVX2;
 #else
     return 0;
 #endif
@@ -173,7 +173,7 @@ static int use_avx2(void) {
 
 static int use_avx512(void) {
 #ifdef HAVE_X86
-    return __builtin_cpu_supports("avx512f");
+    return zero__isa_selected() >= ZERO__ISA_AVX512;
 #else
     return 0;
 #endif

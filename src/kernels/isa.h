@@ -1,0 +1,49 @@
+/* isa.h — kernels built once per x86-64 instruction-set level, one chosen at start-up
+ * (private to src/kernels).
+ *
+ * What it is: src/kernels/isa/spans.c holds the compute-bound inner loops whose speed depends on
+ * the vector ISA (GELU forward and backward: a polynomial exp with fused multiply-adds). CMake
+ * compiles that file once per level (baseline x86-64; AVX2 + FMA; AVX-512 F/BW/VL + AVX2 + FMA)
+ * into one table each; zero__isa_selected() picks the best level this CPU runs, once per
+ * process, and logs it once (debug level). attention.c's hand-written AVX2 and AVX-512 paths
+ * follow the same choice. So a build without -march=native (ZERO_NATIVE=OFF) runs on any x86-64
+ * and still uses AVX-512 where the CPU has it. Other architectures have the baseline only.
+ * The environment variable ZERO_ISA (baseline, avx2, avx512) caps the choice: tests use it to
+ * run the portable paths on a machine with AVX-512.
+ * Results: each level computes the same operations, but the baseline has no FMA (a b + c is two
+ * roundings there), so GELU differs from the AVX2 / AVX-512 result by a few ulp; within one
+ * process the level never changes, so runs stay bitwise reproducible on one machine.
+ */
+#ifndef ZERO_KERNELS_ISA_H
+#define ZERO_KERNELS_ISA_H
+
+#include "lp_io.h"
+
+typedef enum zero__isa {
+    ZERO__ISA_BASELINE, /* x86-64 (SSE2), or the target's default elsewhere */
+    ZERO__ISA_AVX2,     /* AVX2 + FMA */
+    ZERO__ISA_AVX512,   /* AVX-512 F, BW, VL + AVX2 + FMA */
+    ZERO__ISA_COUNT
+} zero__isa_t;
+
+/* One level's kernels: span functions in zero__span_fn's shape (lp_io.h). */
+typedef struct zero__isa_kernels {
+    zero__span_fn gelu_forward;  /* out(n) = gelu(a(n)); b unused */
+    zero__span_fn gelu_backward; /* out(n) += gelu'(a(n)) * b(n) */
+} zero__isa_kernels_t;
+
+/* "baseline", "avx2", "avx512". */
+const char *zero__isa_name(zero__isa_t isa);
+
+/* 1 if this build has the level's table and this CPU can run it. */
+int zero__isa_supported(zero__isa_t isa);
+
+/* The level in use: the best supported one, capped by ZERO_ISA; decided on the first call
+ * (thread-safe), logged once. An unknown ZERO_ISA value is ignored with a warning. */
+zero__isa_t zero__isa_selected(void);
+
+/* The table of `isa` (which must be supported), or of the selected level. Static storage. */
+const zero__isa_kernels_t *zero__isa_kernels(zero__isa_t isa);
+const zero__isa_kernels_t *zero__isa_current(void);
+
+#endif /* ZERO_KERNELS_ISA_H */
