@@ -10,8 +10,8 @@
  * The module does not know the engine: it sees a layout (units of named tensors) and reaches the
  * state through a shard-access callback (zero_ckpt_shard_io_t). Each unit is one flat buffer of
  * param_count elements (up to the end of its last tensor) padded to a multiple of world * 16;
- * rank r owns [r*S, (r+1)*S) with S = padded / world (ARCHITECTURE.md section 3). Because shards
- * are plain ranges, loading at another world size is a re-slicing.
+ * rank r owns [r*S, (r+1)*S) with S = padded / world (docs/ARCHITECTURE.md section 3). Because
+ * shards are plain ranges, loading at another world size is a re-slicing.
  *
  * Ownership: strings and layouts passed in are borrowed for the duration of the call; those
  * returned by an opened checkpoint are owned by it (valid until zero_ckpt_close).

@@ -1,5 +1,5 @@
 /* zero/engine.h — the model-agnostic training engine: owns parameters, gradients and optimizer
- * state, and runs the optimizer step (ARCHITECTURE.md section 2, "the engine contract").
+ * state, and runs the optimizer step (docs/ARCHITECTURE.md section 2, "the engine contract").
  *
  * A model declares units (a transformer block, the embeddings, the final norm); each unit is a
  * list of named tensors with flags and an initialisation rule, stored in one flat buffer that the
@@ -8,8 +8,9 @@
  * backward, zero_unit_grads_done after backward. At the end of the global batch it calls
  * zero_engine_step.
  *
- * Stages (ARCHITECTURE.md section 3), fp32 compute, one padded layout: every unit is padded to a
- * multiple of world x 16 elements and rank r owns [r*S, (r+1)*S) of it (S = padded / world).
+ * Stages (docs/ARCHITECTURE.md section 3), fp32 compute, one padded layout: every unit is
+ * padded to a multiple of world x 16 elements and rank r owns [r*S, (r+1)*S) of it (S = padded /
+ * world).
  *   0: params, grads, Adam m/v full on every rank; gradients reduce-scattered per micro-step and
  *      all-gathered at the step (= all-reduce); AdamW on the full buffers.
  *   1: params full; the model's gradient buffers full; Adam m/v on the shard; params all-gathered
