@@ -1,13 +1,14 @@
-/* fuzz_ckpt.c — fuzz target for the checkpoint readers: the shard-file header parser and the
- * manifest parser (src/ckpt/shard.c, src/ckpt/manifest.c), which see every byte of a file
- * before anything is loaded.
+/* fuzz_ckpt.c — fuzz target for the checkpoint readers: the shard-file header parser, the
+ * manifest parser and the safetensors header check (src/ckpt/shard.c, manifest.c, st_header.c),
+ * which see every byte of a file before anything is loaded.
  *
- * The input's first byte picks the reader (bit 0 clear: shard header, set: manifest); the rest
- * is the file. With bit 1 set, a shard header's own CRC32C is recomputed first, so that mutations
- * reach the checks behind the checksum (block table, chunk table, sizes) instead of stopping
- * at it. A reader may refuse the input (it should, almost always) but must never crash, hang,
- * read out of bounds or leak: libFuzzer with ASan/UBSan checks that (fuzz/README.md), and
- * fuzz_ckpt_smoke.c drives the same entry point with mutations of valid files in every build.
+ * The input's first byte picks the reader (bit 2 set: safetensors; else bit 0 clear: shard
+ * header, set: manifest); the rest is the file. With bit 1 set, a shard header's own CRC32C is
+ * recomputed first, so that mutations reach the checks behind the checksum (block table, chunk
+ * table, sizes) instead of stopping at it. A reader may refuse the input (it should, almost always)
+ * but must never crash, hang, read out of bounds or leak: libFuzzer with ASan/UBSan checks that
+ * (fuzz/README.md), and fuzz_ckpt_smoke.c drives the same entry point with mutations of valid files
+ * in every build.
  */
 #include "ckpt/ckpt_internal.h"
 #include "zero/ckpt.h"
@@ -21,6 +22,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size == 0) return 0;
+    if (data[0] & 4) {
+        (void)zero_ckpt_parse_safetensors_header(data + 1, size - 1);
+        return 0;
+    }
     if (data[0] % 2 == 0 && (data[0] & 2) && size - 1 >= ZERO__CKPT_FIXED_HEADER_BYTES) {
         size_t n = size - 1;
         unsigned char *b = malloc(n);

@@ -1,5 +1,6 @@
 /* fuzz_ckpt_smoke.c — a self-contained driver for fuzz_ckpt.c that needs no libFuzzer: it saves a
- * small valid checkpoint, takes its shard files and manifest as seeds and feeds the target
+ * small valid checkpoint, takes its shard files and manifest (and a safetensors file made in
+ * memory) as seeds and feeds the target
  * random mutations of them (bit flips, byte overwrites, little-endian counts set to edge values,
  * truncation, insertion) for a time budget. Runs in every build (also under ASan/UBSan), so the
  * readers stay fuzzed where clang is missing.
@@ -39,6 +40,27 @@ static unsigned char *slurp(const char *path, size_t *size) {
     }
     fclose(f);
     *size = (size_t)n + 1;
+    return b;
+}
+
+/* The seeds: two shard files and the manifest of a checkpoint saved here, and a safetensors file
+ * made here (3 tensors, F32 and BF16, with metadata), each behind its selector byte. */
+#define NSEEDS 4
+static const unsigned char selector[NSEEDS] = {0, 0, 1, 4};
+
+static unsigned char *safetensors_seed(size_t *size) {
+    static const char header[] =
+        "{\"__metadata__\":{\"format\":\"pt\"},"
+        "\"wte.weight\":{\"dtype\":\"F32\",\"shape\":[10,8],\"data_offsets\":[0,320]},"
+        "\"wpe.weight\":{\"dtype\":\"BF16\",\"shape\":[4,8],\"data_offsets\":[320,384]},"
+        "\"ln_f.bias\":{\"dtype\":\"F32\",\"shape\":[8],\"data_offsets\":[384,416]}}";
+    size_t h = sizeof header - 1, hp = (h + 7) / 8 * 8;
+    *size = 1 + 8 + hp + 416;
+    unsigned char *b = calloc(1, *size);
+    if (!b) return NULL;
+    for (int i = 0; i < 8; i++) b[1 + i] = (unsigned char)((uint64_t)hp >> (8 * i));
+    memcpy(b + 9, header, h);
+    memset(b + 9 + h, ' ', hp - h);
     return b;
 }
 
@@ -83,18 +105,21 @@ int main(int argc, char **argv) {
                 zero_last_error());
         return 1;
     }
-    const char *names[3] = {"rank-00000.params", "rank-00001.optim", "manifest.json"};
-    unsigned char *seed[3];
-    size_t seed_size[3];
+    const char *names[NSEEDS] = {"rank-00000.params", "rank-00001.optim", "manifest.json",
+                                 "model.safetensors"};
+    unsigned char *seed[NSEEDS];
+    size_t seed_size[NSEEDS];
     int failed = 0;
-    for (int s = 0; s < 3; s++) {
+    for (int s = 0; s < NSEEDS; s++) {
         char fp[1000];
         snprintf(fp, sizeof fp, "%s/%s", path, names[s]);
-        seed[s] = slurp(fp, &seed_size[s]);
+        seed[s] = s == 3 ? safetensors_seed(&seed_size[s]) : slurp(fp, &seed_size[s]);
         if (!seed[s]) return 1;
-        seed[s][0] = s == 2 ? 1 : 0; /* selector byte: even shard, odd manifest */
-        zero_status_t st = s == 2 ? zero_ckpt_parse_manifest((char *)seed[s] + 1, seed_size[s] - 1)
-                                  : zero_ckpt_parse_shard_header(seed[s] + 1, seed_size[s] - 1);
+        seed[s][0] = selector[s];
+        zero_status_t st =
+            s == 3   ? zero_ckpt_parse_safetensors_header(seed[s] + 1, seed_size[s] - 1)
+            : s == 2 ? zero_ckpt_parse_manifest((char *)seed[s] + 1, seed_size[s] - 1)
+                     : zero_ckpt_parse_shard_header(seed[s] + 1, seed_size[s] - 1);
         if (st != ZERO_OK) {
             fprintf(stderr, "fuzz_ckpt_smoke: valid seed %s refused: %s\n", names[s],
                     zero_last_error());
@@ -103,11 +128,11 @@ int main(int argc, char **argv) {
     }
     if (emit) {
         mkdir(emit, 0777);
-        for (int s = 0; s < 3; s++) {
+        for (int s = 0; s < NSEEDS; s++) {
             char fp[1000];
-            for (int fix = 0; fix < (s == 2 ? 1 : 2); fix++) {
+            for (int fix = 0; fix < (s < 2 ? 2 : 1); fix++) {
                 snprintf(fp, sizeof fp, "%s/seed-%d-%d", emit, s, fix);
-                seed[s][0] = (unsigned char)((s == 2 ? 1 : 0) | (fix ? 2 : 0));
+                seed[s][0] = (unsigned char)(selector[s] | (fix ? 2 : 0));
                 FILE *f = fopen(fp, "wb");
                 if (!f || fwrite(seed[s], 1, seed_size[s], f) != seed_size[s]) return 1;
                 fclose(f);
@@ -120,7 +145,7 @@ int main(int argc, char **argv) {
         unsigned char *buf = malloc(cap);
         while (zero_time_now() - t0s < budget) {
             for (int batch = 0; batch < 256; batch++, runs++) {
-                int s = (int)(rnd() % 3);
+                int s = (int)(rnd() % NSEEDS);
                 size_t n = seed_size[s] < cap ? seed_size[s] : cap;
                 memcpy(buf, seed[s], n);
                 int muts = 1 + (int)(rnd() % 4);
@@ -150,14 +175,14 @@ int main(int argc, char **argv) {
                         }
                     }
                 }
-                if (s != 2 && (rnd() & 1)) buf[0] |= 2; /* recompute the header CRC */
+                if (s < 2 && (rnd() & 1)) buf[0] |= 2; /* recompute the header CRC */
                 LLVMFuzzerTestOneInput(buf, n);
             }
         }
         free(buf);
         printf("fuzz_ckpt_smoke: %lld inputs in %.1f s, no crash\n", runs, zero_time_now() - t0s);
     }
-    for (int s = 0; s < 3; s++) free(seed[s]);
+    for (int s = 0; s < NSEEDS; s++) free(seed[s]);
     snprintf(path, sizeof path, "rm -rf '%s'", root);
     if (system(path) != 0) fprintf(stderr, "warning: could not remove %s\n", root);
     printf("%d passed, %d failed\n", failed ? 0 : 1, failed);

@@ -212,6 +212,11 @@ ZERO_API zero_status_t zero_ckpt_load(const zero_ckpt_t *ckpt,
  * target and tools). ZERO_ERR_FORMAT with a message on any inconsistency; never crashes. */
 ZERO_API zero_status_t zero_ckpt_parse_shard_header(const void *data, size_t size);
 ZERO_API zero_status_t zero_ckpt_parse_manifest(const char *text, size_t size);
+/* The same for a safetensors file's first `size` bytes (8-byte header length, the JSON header,
+ * then what there is of the data section, against whose end the offsets are checked): every
+ * tensor's dtype, shape (whole numbers) and data_offsets inside the data, holding exactly shape
+ * product x dtype size bytes, and no two tensors overlapping. What the import checks first. */
+ZERO_API zero_status_t zero_ckpt_parse_safetensors_header(const void *data, size_t size);
 
 /* ------------------------------------------------------------------------------ safetensors */
 
@@ -229,11 +234,15 @@ ZERO_API zero_status_t zero_ckpt_hf_gpt2_name(const char *unit, const char *tens
                                               size_t out_size, int *transposed);
 
 /* Fill the parameters of `layout` from a safetensors file with Hugging Face GPT-2 names (F32 or
- * BF16): every tensor is matched by name and shape first (ZERO_ERR_MISMATCH naming the first
- * tensor that is missing or has another shape: name, expected shape, found shape), then
- * delivered through io->put(user, 0, unit, ZERO_CKPT_PARAMS, offset, count, data) with offsets
- * in the unit's unpadded buffer (a sharded engine keeps the part it owns). Nothing is delivered
- * when any check fails. */
+ * BF16). Checked first, in this order: the header (zero_ckpt_parse_safetensors_header: a
+ * tensor whose data_offsets do not hold its shape, a shape that is not whole numbers, or two
+ * tensors that overlap give ZERO_ERR_FORMAT naming them and what was expected); every tensor of
+ * the layout by name and shape (ZERO_ERR_MISMATCH naming the first tensor that is missing or has
+ * another shape: name, expected shape, found shape); every value finite (ZERO_ERR_FORMAT naming
+ * the tensor, the first NaN or Inf element's index and its position in the file's shape). Then
+ * the values are delivered through io->put(user, 0, unit, ZERO_CKPT_PARAMS, offset, count, data)
+ * with offsets in the unit's unpadded buffer (a sharded engine keeps the part it owns). Nothing is
+ * delivered when any check fails. */
 ZERO_API zero_status_t zero_ckpt_import_safetensors(const char *path,
                                                     const zero_ckpt_layout_t *layout,
                                                     const zero_ckpt_shard_io_t *io);

@@ -95,6 +95,15 @@ zero_status_t zero__shard_read(zero__shard_file_t *f, int unit, int state_index,
 /* Read and verify every chunk of the file. */
 zero_status_t zero__shard_verify_all(zero__shard_file_t *f, float *chunk_buf);
 
+/* ---- safetensors header (st_header.c) */
+struct cJSON;
+/* Check every entry of a parsed header against a data section of data_bytes (see st_header.c);
+ * ZERO_ERR_FORMAT naming the file (path) and the tensor otherwise. */
+zero_status_t zero__st_header_check(const struct cJSON *hdr, uint64_t data_bytes, const char *path);
+/* Parse hlen bytes of header text and check it: *out (cJSON_Delete) on success, NULL otherwise. */
+zero_status_t zero__st_header_parse(struct cJSON **out, const char *text, size_t hlen,
+                                    uint64_t data_bytes, const char *path);
+
 /* ---- manifest (manifest.c) */
 typedef struct zero__manifest {
     int version;

@@ -9,6 +9,10 @@
  * (HF stores them [in, out], our linear weights are [out, in]) are read whole once and written
  * transposed band by band, so the peak is one such tensor plus a few chunk buffers.
  *
+ * The import trusts nothing it has not checked: the header (st_header.c), then the model's
+ * tensors by name and shape, then every value finite, reading the data twice, and only then
+ * delivers anything.
+ *
  * Not here: other architectures' names (a tensor without a GPT-2 name fails, naming it).
  */
 #include "ckpt/ckpt_internal.h"
@@ -17,6 +21,7 @@
 #include <cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -239,6 +244,40 @@ typedef struct {
     uint64_t begin;
 } found_t;
 
+/* Tensor t of unit U as stored at f (n elements, F32 or BF16, in the file's layout): fail naming
+ * it, the first non-finite element (index and position in the file's shape) and its value. raw
+ * and buf: BAND_ELEMS floats of scratch. */
+static zero_status_t check_finite(int fd, const char *path, const zero_ckpt_unit_t *U, int t,
+                                  const found_t *f, uint16_t *raw, float *buf) {
+    const zero_ckpt_tensor_t *T = &U->tensors[t];
+    char name[256], pos[160];
+    int tr;
+    zero_ckpt_hf_gpt2_name(U->name, T->name, name, sizeof name, &tr);
+    size_t n = numel(T), es = f->bf16 ? 2 : 4, shape[ZERO_CKPT_MAX_DIMS];
+    hf_shape(T, tr, shape);
+    for (size_t i = 0; i < n; i += BAND_ELEMS) {
+        size_t m = ZERO_MIN(BAND_ELEMS, n - i);
+        zero_status_t st = zero__pread_all(fd, raw, m * es, (int64_t)(f->begin + i * es), path);
+        if (st != ZERO_OK) return st;
+        if (f->bf16)
+            for (size_t j = 0; j < m; j++) buf[j] = zero_bf16_to_fp32(raw[j]);
+        else
+            memcpy(buf, raw, m * sizeof(float));
+        for (size_t j = 0; j < m; j++) {
+            if (isfinite(buf[j])) continue;
+            size_t idx[ZERO_CKPT_MAX_DIMS], r = i + j;
+            for (int d = T->ndim - 1; d >= 0; d--) idx[d] = r % shape[d], r /= shape[d];
+            shape_text(pos, sizeof pos, idx, T->ndim);
+            return zero__error(ZERO_ERR_FORMAT,
+                               "%s: tensor %s holds %s at element %zu %s of %zu (the first "
+                               "non-finite value; expected finite weights)",
+                               path, name, isnan(buf[j]) ? "NaN" : (buf[j] > 0 ? "+Inf" : "-Inf"),
+                               i + j, pos, n);
+        }
+    }
+    return ZERO_OK;
+}
+
 zero_status_t zero_ckpt_import_safetensors(const char *path, const zero_ckpt_layout_t *L,
                                            const zero_ckpt_shard_io_t *io) {
     if (!path || !io || !io->put)
@@ -279,12 +318,9 @@ zero_status_t zero_ckpt_import_safetensors(const char *path, const zero_ckpt_lay
     }
     if ((st = zero__pread_all(fd, text, hlen, 8, path)) != ZERO_OK) goto done;
     text[hlen] = '\0';
-    hdr = cJSON_ParseWithLength(text, hlen);
-    if (!cJSON_IsObject(hdr)) {
-        st = zero__error(ZERO_ERR_FORMAT, "%s: the header is not a JSON object", path);
-        goto done;
-    }
     uint64_t data_bytes = fsize - 8 - hlen;
+    /* Every entry, the model's or not: consistent shapes and ranges, no overlaps. */
+    if ((st = zero__st_header_parse(&hdr, text, hlen, data_bytes, path)) != ZERO_OK) goto done;
     size_t nt = 0, largest_t = 0;
     for (int u = 0; u < L->unit_count; u++) nt += (size_t)L->units[u].tensor_count;
     found = calloc(nt ? nt : 1, sizeof *found);
@@ -361,7 +397,14 @@ zero_status_t zero_ckpt_import_safetensors(const char *path, const zero_ckpt_lay
         st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "safetensors import: out of memory");
         goto done;
     }
-    /* Pass 2: read (converting BF16), transpose Conv1D weights back to (out, in), deliver. */
+    /* Pass 2: every value finite, before anything is delivered (weights with NaN or Inf would
+     * make every step's gradient non-finite, and every step would then be skipped). */
+    k = 0;
+    for (int u = 0; u < L->unit_count && st == ZERO_OK; u++)
+        for (int t = 0; t < L->units[u].tensor_count && st == ZERO_OK; t++, k++)
+            st = check_finite(fd, path, &L->units[u], t, &found[k], raw, buf);
+    if (st != ZERO_OK) goto done;
+    /* Pass 3: read (converting BF16), transpose Conv1D weights back to (out, in), deliver. */
     k = 0;
     for (int u = 0; u < L->unit_count && st == ZERO_OK; u++)
         for (int t = 0; t < L->units[u].tensor_count && st == ZERO_OK; t++, k++) {

@@ -4,12 +4,18 @@
  * transposed), tools/safetensors_check.py checks the structure independently, the import gives
  * the values back, a model of another shape is refused naming the first tensor, and the peak RSS
  * of exporting a 54M-parameter model is reported against 2x the largest tensor + 64 MiB.
+ * Files crafted here must be refused before anything is delivered, naming the tensor and what
+ * was expected: a fractional or negative shape, data_offsets that do not hold shape x dtype
+ * size bytes (or not whole elements) or leave the data, overlapping tensors (the model's or
+ * not), and NaN / +Inf / -Inf weights in F32 and BF16 (the first bad element named by index and
+ * position, placed by the naive reader).
  *
  * usage: test_safetensors [PYTHON CHECKER.py]   (the Python check is skipped without them)
  */
 #include "zero/zero.h"
 
 #include <fcntl.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -219,6 +225,219 @@ static void check_export(const gpt_t *g, const char *path, int bf16) {
     free(f.data);
 }
 
+/* ---- crafted files: a header of our own in front of the data of a good export */
+
+/* Write `header` (padded with spaces to a multiple of 8) and `data` to path. */
+static int write_st(const char *path, const char *header, const void *data, size_t data_bytes) {
+    FILE *fp = fopen(path, "wb");
+    if (!fp) return 0;
+    size_t h = strlen(header), hp = (h + 7) / 8 * 8;
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hp >> (8 * i));
+    int ok = fwrite(len8, 1, 8, fp) == 8 && fwrite(header, 1, h, fp) == h &&
+             fwrite("        ", 1, hp - h, fp) == hp - h &&
+             (data_bytes == 0 || fwrite(data, 1, data_bytes, fp) == data_bytes);
+    return fclose(fp) == 0 && ok;
+}
+
+/* A copy of the good file f at path with its header edited: the first `from` replaced by `to`
+ * (from NULL: `to` inserted right after the opening brace). */
+static int edit_header(const file_t *f, const char *path, const char *from, const char *to) {
+    char *h = malloc(f->hlen + strlen(to) + 2);
+    const char *src = (const char *)f->data + 8;
+    size_t at = 1, skip = 0;
+    if (from) {
+        char *tmp = malloc(f->hlen + 1);
+        memcpy(tmp, src, f->hlen);
+        tmp[f->hlen] = '\0';
+        char *p = strstr(tmp, from);
+        at = p ? (size_t)(p - tmp) : 0;
+        skip = p ? strlen(from) : 0;
+        free(tmp);
+        if (!p) {
+            free(h);
+            return 0;
+        }
+    }
+    size_t hl = f->hlen;
+    while (hl > 0 && src[hl - 1] == ' ') hl--; /* the old padding */
+    memcpy(h, src, at);
+    strcpy(h + at, to);
+    size_t o = at + strlen(to);
+    memcpy(h + o, src + at + skip, hl - at - skip);
+    h[o + hl - at - skip] = '\0';
+    int ok = write_st(path, h, f->data + 8 + f->hlen, f->size - 8 - f->hlen);
+    free(h);
+    return ok;
+}
+
+/* Import `path` into g's layout: the status, with nothing delivered (k.puts) on failure. */
+static zero_status_t import_fails(const gpt_t *g, const char *path, long long *puts) {
+    import_check_t k = {0, 0, 0};
+    zero_ckpt_shard_io_t iio = {NULL, put, &k};
+    zero_status_t st = zero_ckpt_import_safetensors(path, &g->layout, &iio);
+    *puts = k.puts;
+    return st;
+}
+
+/* The header checks on files made here, through the memory parser (what the fuzz target sees)
+ * and the import (which must refuse before delivering anything). */
+static void test_bad_headers(const gpt_t *g, const char *good, const char *root) {
+    static const float data[16] = {0};
+    static const struct {
+        const char *what, *header, *want1, *want2;
+        size_t data_bytes;
+    } bad[] = {
+        {"fractional shape",
+         "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2.5],"
+         "\"data_offsets\":[0,20]}}",
+         "tensor a: shape entry 1 is 2.5, expected a whole number", "", 20},
+        {"negative shape", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-4],\"data_offsets\":[0,16]}}",
+         "tensor a: shape entry 0 is -4", "", 16},
+        {"range shorter than the shape",
+         "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,12]}}",
+         "tensor a: data_offsets [0, 12) hold 12 bytes = 3 elements of F32",
+         "expected shape [2, 2] = 4 elements = 16 bytes", 16},
+        {"range that is not whole elements",
+         "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,10]}}",
+         "hold 10 bytes = 2.5 elements of F32", "expected shape [2] = 2 elements = 8 bytes", 16},
+        {"BF16 range of an F32 size",
+         "{\"a\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[0,16]}}",
+         "hold 16 bytes = 8 elements of BF16", "expected shape [4] = 4 elements = 8 bytes", 16},
+        {"overlap",
+         "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[8,24]}}",
+         "tensors a [0, 16) and b [8, 24) overlap", "expected disjoint byte ranges", 32},
+        {"overlap, listed backwards",
+         "{\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[20,28]},"
+         "\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[28,32]},"
+         "\"a\":{\"dtype\":\"F32\",\"shape\":[8],\"data_offsets\":[0,32]}}",
+         "tensors a [0, 32) and b [20, 28) overlap", "", 32},
+        {"range past the data", "{\"a\":{\"dtype\":\"F32\",\"shape\":[8],\"data_offsets\":[0,32]}}",
+         "data_offsets [0, 32) leave the data section of 16 bytes", "", 16},
+        {"offsets backwards", "{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,4]}}",
+         "data_offsets [8, 4) leave", "", 16},
+        {"fractional offset", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4.5]}}",
+         "tensor a: data_offsets must be [begin, end], two whole numbers", "", 16},
+        {"shape product overflow",
+         "{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,16],"
+         "\"data_offsets\":[0,16]}}",
+         "expected shape [4294967296, 4294967296, 16] = more than 16 elements", "", 16},
+        {"no shape", "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,16]}}", "tensor a has no shape",
+         "", 16},
+    };
+    char path[800];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(path, sizeof path, "%s/bad-%zu.safetensors", root, i);
+        CHECK(write_st(path, bad[i].header, data, bad[i].data_bytes), "write %s", path);
+        file_t f = {0};
+        read_whole(path, &f);
+        zero_status_t st = zero_ckpt_parse_safetensors_header(f.data, f.size);
+        CHECK(st == ZERO_ERR_FORMAT && strstr(zero_last_error(), bad[i].want1) &&
+                  strstr(zero_last_error(), bad[i].want2),
+              "%s: status %d, message '%s', expected '%s' ... '%s'", bad[i].what, (int)st,
+              zero_last_error(), bad[i].want1, bad[i].want2);
+        printf("  %-34s -> %s\n", bad[i].what, zero_last_error());
+        long long puts = 0;
+        st = import_fails(g, path, &puts);
+        CHECK(st == ZERO_ERR_FORMAT && puts == 0 && strstr(zero_last_error(), bad[i].want1),
+              "%s: import status %d, %lld puts", bad[i].what, (int)st, puts);
+        free(f.data);
+    }
+    /* Well-formed corner cases pass: a scalar, an empty tensor anywhere, touching ranges, a gap,
+     * a dtype the specification adds later. */
+    snprintf(path, sizeof path, "%s/fine.safetensors", root);
+    write_st(path,
+             "{\"__metadata__\":{\"format\":\"pt\"},\"s\":{\"dtype\":\"F32\",\"shape\":[],"
+             "\"data_offsets\":[0,4]},\"e\":{\"dtype\":\"F32\",\"shape\":[0,3],"
+             "\"data_offsets\":[4,4]},\"t\":{\"dtype\":\"I64\",\"shape\":[1],"
+             "\"data_offsets\":[4,12]},\"n\":{\"dtype\":\"F4\",\"shape\":[2],"
+             "\"data_offsets\":[16,17]}}",
+             data, 20);
+    file_t f = {0};
+    read_whole(path, &f);
+    CHECK(zero_ckpt_parse_safetensors_header(f.data, f.size) == ZERO_OK, "corner cases accepted");
+    free(f.data);
+
+    /* The same faults inside a real export: the model's tensor, or one it does not use. */
+    file_t gf = {0};
+    CHECK(read_whole(good, &gf), "read %s", good);
+    CHECK(zero_ckpt_parse_safetensors_header(gf.data, gf.size) == ZERO_OK, "our export accepted");
+    long long puts = 0;
+    snprintf(path, sizeof path, "%s/edited.safetensors", root);
+    CHECK(edit_header(&gf, path, "\"shape\":[40,48]", "\"shape\":[40,48.0001]") &&
+              import_fails(g, path, &puts) == ZERO_ERR_FORMAT && puts == 0 &&
+              strstr(zero_last_error(), "tensor wpe.weight: shape entry 1 is 48.0001"),
+          "wpe with a fractional shape: '%s'", zero_last_error());
+    CHECK(edit_header(&gf, path, NULL,
+                      "\"zz.unused\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[8,24]},") &&
+              import_fails(g, path, &puts) == ZERO_ERR_FORMAT && puts == 0 &&
+              strstr(zero_last_error(), "and zz.unused [8, 24) overlap"),
+          "an unused tensor overlapping wte.weight: '%s'", zero_last_error());
+    printf("  %-34s -> %s\n", "unused tensor over wte", zero_last_error());
+    free(gf.data);
+}
+
+/* NaN and Inf values in a good export: refused naming the tensor and the first bad element, with
+ * nothing delivered. The element is placed by the naive reader (find), not by the importer. */
+static void test_nonfinite(const gpt_t *g, const char *good, const char *root, int bf16) {
+    static const struct {
+        const char *tensor;
+        size_t element;
+        float value;
+        const char *word;
+    } cases[] = {
+        {"h.1.attn.c_attn.weight", 1000, NAN, "NaN"},
+        {"wte.weight", 300 * 48 - 1, INFINITY, "+Inf"},
+        {"ln_f.bias", 0, -INFINITY, "-Inf"},
+    };
+    char path[800];
+    snprintf(path, sizeof path, "%s/nonfinite.safetensors", root);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        file_t f = {0};
+        CHECK(read_whole(good, &f), "read %s", good);
+        size_t d0 = 0, d1 = 0;
+        int nd = 0;
+        char dtype[8] = "";
+        unsigned char *d = (unsigned char *)find(&f, cases[i].tensor, &d0, &d1, &nd, dtype);
+        CHECK(d != NULL, "%s in %s", cases[i].tensor, good);
+        if (!d) {
+            free(f.data);
+            continue;
+        }
+        /* a second NaN further on: the first one must be named */
+        for (int rep = 1; rep >= 0; rep--) {
+            size_t at = cases[i].element + (size_t)rep * 7;
+            if (at >= (nd == 2 ? d0 * d1 : d0)) continue;
+            float v = rep ? NAN : cases[i].value;
+            if (bf16) {
+                uint32_t u;
+                memcpy(&u, &v, 4);
+                d[2 * at] = (unsigned char)(u >> 16), d[2 * at + 1] = (unsigned char)(u >> 24);
+            } else {
+                memcpy(d + 4 * at, &v, 4);
+            }
+        }
+        FILE *fp = fopen(path, "wb");
+        CHECK(fp && fwrite(f.data, 1, f.size, fp) == f.size && fclose(fp) == 0, "write %s", path);
+        char want[200];
+        if (nd == 2)
+            snprintf(want, sizeof want, "tensor %s holds %s at element %zu [%zu, %zu] of %zu",
+                     cases[i].tensor, cases[i].word, cases[i].element, cases[i].element / d1,
+                     cases[i].element % d1, d0 * d1);
+        else
+            snprintf(want, sizeof want, "tensor %s holds %s at element %zu [%zu] of %zu",
+                     cases[i].tensor, cases[i].word, cases[i].element, cases[i].element, d0);
+        long long puts = 0;
+        zero_status_t st = import_fails(g, path, &puts);
+        CHECK(st == ZERO_ERR_FORMAT && puts == 0 && strstr(zero_last_error(), want),
+              "%s %s: status %d, %lld puts, message '%s', expected '%s'", bf16 ? "BF16" : "F32",
+              cases[i].tensor, (int)st, puts, zero_last_error(), want);
+        printf("  %s %-29s -> %s\n", bf16 ? "BF16" : "F32 ", cases[i].word, zero_last_error());
+        free(f.data);
+    }
+}
+
 static void run_python(const char *python, const char *checker, const char *path, const gpt_t *g,
                        const char *dtype, int expect_ok) {
     if (!python || !checker) {
@@ -293,6 +512,9 @@ int main(int argc, char **argv) {
               strstr(zero_last_error(), "wpe.weight has shape [40, 48], expected [64, 48]"),
           "longer context: shape mismatch named (status %d)", (int)st);
     printf("  seq 64       -> %s\n", zero_last_error());
+    test_bad_headers(g, out32, root);
+    test_nonfinite(g, out32, root, 0);
+    test_nonfinite(g, out16, root, 1);
 
     /* Peak RSS of an export of a 54M-parameter GPT (2 layers, C 768, V 50257, T 1024), measured
      * in a child that does nothing else. */
