@@ -65,6 +65,7 @@ cc -std=c11 -O2 -Wall -Werror -o "$prefix/mlp_pkgconfig" examples/mlp.c \
   $(pkg-config --cflags --libs zero) -lm -Wl,-rpath,"$(pkg-config --variable=libdir zero)"
 "$prefix/mlp_pkgconfig"
 "$prefix/mlp_pkgconfig" bf16
+"$prefix/mlp_pkgconfig" --config examples/ds_config.json
 # find_package(zero), static library
 cmake -S examples -B "$prefix/examples" -DCMAKE_PREFIX_PATH="$prefix" -DZERO_EXAMPLES_STATIC=ON \
   -DCMAKE_BUILD_TYPE=Release >/dev/null
