@@ -62,7 +62,8 @@ extern "C" {
 
 /* Roles of a tensor, as flags (never positions in a list). */
 typedef enum {
-    ZERO_TENSOR_NO_DECAY = 1u << 0, /* AdamW skips weight decay (biases, norms, positions) */
+    ZERO_TENSOR_NO_DECAY = 1u << 0, /* AdamW skips weight decay (the GPT: biases and layernorm
+                                       gains; its 2-D weights decay, embeddings included) */
     ZERO_TENSOR_TIED = 1u << 1,     /* used in two places (GPT's token embedding and head); the
                                        model accumulates both gradients into the one tensor */
 } zero_tensor_flag_t;

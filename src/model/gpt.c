@@ -140,6 +140,8 @@ static zero_status_t declare_units(zero_gpt_t *g) {
     };
     zero_status_t st = zero_engine_add_unit(g->eng, "embeddings", emb, E_COUNT, &g->unit_emb);
     if (st) return st;
+    /* Weight decay as in nanoGPT and Hugging Face's GPT-2 recipes: every 2-D weight decays (wte,
+     * tied to the output head, and wpe included); biases and layernorm gains (1-D) do not. */
     const unsigned nd = ZERO_TENSOR_NO_DECAY;
     zero_tensor_desc_t blk[B_COUNT] = {
         {"ln1.weight", 1, {C}, nd, ZERO_INIT_ONES, 0},

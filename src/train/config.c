@@ -110,7 +110,8 @@ static const cfg_key_t keys[] = {
      "Adam betas (default [0.9, 0.999], DeepSpeed's and PyTorch's Adam/AdamW default)"},
     {"optimizer.params.eps", K_FLOAT, OFF(eps), 1e-8, 1e-30, 1, NULL, NULL, NULL, "Adam epsilon"},
     {"optimizer.params.weight_decay", K_FLOAT, OFF(weight_decay), 0, 0, 10, NULL, NULL, NULL,
-     "decoupled weight decay (not on biases, norms, positions; DeepSpeed's default 0)"},
+     "decoupled weight decay on every 2-D weight (token and position embeddings included), not on "
+     "biases or layernorm gains; DeepSpeed's default 0"},
     {"scheduler.type", K_STR, OFF(scheduler), 0, 0, 0, "none",
      "none|WarmupCosineLR|WarmupDecayLR|WarmupLR", NULL,
      "none (no scheduler block): constant learning rate, as in DeepSpeed; otherwise a warm-up "

@@ -1,6 +1,7 @@
 /* test_ckpt_engine.c — the checkpoint module on the real engine and GPT model (stage 0, one
  * rank), through zero_ckpt_engine_layout_init / zero_ckpt_engine_io only:
- *   - every tensor the GPT declares has a Hugging Face GPT-2 name;
+ *   - every tensor the GPT declares has a Hugging Face GPT-2 name, and weight decay applies to
+ *     exactly its 2-D tensors (wte and wpe included), as the docs say;
  *   - save, clobber the weights, load: zero_engine_fingerprint is back to the saved one;
  *   - a checkpoint of another model shape is refused with nothing written;
  *   - export to safetensors, import into a fresh engine with other initial weights: the
@@ -78,6 +79,22 @@ int main(int argc, char **argv) {
             }
         }
     CHECK(unnamed == 0, "%d GPT tensors without a Hugging Face name", unnamed);
+    /* The weight-decay rule the docs state (docs/config.md, engine.h): every 2-D weight decays,
+     * embeddings included; 1-D tensors (biases, layernorm gains) do not. The checkpoint keeps
+     * the flags as the engine has them. */
+    int decay_wrong = 0;
+    for (int u = 0; u < L.layout.unit_count; u++)
+        for (int t = 0; t < L.units[u].tensor_count; t++) {
+            const zero_ckpt_tensor_t *T = &L.units[u].tensors[t];
+            int no_decay = (T->flags & ZERO_TENSOR_NO_DECAY) != 0;
+            if (no_decay != (T->ndim == 1)) {
+                fprintf(stderr, "%s %s: %d-D, no-decay flag %d\n", L.units[u].name, T->name,
+                        T->ndim, no_decay);
+                decay_wrong++;
+            }
+        }
+    CHECK(decay_wrong == 0, "%d GPT tensors break the decay rule (2-D decays, 1-D does not)",
+          decay_wrong);
 
     /* save, clobber, load */
     zero_ckpt_shard_io_t io = zero_ckpt_engine_io(a.eng);
