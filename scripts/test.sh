@@ -71,6 +71,13 @@ cmake -S examples -B "$prefix/examples" -DCMAKE_PREFIX_PATH="$prefix" -DZERO_EXA
   -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$prefix/examples" >/dev/null
 "$prefix/examples/example_mlp"
+# add_subdirectory(zero) from another project configures, with zero's tests and benchmarks off
+mkdir -p "$prefix/outer"
+printf 'cmake_minimum_required(VERSION 3.20)\nproject(outer C)\nadd_subdirectory("%s" zero)\nadd_executable(mlp "%s/examples/mlp.c")\ntarget_link_libraries(mlp PRIVATE zero::zero)\n' \
+  "$PWD" "$PWD" > "$prefix/outer/CMakeLists.txt"
+cmake -S "$prefix/outer" -B "$prefix/outer/build" -DZERO_NATIVE=OFF >/dev/null
+[ ! -e "$prefix/outer/build/zero/tests" ] && [ ! -e "$prefix/outer/build/zero/bench" ]
+echo "add_subdirectory(zero): configured, tests and benchmarks off"
 # the installed program: 20 steps must bring the validation loss well below its start (ln 256)
 "$prefix/bin/zero" train --config configs/main.json --steps 20 --set train.eval_interval=0 \
   --set train.samples=0 --no-peak -q --json-report "$prefix/report.json"
