@@ -332,6 +332,16 @@ ZERO_API zero_status_t zero_engine_set_step_count(zero_engine_t *eng, int64_t st
  * traffic is not counted in the step's communication). */
 ZERO_API zero_status_t zero_engine_fingerprint(zero_engine_t *eng, uint64_t *out);
 
+/* The replica check: the ranks compare a hash of the parameters every rank holds a copy of
+ * (stages 0-2: every unit, stage 3: the persistent units; stage 0 with 16-bit compute also the
+ * fp32 master), unit by unit. They are the same bits on every rank unless something went wrong
+ * (a rank that loaded other weights, a non-deterministic kernel, memory corruption): then every
+ * rank returns ZERO_ERR_MISMATCH with a message naming the step, the ranks whose copy differs
+ * from rank 0's and the first unit that does. One pass over the replicated bytes and one
+ * all-gather of 8 bytes per unit (not counted in the step's communication); ZERO_OK at once with
+ * one rank. The engine stays usable after a mismatch. Call between steps. Collective. */
+ZERO_API zero_status_t zero_engine_check_replicas(zero_engine_t *eng);
+
 /* Memory (bytes, this rank): live and peak by category in the engine's accounting domain (the
  * model's activations appear under ZERO_MEM_ACTIVATIONS when it allocates them there), and the
  * theory for params / grads / optimizer states / communication buffers of this engine's padded

@@ -194,6 +194,13 @@ static const cfg_key_t keys[] = {
      "weights, optimizer, step, data position and RNG states"},
     {"train.init_from", K_STR, OFF(init_from), 0, 0, 0, "", NULL, "--init-from",
      "initialise the weights from a safetensors file with Hugging Face GPT-2 names"},
+    {"train.replica_check_every", K_INT, OFF(replica_check_every), 100, 0, INT_MAX, NULL, NULL,
+     NULL,
+     "steps between checks that the ranks' replicated parameters are the same bits (0: never); "
+     "a rank that drifted stops the run, named with the step"},
+    {"train.memory_check", K_BOOL, OFF(memory_check), 1, 0, 1, NULL, NULL, NULL,
+     "refuse to start when the estimated memory exceeds what the machine (or the memory "
+     "cgroup) has available, naming the changes that would fit (false: --ignore-memory-check)"},
 };
 #undef OFF
 _Static_assert(sizeof keys / sizeof keys[0] <= ZERO_CONFIG_MAX_KEYS, "key_set is too small");
@@ -1339,4 +1346,21 @@ zero_status_t zero_ds_config_load(const char *path, zero_engine_params_t *out) {
     if (st) return st;
     *out = p;
     return ZERO_OK;
+}
+
+int zero__train_config_key_count(void) { return (int)ZERO_ARRAY_LEN(keys); }
+
+const char *zero__train_config_key_name(int i) {
+    return i >= 0 && i < (int)ZERO_ARRAY_LEN(keys) ? keys[i].name : NULL;
+}
+
+void zero__train_config_value_str(const zero_train_config_t *cfg, int i, char *buf, size_t n) {
+    if (!n) return;
+    buf[0] = 0;
+    if (i < 0 || i >= (int)ZERO_ARRAY_LEN(keys)) return;
+    FILE *f = fmemopen(buf, n, "w");
+    if (!f) return;
+    print_value(cfg, &keys[i], f);
+    fclose(f);
+    buf[n - 1] = 0;
 }

@@ -72,6 +72,9 @@ typedef struct zero_train_config {
     int overwrite;                       /* a fresh run may save into a used save_dir */
     char resume[ZERO_CONFIG_STR_MAX];    /* "" = none; "latest" = save_dir's latest */
     char init_from[ZERO_CONFIG_STR_MAX]; /* "" = none; a .safetensors file */
+    /* pre-flight and run-time checks (train/preflight.c) */
+    int replica_check_every; /* steps between replica checks (0: never) */
+    int memory_check;        /* refuse a run whose memory estimate exceeds what is available */
     /* Which keys the file or the command line set (index = position in the key table), for rules
      * that depend on what the user gave (the batch-size triple, warmup_max_lr). */
     unsigned char key_set[ZERO_CONFIG_MAX_KEYS];
@@ -130,6 +133,13 @@ zero_dtype_t zero__train_config_accum_dtype(const zero_train_config_t *cfg);
  * ZERO_ERR_CONFIG when warmup_min_lr is above the peak learning rate. */
 zero_status_t zero__train_config_engine_params(const zero_train_config_t *cfg,
                                                zero_engine_params_t *ep);
+
+/* The key table, for code that walks every key (the ranks' agreement on the configuration):
+ * the number of keys, the dotted name of key i (NULL outside [0, count)), and the value of key i
+ * in cfg as --print-config writes it, NUL-terminated and cut to n - 1 bytes. */
+int zero__train_config_key_count(void);
+const char *zero__train_config_key_name(int i);
+void zero__train_config_value_str(const zero_train_config_t *cfg, int i, char *buf, size_t n);
 
 /* Write the effective configuration as JSON (nested like the input). */
 void zero__train_config_print(const zero_train_config_t *cfg, FILE *out);

@@ -19,6 +19,7 @@
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/outputs.h"
+#include "train/preflight.h"
 #include "train/sample.h"
 
 #include <cJSON.h>
@@ -476,6 +477,7 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
         zero_step_stats_t ss;
         st = zero_engine_step(r.eng, &ss);
         if (!st) st = sum_ranks(&r, &loss_sum, 1);
+        if (!st) st = zero__train_replica_check(cfg, r.eng, step + 1, step + 1 == cfg->steps);
         if (st) goto done;
         r.skipped_steps += ss.skipped;
         rep->skipped_steps = r.skipped_steps;
@@ -732,6 +734,7 @@ static zero_status_t run_mpi(job_t *job, zero_train_report_t *rep) {
         job->world = world;
         st = zero__train_config_check(job->cfg, world);
     }
+    if (!st) st = zero__train_agree(job->cfg, &job->data, comm);
     if (!st) st = rank_main(job, rank, comm, rep);
     zero_comm_free(comm);
     if (!st || world == 1) zero_comm_mpi_finalize();

@@ -1,0 +1,27 @@
+/* preflight.h — checks before training starts and during it (internal API): the ranks of an MPI
+ * job agree on the configuration and the data; the replicated parameters stay the same bits; the
+ * run's memory estimate fits what the machine has (train/preflight.c, train/memcheck.c).
+ */
+#ifndef ZERO_TRAIN_PREFLIGHT_H
+#define ZERO_TRAIN_PREFLIGHT_H
+
+#include "train/config.h"
+#include "train/data.h"
+#include "zero/engine.h"
+
+/* Every rank of comm compares its effective configuration (each key of the table but those that
+ * may differ per rank: data.path, train.threads, train.backend, steps_per_print,
+ * train.memory_check) and its data (token count and a hash of the tokens) with rank 0's. On a
+ * difference every rank returns ZERO_ERR_CONFIG naming the first differing key, the first rank
+ * that differs in it and both values ("rank 1 has seed = 2, rank 0 has seed = 1"). NULL comm or
+ * one rank: ZERO_OK. Collective. */
+zero_status_t zero__train_agree(const zero_train_config_t *cfg, const zero_dataset_t *data,
+                                zero_comm_t *comm);
+
+/* After optimizer step `step` (1-based): zero_engine_check_replicas every
+ * train.replica_check_every steps and after the last step (last != 0); ZERO_OK without a check
+ * otherwise. Collective. */
+zero_status_t zero__train_replica_check(const zero_train_config_t *cfg, zero_engine_t *eng,
+                                        int64_t step, int last);
+
+#endif /* ZERO_TRAIN_PREFLIGHT_H */

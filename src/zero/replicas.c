@@ -1,0 +1,101 @@
+/* replicas.c — the replica check: ranks that hold the same parameters (stages 0-2: every unit;
+ * stage 3: the persistent units; stage 0 with 16-bit compute also the full fp32 master) compare
+ * a hash of them, unit by unit, and a rank whose copy drifted is named with the step and the
+ * first unit that differs.
+ *
+ * Not here: the weights fingerprint (accounting.c), which hashes the canonical fp32 weights
+ * however they are sharded; this check hashes each rank's own replicated bytes, padding
+ * included, so it costs one pass over them and one all-gather of a hash per unit.
+ * Invariants: every rank hashes the same units in the same order (the layout is the same on
+ * every rank); the all-gather's traffic is moved out of the step's window, as the fingerprint's.
+ */
+#include "engine_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A word-at-a-time multiplicative hash: about one multiply per 8 bytes, so a check over the
+ * parameters costs far less than a step; not cryptographic (it detects drift, not tampering). */
+static uint64_t hash_words(uint64_t h, const void *data, size_t bytes) {
+    const unsigned char *p = data;
+    size_t i = 0;
+    for (; i + 8 <= bytes; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+        h ^= h >> 29;
+    }
+    for (; i < bytes; i++) {
+        h = (h ^ p[i]) * 0x100000001b3ull;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+/* The replicated bytes of unit un on this rank hashed, or 0 when this rank holds no replica of it
+ * (stage 3, not persistent). */
+static uint64_t unit_hash(const zero_engine_t *eng, const zero__unit_t *un) {
+    const int stage = eng->params.stage;
+    if (stage == 3 && !un->persistent) return 0;
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = hash_words(h, un->full, un->padded_count * eng->ce);
+    if (un->master && stage == 0) h = hash_words(h, un->master, un->padded_count * sizeof(float));
+    return h | 1; /* never 0, the "no replica" mark */
+}
+
+zero_status_t zero_engine_check_replicas(zero_engine_t *eng) {
+    if (!eng) return zero__error(ZERO_ERR_INVALID_ARG, "zero_engine_check_replicas: NULL engine");
+    if (eng->failure) return zero__error(eng->failure, "%s", eng->failure_msg);
+    if (eng->world == 1 || eng->unit_count == 0) return ZERO_OK;
+    const size_t n = (size_t)eng->unit_count, W = (size_t)eng->world;
+    uint64_t *mine = malloc(n * sizeof *mine), *all = malloc(n * W * sizeof *all);
+    if (!mine || !all) {
+        free(mine);
+        free(all);
+        return zero__error(ZERO_ERR_OUT_OF_MEMORY, "replica check: out of memory for %zu hashes",
+                           n * W);
+    }
+    for (size_t u = 0; u < n; u++) mine[u] = unit_hash(eng, &eng->units[u]);
+    uint64_t before[ZERO_COLL_COUNT], after[ZERO_COLL_COUNT];
+    zero__comm_sent(eng, before);
+    zero_status_t st =
+        zero_comm_all_gather(mine, all, n * sizeof *mine, ZERO_DTYPE_UINT8, eng->comm);
+    zero__comm_sent(eng, after);
+    for (int c = 0; c < ZERO_COLL_COUNT; c++) eng->sent_base[c] += after[c] - before[c];
+    free(mine);
+    if (st) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", zero_last_error());
+        free(all);
+        return zero__engine_fail(eng, st, "replica check: the hash all-gather failed: %s", msg);
+    }
+    /* Every rank reads the same table, so every rank reaches the same verdict and message. */
+    char ranks[256] = "";
+    size_t len = 0;
+    int bad = 0, first_unit = -1, first_rank = -1;
+    for (size_t r = 1; r < W; r++) {
+        int unit = -1;
+        for (size_t u = 0; u < n && unit < 0; u++)
+            if (all[r * n + u] != all[u]) unit = (int)u;
+        if (unit < 0) continue;
+        if (bad++ == 0) {
+            first_unit = unit;
+            first_rank = (int)r;
+        }
+        if (len + 16 < sizeof ranks)
+            len += (size_t)snprintf(ranks + len, sizeof ranks - len, "%s%zu", len ? ", " : "", r);
+        else if (len + 5 < sizeof ranks && ranks[len - 1] != '.')
+            len += (size_t)snprintf(ranks + len, sizeof ranks - len, ", ...");
+    }
+    uint64_t h0 = first_unit >= 0 ? all[first_unit] : 0;
+    uint64_t hr = first_unit >= 0 ? all[(size_t)first_rank * n + (size_t)first_unit] : 0;
+    free(all);
+    if (!bad) return ZERO_OK;
+    return zero__error(ZERO_ERR_MISMATCH,
+                       "replica check after step %lld: the replicated parameters of rank%s %s "
+                       "differ from rank 0's (first in unit '%s': hash %016llx on rank %d, "
+                       "%016llx on rank 0; expected the same bits on every rank: the ranks "
+                       "train different models)",
+                       (long long)eng->step, bad > 1 ? "s" : "", ranks, eng->units[first_unit].name,
+                       (unsigned long long)hr, first_rank, (unsigned long long)h0);
+}
