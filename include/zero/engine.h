@@ -406,6 +406,39 @@ typedef struct zero_engine_report {
 /* Fill *out (not collective). */
 ZERO_API void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out);
 
+/* ------------------------------------------------------------------------------ estimate */
+
+/* A unit as zero_engine_add_unit takes it, for zero_engine_estimate_memory. */
+typedef struct zero_unit_decl {
+    const zero_tensor_desc_t *tensors; /* borrowed during the call */
+    int tensor_count;
+    int repeat; /* this many identical units in a row (a transformer's blocks); 0 means 1 */
+} zero_unit_decl_t;
+
+typedef struct zero_memory_estimate {
+    size_t param_count;        /* unpadded */
+    size_t padded_param_count; /* P, for this world size */
+    /* Per rank, by category: params, grads (the kept buffers and, stages 2-3, the working
+     * buffers of backward), optim (fp32 master with 16-bit compute, Adam m and v), comm (the
+     * reduce buckets with N > 1 and, stage 3, the gather pool at its largest), other (the 16-bit
+     * scratch). Activations 0: the model adds its own. */
+    size_t bytes[ZERO_MEM_CATEGORY_COUNT];
+    size_t model_state_bytes[3]; /* the paper's breakdown: parameters, gradients, optimizer */
+    size_t total_bytes;          /* sum of bytes[] */
+} zero_memory_estimate_t;
+
+/* The memory one rank of an engine with these params over `world` ranks will need for these
+ * units, computed without allocating (params->comm is ignored: world says the size). The model
+ * states follow the theory of zero_engine_get_report exactly; the transient pools are sized for
+ * their worst case in a step: stage 2-3 gradient working buffers as the 3 largest units (2 with
+ * overlap_comm off), the stage-3 gather pool as the 2 largest non-persistent units plus whole
+ * units up to stage3_prefetch_bucket_size ahead. For a pre-flight check ("will this fit?") and
+ * for planning stages and world sizes. ZERO_ERR_INVALID_ARG for a bad stage, dtype or world.
+ * Not collective; thread-safe. */
+ZERO_API zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *params, int world,
+                                                   const zero_unit_decl_t *units, int unit_count,
+                                                   zero_memory_estimate_t *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -128,22 +128,22 @@ double zero__gpt_flops_per_token(const zero_gpt_config_t *c) {
            12.0 * (double)c->layers * (double)c->seq * (double)c->dim;
 }
 
-static zero_status_t declare_units(zero_gpt_t *g) {
-    const size_t C = (size_t)g->cfg.dim, V = (size_t)g->cfg.vocab, T = (size_t)g->cfg.seq;
+/* The tensors of the three kinds of unit (gpt.h), as the engine takes them. */
+static void unit_descs(const zero_gpt_config_t *c, zero_tensor_desc_t emb[E_COUNT],
+                       zero_tensor_desc_t blk[B_COUNT], zero_tensor_desc_t fin[F_COUNT]) {
+    const size_t C = (size_t)c->dim, V = (size_t)c->vocab, T = (size_t)c->seq;
     const float std = 0.02f;
     /* GPT-2 scales the residual projections by 1/sqrt(2L): two of them per block add to the
      * stream, and this keeps its variance independent of depth. */
-    const float proj_std = std / sqrtf(2.0f * (float)g->cfg.layers);
-    zero_tensor_desc_t emb[E_COUNT] = {
-        {"wte", 2, {V, C}, ZERO_TENSOR_TIED, ZERO_INIT_NORMAL, std},
-        {"wpe", 2, {T, C}, 0, ZERO_INIT_NORMAL, std},
-    };
-    zero_status_t st = zero_engine_add_unit(g->eng, "embeddings", emb, E_COUNT, &g->unit_emb);
-    if (st) return st;
+    const float proj_std = std / sqrtf(2.0f * (float)c->layers);
     /* Weight decay as in nanoGPT and Hugging Face's GPT-2 recipes: every 2-D weight decays (wte,
      * tied to the output head, and wpe included); biases and layernorm gains (1-D) do not. */
     const unsigned nd = ZERO_TENSOR_NO_DECAY;
-    zero_tensor_desc_t blk[B_COUNT] = {
+    const zero_tensor_desc_t e[E_COUNT] = {
+        {"wte", 2, {V, C}, ZERO_TENSOR_TIED, ZERO_INIT_NORMAL, std},
+        {"wpe", 2, {T, C}, 0, ZERO_INIT_NORMAL, std},
+    };
+    const zero_tensor_desc_t b[B_COUNT] = {
         {"ln1.weight", 1, {C}, nd, ZERO_INIT_ONES, 0},
         {"ln1.bias", 1, {C}, nd, ZERO_INIT_ZEROS, 0},
         {"attn.qkv.weight", 2, {3 * C, C}, 0, ZERO_INIT_NORMAL, std},
@@ -157,6 +157,20 @@ static zero_status_t declare_units(zero_gpt_t *g) {
         {"mlp.proj.weight", 2, {C, 4 * C}, 0, ZERO_INIT_NORMAL, proj_std},
         {"mlp.proj.bias", 1, {C}, nd, ZERO_INIT_ZEROS, 0},
     };
+    const zero_tensor_desc_t fn[F_COUNT] = {
+        {"lnf.weight", 1, {C}, nd, ZERO_INIT_ONES, 0},
+        {"lnf.bias", 1, {C}, nd, ZERO_INIT_ZEROS, 0},
+    };
+    memcpy(emb, e, sizeof e);
+    memcpy(blk, b, sizeof b);
+    memcpy(fin, fn, sizeof fn);
+}
+
+static zero_status_t declare_units(zero_gpt_t *g) {
+    zero_tensor_desc_t emb[E_COUNT], blk[B_COUNT], fin[F_COUNT];
+    unit_descs(&g->cfg, emb, blk, fin);
+    zero_status_t st = zero_engine_add_unit(g->eng, "embeddings", emb, E_COUNT, &g->unit_emb);
+    if (st) return st;
     for (int l = 0; l < g->cfg.layers; l++) {
         char name[32];
         snprintf(name, sizeof name, "block.%d", l);
@@ -166,10 +180,6 @@ static zero_status_t declare_units(zero_gpt_t *g) {
         if (l == 0) g->unit_block0 = u;
         ZERO_ASSERT(u == g->unit_block0 + l);
     }
-    zero_tensor_desc_t fin[F_COUNT] = {
-        {"lnf.weight", 1, {C}, nd, ZERO_INIT_ONES, 0},
-        {"lnf.bias", 1, {C}, nd, ZERO_INIT_ZEROS, 0},
-    };
     return zero_engine_add_unit(g->eng, "final", fin, F_COUNT, &g->unit_final);
 }
 
@@ -284,6 +294,35 @@ void zero__gpt_free(zero_gpt_t *g) {
 
 const float *zero__gpt_logits(const zero_gpt_t *g) { return g->logits; }
 size_t zero__gpt_activation_bytes(const zero_gpt_t *g) { return g->act_bytes; }
+
+zero_status_t zero__gpt_memory_estimate(const zero_gpt_config_t *cfg,
+                                        const zero_engine_params_t *ep, int world, int batch,
+                                        int checkpointing, int threads,
+                                        zero_memory_estimate_t *out) {
+    zero_status_t st = zero__gpt_config_check(cfg);
+    if (st) return st;
+    zero_tensor_desc_t emb[E_COUNT], blk[B_COUNT], fin[F_COUNT];
+    unit_descs(cfg, emb, blk, fin);
+    const zero_unit_decl_t units[3] = {
+        {emb, E_COUNT, 1}, {blk, B_COUNT, cfg->layers}, {fin, F_COUNT, 1}};
+    st = zero_engine_estimate_memory(ep, world, units, 3, out);
+    if (st) return st;
+    /* The activations: the same layout pass as zero__gpt_init, on a model that is never
+     * built. */
+    zero_gpt_t g;
+    memset(&g, 0, sizeof g);
+    g.cfg = *cfg;
+    g.batch = batch < 1 ? 1 : batch;
+    g.checkpointing = checkpointing ? 1 : 0;
+    g.threads = threads < 1 ? 1 : threads;
+    g.dt = ep->compute_dtype;
+    g.es = zero_dtype_size(g.dt);
+    size_t total = 0;
+    layout(&g, NULL, &total);
+    out->bytes[ZERO_MEM_ACTIVATIONS] = total;
+    out->total_bytes += total;
+    return ZERO_OK;
+}
 const zero_gpt_config_t *zero__gpt_config(const zero_gpt_t *g) { return &g->cfg; }
 
 /* Element i of a compute-dtype buffer. */

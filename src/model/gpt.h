@@ -67,6 +67,14 @@ zero_status_t zero__gpt_backward(zero_gpt_t *gpt);
  * separate buffer). */
 const float *zero__gpt_logits(const zero_gpt_t *gpt);
 
+/* The memory one rank needs for this model on an engine with params ep over `world` ranks,
+ * with activations for `batch` sequences: zero_engine_estimate_memory of the model's units plus
+ * the activations zero__gpt_init would allocate (ZERO_MEM_ACTIVATIONS), without allocating. */
+zero_status_t zero__gpt_memory_estimate(const zero_gpt_config_t *cfg,
+                                        const zero_engine_params_t *ep, int world, int batch,
+                                        int checkpointing, int threads,
+                                        zero_memory_estimate_t *out);
+
 /* Bytes of activation memory allocated at init. */
 size_t zero__gpt_activation_bytes(const zero_gpt_t *gpt);
 const zero_gpt_config_t *zero__gpt_config(const zero_gpt_t *gpt);

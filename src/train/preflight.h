@@ -24,4 +24,17 @@ zero_status_t zero__train_agree(const zero_train_config_t *cfg, const zero_datas
 zero_status_t zero__train_replica_check(const zero_train_config_t *cfg, zero_engine_t *eng,
                                         int64_t step, int last);
 
+/* Before anything is allocated: the memory this process will need for cfg over `world` ranks, of
+ * which `local` run in this process (thread ranks) or on this machine (mpi != 0: one per
+ * process), with `threads` compute threads each: zero__gpt_memory_estimate per rank, plus each
+ * rank's batch buffers and fixed overhead, the data and the program. Compared with MemAvailable
+ * and the tightest memory cgroup limit (v1 memory.limit_in_bytes, v2 memory.max, walking up the
+ * hierarchy); a run that does not fit fails with ZERO_ERR_OUT_OF_MEMORY naming the estimate by
+ * category, the memory available and the changes that would fit, each with its estimate
+ * (a higher stage, bf16, activation checkpointing, a smaller micro-batch, more MPI ranks or
+ * fewer thread ranks). train.memory_check = false turns the refusal into a warning. out (may
+ * be NULL): a line with the estimate when it exceeds 1 GiB, before the long allocation. */
+zero_status_t zero__train_memory_check(const zero_train_config_t *cfg, int world, int local,
+                                       int threads, int mpi, FILE *out);
+
 #endif /* ZERO_TRAIN_PREFLIGHT_H */

@@ -1,0 +1,339 @@
+/* memcheck.c — the pre-flight memory check: before anything is allocated, estimate what this
+ * process will need (its ranks' engine and model memory from zero__gpt_memory_estimate, their
+ * fixed overhead, the data and the program itself), compare it with what the machine and the
+ * memory cgroup have available, and refuse a run that cannot fit, naming the estimate, the
+ * memory available and the changes that would fit (stage, dtype, activation checkpointing,
+ * micro-batch, ranks), each with its own estimate.
+ *
+ * Not here: the allocations (engine, model); the accounting of what they really use (the
+ * report). Invariant: the estimate is the engine's own theory (zero_engine_estimate_memory) and
+ * the model's own layout pass, so it moves when they do; tests/train/test_train_memcheck.c keeps
+ * it within a stated tolerance of the measured peak.
+ */
+#include "train/preflight.h"
+
+#include "core/core_internal.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* The program itself (code, libraries, their data), measured: `zero train` of a 1-layer model on
+ * one rank peaks at 15 MiB of resident memory; under mpirun the MPI library adds its own. */
+#define PROCESS_BASE_BYTES (24ull << 20)
+#define MPI_PROCESS_BYTES (64ull << 20)
+/* Each thread rank beyond its accounted memory: its thread and its two communicators' progress
+ * threads (stacks, thread-local caches), the kernels' per-thread state, malloc's headers.
+ * Measured with docs/benchmarks.md's 64-1024 rank runs of a tiny model: 0.15-0.2 MiB. */
+#define RANK_OVERHEAD_BYTES (256ull << 10)
+
+#define GiB (1024.0 * 1024.0 * 1024.0)
+
+/* The knobs the estimate depends on, a copy of the config's. */
+typedef struct shape {
+    int stage, checkpointing, micro, world, local;
+    zero_dtype_t dtype;
+} shape_t;
+
+typedef struct estimate {
+    zero_memory_estimate_t rank; /* one rank: engine + activations */
+    uint64_t per_rank;           /* rank + batch buffers + overhead */
+    uint64_t process;            /* local x per_rank + data + base */
+    uint64_t data;
+} estimate_t;
+
+static uint64_t data_bytes(const zero_train_config_t *cfg) {
+    /* At most one token per byte of the file, held as int32, beside the file's bytes while it
+     * is read: 5 bytes per byte. The built-in corpus: its text and its tokens. */
+    if (!cfg->data_path[0]) return 5ull * (uint64_t)cfg->builtin_bytes;
+    struct stat sb;
+    if (stat(cfg->data_path, &sb) != 0) return 0; /* the loader reports it */
+    return 5ull * (uint64_t)sb.st_size;
+}
+
+static zero_status_t estimate(const zero_train_config_t *cfg, const shape_t *s, int threads,
+                              int mpi, estimate_t *e) {
+    memset(e, 0, sizeof *e);
+    zero_engine_params_t ep = zero_engine_params_default();
+    ep.stage = s->stage;
+    ep.compute_dtype = s->dtype;
+    ep.grad_accum_dtype =
+        s->dtype == ZERO_DTYPE_FP32 ? ZERO_DTYPE_FP32 : zero__train_config_accum_dtype(cfg);
+    ep.grad_accum_steps = (int)((int64_t)cfg->grad_accum * cfg->micro_batch / s->micro);
+    int64_t bucket_bytes = cfg->reduce_bucket_elems * (int64_t)sizeof(float);
+    ep.reduce_bucket_bytes = bucket_bytes > INT32_MAX ? INT32_MAX : (int)bucket_bytes;
+    ep.overlap_comm = cfg->overlap_comm;
+    ep.prefetch_bucket_elems = cfg->prefetch_bucket_elems;
+    ep.persistence_threshold_elems = cfg->persistence_threshold_elems;
+    zero_status_t st = zero__gpt_memory_estimate(&cfg->model, &ep, s->world, s->micro,
+                                                 s->checkpointing, threads, &e->rank);
+    if (st) return st;
+    const uint64_t batch = 2ull * (uint64_t)s->micro * (uint64_t)cfg->model.seq * sizeof(int32_t);
+    e->per_rank = e->rank.total_bytes + batch + RANK_OVERHEAD_BYTES;
+    e->data = data_bytes(cfg);
+    e->process = (uint64_t)s->local * e->per_rank + e->data + PROCESS_BASE_BYTES +
+                 (mpi ? MPI_PROCESS_BYTES : 0);
+    return ZERO_OK;
+}
+
+/* ------------------------------------------------------------------------------ available */
+
+/* A number from a one-line file ("max" = no limit: UINT64_MAX); 0 if unreadable. */
+static int read_u64(const char *path, uint64_t *v) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char buf[64] = "";
+    int ok = fgets(buf, sizeof buf, f) != NULL;
+    fclose(f);
+    if (!ok) return 0;
+    if (!strncmp(buf, "max", 3)) {
+        *v = UINT64_MAX;
+        return 1;
+    }
+    char *end = NULL;
+    unsigned long long x = strtoull(buf, &end, 10);
+    if (end == buf) return 0;
+    *v = x;
+    return 1;
+}
+
+/* `key value` from a memory.stat file, 0 if absent. */
+static uint64_t stat_value(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char name[128];
+    unsigned long long v;
+    uint64_t out = 0;
+    while (fscanf(f, "%127s %llu", name, &v) == 2)
+        if (!strcmp(name, key)) {
+            out = v;
+            break;
+        }
+    fclose(f);
+    return out;
+}
+
+static uint64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return UINT64_MAX;
+    char line[256];
+    unsigned long long kb = 0;
+    int found = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+            found = 1;
+            break;
+        }
+    fclose(f);
+    return found ? (uint64_t)kb * 1024 : UINT64_MAX;
+}
+
+/* The tightest memory cgroup limit on this process: walk from its cgroup up to the root of the
+ * v1 memory hierarchy or the v2 unified one, and keep the level with the least room (limit -
+ * usage + inactive file cache, which the kernel reclaims before it kills). */
+typedef struct cgroup_room {
+    uint64_t limit, room;
+    char path[1024];
+} cgroup_room_t;
+
+static void cgroup_walk(const char *root, const char *rel, int v2, cgroup_room_t *best) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s%s", root, rel);
+    for (;;) {
+        char p[1100];
+        uint64_t limit = 0, usage = 0;
+        snprintf(p, sizeof p, "%s/%s", dir, v2 ? "memory.max" : "memory.limit_in_bytes");
+        int have = read_u64(p, &limit);
+        snprintf(p, sizeof p, "%s/%s", dir, v2 ? "memory.current" : "memory.usage_in_bytes");
+        have = have && read_u64(p, &usage);
+        /* v1 writes "no limit" as a huge page-aligned number. */
+        if (have && limit < (1ull << 60)) {
+            snprintf(p, sizeof p, "%s/memory.stat", dir);
+            uint64_t inactive = stat_value(p, v2 ? "inactive_file" : "total_inactive_file");
+            uint64_t used = usage > inactive ? usage - inactive : 0;
+            uint64_t room = limit > used ? limit - used : 0;
+            if (room < best->room) {
+                best->room = room;
+                best->limit = limit;
+                snprintf(best->path, sizeof best->path, "%s", dir);
+            }
+        }
+        char *slash = strrchr(dir, '/');
+        if (!slash || (size_t)(slash - dir) < strlen(root)) break;
+        *slash = 0;
+    }
+}
+
+static void cgroup_room(cgroup_room_t *best) {
+    best->limit = best->room = UINT64_MAX;
+    best->path[0] = 0;
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f) return;
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2) continue;
+        *c2 = 0;
+        const char *controllers = c1 + 1, *rel = c2 + 1;
+        if (!strcmp(rel, "/")) rel = "";
+        if (c1 == line + 1 && line[0] == '0' && !*controllers) {
+            cgroup_walk("/sys/fs/cgroup", rel, 1, best);
+            cgroup_walk("/sys/fs/cgroup/unified", rel, 1, best);
+        } else {
+            char list[256];
+            snprintf(list, sizeof list, ",%s,", controllers);
+            if (strstr(list, ",memory,")) cgroup_walk("/sys/fs/cgroup/memory", rel, 0, best);
+        }
+    }
+    fclose(f);
+}
+
+/* ------------------------------------------------------------------------------ check */
+
+static void describe(char *buf, size_t n, const estimate_t *e, int local) {
+    const zero_memory_estimate_t *r = &e->rank;
+    snprintf(buf, n,
+             "%.2f GiB (%d rank%s x %.2f GiB: parameters %.2f, gradients %.2f, optimizer states "
+             "%.2f, activations %.2f, communication buffers %.2f, per-rank overhead %.2f; data "
+             "%.2f GiB; program %.2f GiB)",
+             (double)e->process / GiB, local, local == 1 ? "" : "s", (double)e->per_rank / GiB,
+             (double)r->bytes[ZERO_MEM_PARAMS] / GiB, (double)r->bytes[ZERO_MEM_GRADS] / GiB,
+             (double)r->bytes[ZERO_MEM_OPTIM] / GiB, (double)r->bytes[ZERO_MEM_ACTIVATIONS] / GiB,
+             (double)r->bytes[ZERO_MEM_COMM] / GiB,
+             (double)(e->per_rank - r->total_bytes) / GiB + (double)r->bytes[ZERO_MEM_OTHER] / GiB,
+             (double)e->data / GiB,
+             (double)(e->process - e->data - (uint64_t)local * e->per_rank) / GiB);
+}
+
+/* Append "name (X GiB)" for a changed shape when it fits. */
+static void try_option(const zero_train_config_t *cfg, const shape_t *s, int threads, int mpi,
+                       uint64_t room, const char *name, char *list, size_t n, int *fits) {
+    estimate_t e;
+    if (estimate(cfg, s, threads, mpi, &e) || e.process > room) return;
+    size_t len = strlen(list);
+    snprintf(list + len, n - len, "%s%s (%.2f GiB)", *fits ? ", " : "", name,
+             (double)e.process / GiB);
+    (*fits)++;
+}
+
+zero_status_t zero__train_memory_check(const zero_train_config_t *cfg, int world, int local,
+                                       int threads, int mpi, FILE *out) {
+    const shape_t s = {cfg->stage,
+                       cfg->checkpointing,
+                       cfg->micro_batch,
+                       world,
+                       local,
+                       zero__train_config_compute_dtype(cfg)};
+    estimate_t e;
+    zero_status_t st = estimate(cfg, &s, threads, mpi, &e);
+    if (st) return st;
+    const uint64_t avail = mem_available();
+    cgroup_room_t cg;
+    cgroup_room(&cg);
+    const uint64_t room = cg.room < avail ? cg.room : avail;
+    char what[512];
+    describe(what, sizeof what, &e, local);
+    if (e.process <= room) {
+        /* A large model takes a while to allocate and initialise: say what is coming. */
+        if (out && e.process > (1ull << 30)) {
+            fprintf(out,
+                    "memory: this process needs an estimated %s; %.2f GiB available; "
+                    "allocating and initialising the model...\n",
+                    what, (double)room / GiB);
+            fflush(out);
+        }
+        return ZERO_OK;
+    }
+    char where[1200];
+    if (cg.path[0])
+        snprintf(where, sizeof where,
+                 "MemAvailable %.2f GiB; memory cgroup %s: limit %.2f GiB, %.2f GiB free",
+                 (double)avail / GiB, cg.path, (double)cg.limit / GiB, (double)cg.room / GiB);
+    else
+        snprintf(where, sizeof where, "MemAvailable in /proc/meminfo; no memory cgroup limit");
+    if (!cfg->memory_check) {
+        zero__log(ZERO_LOG_WARN, -1, 0,
+                  "memory check overridden (train.memory_check = false): this process needs an "
+                  "estimated %s but %.2f GiB is available (%s)",
+                  what, (double)room / GiB, where);
+        return ZERO_OK;
+    }
+    /* What would fit, each change alone; then all of them together. */
+    char fit[1024] = "";
+    int fits = 0;
+    for (int stage = s.stage + 1; stage <= 3; stage++) {
+        shape_t t = s;
+        t.stage = stage;
+        char name[32];
+        snprintf(name, sizeof name, "--stage %d", stage);
+        try_option(cfg, &t, threads, mpi, room, name, fit, sizeof fit, &fits);
+    }
+    if (s.dtype == ZERO_DTYPE_FP32) {
+        shape_t t = s;
+        t.dtype = ZERO_DTYPE_BF16;
+        try_option(cfg, &t, threads, mpi, room, "--dtype bf16", fit, sizeof fit, &fits);
+    }
+    if (!s.checkpointing) {
+        shape_t t = s;
+        t.checkpointing = 1;
+        try_option(cfg, &t, threads, mpi, room, "model.activation_checkpointing = true", fit,
+                   sizeof fit, &fits);
+    }
+    for (int m = s.micro / 2; m >= 1; m /= 2) {
+        if (s.micro % m) continue;
+        shape_t t = s;
+        t.micro = m;
+        char name[96];
+        snprintf(name, sizeof name, "train_micro_batch_size_per_gpu = %d with %d-fold accumulation",
+                 m, cfg->grad_accum * (s.micro / m));
+        int before = fits;
+        try_option(cfg, &t, threads, mpi, room, name, fit, sizeof fit, &fits);
+        if (fits > before) break;
+    }
+    if (mpi) {
+        /* More machines: the same ranks per machine, the state sharded over more of them. */
+        for (int w = world * 2; w <= 4096 && s.stage > 0; w *= 2) {
+            shape_t t = s;
+            t.world = w;
+            char name[64];
+            snprintf(name, sizeof name, "%d MPI ranks (%d per machine)", w, local);
+            int before = fits;
+            try_option(cfg, &t, threads, mpi, room, name, fit, sizeof fit, &fits);
+            if (fits > before) break;
+        }
+    } else {
+        /* Fewer thread ranks: each holds its activations (and at stage 0 a whole replica). */
+        for (int w = world / 2; w >= 1; w /= 2) {
+            shape_t t = s;
+            t.world = t.local = w;
+            char name[32];
+            snprintf(name, sizeof name, "--ranks %d", w);
+            int before = fits;
+            try_option(cfg, &t, threads, mpi, room, name, fit, sizeof fit, &fits);
+            if (fits > before) break;
+        }
+    }
+    shape_t all = s;
+    all.stage = 3;
+    all.dtype = s.dtype == ZERO_DTYPE_FP32 ? ZERO_DTYPE_BF16 : s.dtype;
+    all.checkpointing = 1;
+    all.micro = 1;
+    estimate_t ea;
+    char least[256] = "";
+    if (!fits && !estimate(cfg, &all, threads, mpi, &ea))
+        snprintf(least, sizeof least,
+                 "; no single change fits: stage 3, bf16, activation checkpointing and "
+                 "micro-batch 1 together need %.2f GiB%s",
+                 (double)ea.process / GiB,
+                 ea.process <= room ? " (fits)" : ", more than available: a smaller model");
+    return zero__error(ZERO_ERR_OUT_OF_MEMORY,
+                       "not enough memory: this process needs an estimated %s but %.2f GiB is "
+                       "available (%s)%s%s%s; to start anyway: --ignore-memory-check "
+                       "(train.memory_check = false)",
+                       what, (double)room / GiB, where, fits ? "; these would fit: " : "", fit,
+                       least);
+}

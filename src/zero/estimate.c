@@ -1,0 +1,144 @@
+/* estimate.c — the memory a rank's engine will need for a model, computed from the units'
+ * declarations without allocating anything: the same padded layout as zero_engine_add_unit and
+ * the same per-stage buffers as alloc_unit (layout.c), plus the transient pools the memory
+ * theory of engine.h describes (reduce buckets, stage 2-3 gradient working buffers, the stage-3
+ * gather pool), sized for their worst case in a step.
+ *
+ * Not here: the model's activations (the model adds its own), the process's own overhead.
+ * Invariants: must follow layout.c and buckets.c; tests/train/test_train_memcheck.c compares the
+ * estimate with the peak the accounting allocator measures in real runs.
+ */
+#include "engine_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The k largest of n values, summed (n small: the units of a model). */
+static uint64_t sum_largest(const uint64_t *v, int n, int k) {
+    uint64_t *tmp = malloc((size_t)(n > 0 ? n : 1) * sizeof *tmp);
+    if (!tmp) return 0;
+    memcpy(tmp, v, (size_t)n * sizeof *tmp);
+    uint64_t sum = 0;
+    for (int j = 0; j < k && j < n; j++) {
+        int best = j;
+        for (int i = j + 1; i < n; i++)
+            if (tmp[i] > tmp[best]) best = i;
+        uint64_t t = tmp[j];
+        tmp[j] = tmp[best];
+        tmp[best] = t;
+        sum += tmp[j];
+    }
+    free(tmp);
+    return sum;
+}
+
+zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int world,
+                                          const zero_unit_decl_t *units, int unit_count,
+                                          zero_memory_estimate_t *out) {
+    if (!p || !out || (unit_count > 0 && !units) || unit_count < 0)
+        return zero__error(ZERO_ERR_INVALID_ARG, "zero_engine_estimate_memory: NULL argument");
+    if (world < 1)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "zero_engine_estimate_memory: world %d is invalid (expected >= 1)",
+                           world);
+    if (p->stage < 0 || p->stage > 3)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "zero_engine_estimate_memory: stage %d is invalid (expected 0..3)",
+                           p->stage);
+    memset(out, 0, sizeof *out);
+    const uint64_t ce = zero_dtype_size(p->compute_dtype),
+                   ae = zero_dtype_size(p->grad_accum_dtype);
+    if (!ce || !ae)
+        return zero__error(ZERO_ERR_INVALID_ARG, "zero_engine_estimate_memory: invalid dtype");
+    const int lowp = p->compute_dtype != ZERO_DTYPE_FP32, stage = p->stage;
+    const uint64_t N = (uint64_t)world, f = sizeof(float), q = N * ZERO__TENSOR_ALIGN_COUNT;
+    int total_units = 0;
+    for (int i = 0; i < unit_count; i++) total_units += units[i].repeat > 0 ? units[i].repeat : 1;
+    /* Padded sizes per unit (all, and the non-persistent ones of stage 3). */
+    uint64_t *padded = calloc((size_t)(total_units ? total_units : 1), sizeof *padded);
+    uint64_t *np = calloc((size_t)(total_units ? total_units : 1), sizeof *np);
+    if (!padded || !np) {
+        free(padded);
+        free(np);
+        return zero__error(ZERO_ERR_OUT_OF_MEMORY, "zero_engine_estimate_memory: out of memory");
+    }
+    int n = 0, n_np = 0;
+    uint64_t P = 0, S = 0, params = 0, optim = 0, grads = 0, P_np = 0;
+    for (int i = 0; i < unit_count; i++) {
+        uint64_t count = 0, off = 0;
+        for (int t = 0; t < units[i].tensor_count; t++) {
+            uint64_t e = 1;
+            for (int k = 0; k < units[i].tensors[t].ndim; k++) e *= units[i].tensors[t].shape[k];
+            count += e;
+            off += (e + ZERO__TENSOR_ALIGN_COUNT - 1) / ZERO__TENSOR_ALIGN_COUNT *
+                   ZERO__TENSOR_ALIGN_COUNT;
+        }
+        const uint64_t Pu = (off + q - 1) / q * q, Su = Pu / N;
+        const int persistent = stage == 3 && (int64_t)count <= p->persistence_threshold_elems;
+        const int reps = units[i].repeat > 0 ? units[i].repeat : 1;
+        for (int r = 0; r < reps; r++) {
+            out->param_count += count;
+            padded[n++] = Pu;
+            P += Pu;
+            S += Su;
+            params += ce * (stage < 3 || persistent ? Pu : Su);
+            if (stage == 3 && !persistent) {
+                np[n_np++] = Pu;
+                P_np += Pu;
+            }
+            const uint64_t states = stage == 0 ? Pu : Su;
+            optim += f * states * (lowp ? 3 : 2); /* master (16-bit), Adam m and v */
+            grads += ae * Su + (stage <= 1 ? ce * Pu : 0);
+        }
+    }
+    out->padded_param_count = (size_t)P;
+    /* Stages 2-3: the working gradient buffers of backward (the unit being differentiated, the
+     * one still being reduced with overlap_comm, and a tied unit open across backward); stage 0
+     * with 16-bit compute and N > 1: the landing buffer of the gradient all-gather. */
+    uint64_t grad_pool = 0;
+    if (stage >= 2) grad_pool = ce * sum_largest(padded, n, p->overlap_comm ? 3 : 2);
+    if (stage == 0 && lowp && N > 1) grad_pool += ae * sum_largest(padded, n, 1);
+    /* Reduce buckets (buckets.c): two slots of send (B) and receive (B / N) buffers once N > 1,
+     * B = reduce_bucket_bytes / 4 rounded down to a multiple of 16N, capped at P; with
+     * accumulation each slot also receives the largest direct unit's shard. */
+    uint64_t comm = 0;
+    if (N > 1) {
+        uint64_t B =
+            (uint64_t)(p->reduce_bucket_bytes > 0 ? p->reduce_bucket_bytes : 0) / f / q * q;
+        if (B > P) B = P;
+        uint64_t max_direct = 0;
+        for (int i = 0; i < n; i++)
+            if (2 * padded[i] > B && padded[i] > max_direct) max_direct = padded[i];
+        comm =
+            ZERO__BUCKET_SLOTS * ce * (B + B / N + (p->grad_accum_steps > 1 ? max_direct / N : 0));
+    }
+    /* Stage 3: the gather pool holds the units in use (a block and a tied unit), plus what the
+     * prefetch keeps ahead (up to stage3_prefetch_bucket_size elements, whole units). */
+    if (stage == 3 && N > 1 && n_np > 0) {
+        int k = 2;
+        uint64_t ahead = 0;
+        uint64_t smallest = np[0];
+        for (int i = 1; i < n_np; i++)
+            if (np[i] < smallest) smallest = np[i];
+        while (p->prefetch_bucket_elems > 0 && k < n_np &&
+               ahead < (uint64_t)p->prefetch_bucket_elems) {
+            ahead += smallest;
+            k++;
+        }
+        uint64_t gathered = sum_largest(np, n_np, k);
+        if (gathered > P_np) gathered = P_np;
+        comm += ce * gathered;
+    }
+    free(padded);
+    free(np);
+    out->bytes[ZERO_MEM_PARAMS] = (size_t)params;
+    out->bytes[ZERO_MEM_GRADS] = (size_t)(grads + grad_pool);
+    out->bytes[ZERO_MEM_OPTIM] = (size_t)optim;
+    out->bytes[ZERO_MEM_COMM] = (size_t)comm;
+    out->bytes[ZERO_MEM_OTHER] = lowp ? ZERO__SCRATCH_COUNT * sizeof(float) : 0;
+    out->model_state_bytes[0] = (size_t)params;
+    out->model_state_bytes[1] = (size_t)grads;
+    out->model_state_bytes[2] = (size_t)optim;
+    for (int c = 0; c < ZERO_MEM_CATEGORY_COUNT; c++) out->total_bytes += out->bytes[c];
+    return ZERO_OK;
+}
