@@ -337,3 +337,17 @@ zero_status_t zero__train_memory_check(const zero_train_config_t *cfg, int world
                        what, (double)room / GiB, where, fits ? "; these would fit: " : "", fit,
                        least);
 }
+
+zero_status_t zero__train_memory_estimate(const zero_train_config_t *cfg, int world, int threads,
+                                          zero_memory_estimate_t *out) {
+    const shape_t s = {cfg->stage,
+                       cfg->checkpointing,
+                       cfg->micro_batch,
+                       world,
+                       world,
+                       zero__train_config_compute_dtype(cfg)};
+    estimate_t e;
+    zero_status_t st = estimate(cfg, &s, threads, 0, &e);
+    if (!st) *out = e.rank;
+    return st;
+}

@@ -37,4 +37,9 @@ zero_status_t zero__train_replica_check(const zero_train_config_t *cfg, zero_eng
 zero_status_t zero__train_memory_check(const zero_train_config_t *cfg, int world, int local,
                                        int threads, int mpi, FILE *out);
 
+/* The per-rank part of that estimate (engine and activations, as zero__train_memory_check
+ * uses it) for cfg on `world` ranks: for tests and planning. */
+zero_status_t zero__train_memory_estimate(const zero_train_config_t *cfg, int world, int threads,
+                                          zero_memory_estimate_t *out);
+
 #endif /* ZERO_TRAIN_PREFLIGHT_H */

@@ -32,6 +32,17 @@ static uint64_t sum_largest(const uint64_t *v, int n, int k) {
     return sum;
 }
 
+/* The sum of the distinct values (one buffer per padded size). */
+static uint64_t sum_distinct(const uint64_t *v, int n) {
+    uint64_t sum = 0;
+    for (int i = 0; i < n; i++) {
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++) seen = v[j] == v[i];
+        if (!seen) sum += v[i];
+    }
+    return sum;
+}
+
 zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int world,
                                           const zero_unit_decl_t *units, int unit_count,
                                           zero_memory_estimate_t *out) {
@@ -57,16 +68,20 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
     /* Padded sizes per unit (all, and the non-persistent ones of stage 3). */
     uint64_t *padded = calloc((size_t)(total_units ? total_units : 1), sizeof *padded);
     uint64_t *np = calloc((size_t)(total_units ? total_units : 1), sizeof *np);
-    if (!padded || !np) {
+    char *tied = calloc((size_t)(total_units ? total_units : 1), 1);
+    if (!padded || !np || !tied) {
         free(padded);
         free(np);
+        free(tied);
         return zero__error(ZERO_ERR_OUT_OF_MEMORY, "zero_engine_estimate_memory: out of memory");
     }
     int n = 0, n_np = 0;
     uint64_t P = 0, S = 0, params = 0, optim = 0, grads = 0, P_np = 0;
     for (int i = 0; i < unit_count; i++) {
         uint64_t count = 0, off = 0;
+        int is_tied = 0;
         for (int t = 0; t < units[i].tensor_count; t++) {
+            is_tied |= (units[i].tensors[t].flags & ZERO_TENSOR_TIED) != 0;
             uint64_t e = 1;
             for (int k = 0; k < units[i].tensors[t].ndim; k++) e *= units[i].tensors[t].shape[k];
             count += e;
@@ -78,6 +93,7 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
         const int reps = units[i].repeat > 0 ? units[i].repeat : 1;
         for (int r = 0; r < reps; r++) {
             out->param_count += count;
+            tied[n] = is_tied;
             padded[n++] = Pu;
             P += Pu;
             S += Su;
@@ -92,12 +108,24 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
         }
     }
     out->padded_param_count = (size_t)P;
-    /* Stages 2-3: the working gradient buffers of backward (the unit being differentiated, the
-     * one still being reduced with overlap_comm, and a tied unit open across backward); stage 0
-     * with 16-bit compute and N > 1: the landing buffer of the gradient all-gather. */
+    /* Stages 2-3: the working gradient buffers of backward: the unit being differentiated (the
+     * largest), a unit with a TIED tensor (its buffer stays open across backward, collecting
+     * both uses; else the next largest unit), and with overlap_comm over N > 1 ranks one more
+     * largest unit whose reduce-scatter is still in flight. Stage 0 with 16-bit compute and
+     * N > 1: the landing buffer of the gradient all-gather, one per padded size. */
     uint64_t grad_pool = 0;
-    if (stage >= 2) grad_pool = ce * sum_largest(padded, n, p->overlap_comm ? 3 : 2);
-    if (stage == 0 && lowp && N > 1) grad_pool += ae * sum_largest(padded, n, 1);
+    if (stage >= 2) {
+        int big = 0;
+        for (int i = 1; i < n; i++)
+            if (padded[i] > padded[big]) big = i;
+        uint64_t second = 0;
+        for (int i = 0; i < n; i++)
+            if (i != big && (tied[i] ? padded[i] + (1ull << 62) : padded[i]) > second)
+                second = tied[i] ? padded[i] + (1ull << 62) : padded[i];
+        second &= (1ull << 62) - 1;
+        grad_pool = ce * (padded[big] + second + (p->overlap_comm && N > 1 ? padded[big] : 0));
+    }
+    if (stage == 0 && lowp && N > 1) grad_pool += ae * sum_distinct(padded, n);
     /* Reduce buckets (buckets.c): two slots of send (B) and receive (B / N) buffers once N > 1,
      * B = reduce_bucket_bytes / 4 rounded down to a multiple of 16N, capped at P; with
      * accumulation each slot also receives the largest direct unit's shard. */
@@ -109,12 +137,14 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
         uint64_t max_direct = 0;
         for (int i = 0; i < n; i++)
             if (2 * padded[i] > B && padded[i] > max_direct) max_direct = padded[i];
-        comm =
-            ZERO__BUCKET_SLOTS * ce * (B + B / N + (p->grad_accum_steps > 1 ? max_direct / N : 0));
+        /* Direct units reduce into a separate receive buffer when the accumulator cannot take
+         * the sum itself: it holds one already (accumulation), or its dtype differs. */
+        const int drecv = p->grad_accum_steps > 1 || p->grad_accum_dtype != p->compute_dtype;
+        comm = ZERO__BUCKET_SLOTS * ce * (B + B / N + (drecv ? max_direct / N : 0));
     }
     /* Stage 3: the gather pool holds the units in use (a block and a tied unit), plus what the
      * prefetch keeps ahead (up to stage3_prefetch_bucket_size elements, whole units). */
-    if (stage == 3 && N > 1 && n_np > 0) {
+    if (stage == 3 && n_np > 0) {
         int k = 2;
         uint64_t ahead = 0;
         uint64_t smallest = np[0];
@@ -129,8 +159,12 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
         if (gathered > P_np) gathered = P_np;
         comm += ce * gathered;
     }
+    /* zero_engine_fingerprint at the end of a run gathers each unit in fp32 when the fp32
+     * weights are sharded (16-bit compute at stages 1-3 over N > 1 ranks), one at a time. */
+    if (lowp && stage > 0 && N > 1) comm += f * sum_largest(padded, n, 1);
     free(padded);
     free(np);
+    free(tied);
     out->bytes[ZERO_MEM_PARAMS] = (size_t)params;
     out->bytes[ZERO_MEM_GRADS] = (size_t)(grads + grad_pool);
     out->bytes[ZERO_MEM_OPTIM] = (size_t)optim;
