@@ -57,19 +57,18 @@ static uint64_t data_bytes(const zero_train_config_t *cfg) {
 static zero_status_t estimate(const zero_train_config_t *cfg, const shape_t *s, int threads,
                               int mpi, estimate_t *e) {
     memset(e, 0, sizeof *e);
+    /* The run's own engine parameters, with the shape's changes. */
     zero_engine_params_t ep = zero_engine_params_default();
+    zero_status_t st = zero__train_config_engine_params(cfg, &ep);
+    if (st) return st;
     ep.stage = s->stage;
-    ep.compute_dtype = s->dtype;
-    ep.grad_accum_dtype =
-        s->dtype == ZERO_DTYPE_FP32 ? ZERO_DTYPE_FP32 : zero__train_config_accum_dtype(cfg);
+    if (s->dtype != ep.compute_dtype) {
+        ep.compute_dtype = s->dtype;
+        ep.grad_accum_dtype = ZERO_DTYPE_FP32;
+    }
     ep.grad_accum_steps = (int)((int64_t)cfg->grad_accum * cfg->micro_batch / s->micro);
-    int64_t bucket_bytes = cfg->reduce_bucket_elems * (int64_t)sizeof(float);
-    ep.reduce_bucket_bytes = bucket_bytes > INT32_MAX ? INT32_MAX : (int)bucket_bytes;
-    ep.overlap_comm = cfg->overlap_comm;
-    ep.prefetch_bucket_elems = cfg->prefetch_bucket_elems;
-    ep.persistence_threshold_elems = cfg->persistence_threshold_elems;
-    zero_status_t st = zero__gpt_memory_estimate(&cfg->model, &ep, s->world, s->micro,
-                                                 s->checkpointing, threads, &e->rank);
+    st = zero__gpt_memory_estimate(&cfg->model, &ep, s->world, s->micro, s->checkpointing, threads,
+                                   &e->rank);
     if (st) return st;
     const uint64_t batch = 2ull * (uint64_t)s->micro * (uint64_t)cfg->model.seq * sizeof(int32_t);
     e->per_rank = e->rank.total_bytes + batch + RANK_OVERHEAD_BYTES;
