@@ -338,8 +338,9 @@ ZERO_API zero_status_t zero_engine_fingerprint(zero_engine_t *eng, uint64_t *out
  * (a rank that loaded other weights, a non-deterministic kernel, memory corruption): then every
  * rank returns ZERO_ERR_MISMATCH with a message naming the step, the ranks whose copy differs
  * from rank 0's and the first unit that does. One pass over the replicated bytes and one
- * all-gather of 8 bytes per unit (not counted in the step's communication); ZERO_OK at once with
- * one rank. The engine stays usable after a mismatch. Call between steps. Collective. */
+ * all-reduce of 32 bytes (and, on a mismatch, an all-gather of 8 bytes per unit to name it; not
+ * counted in the step's communication); ZERO_OK at once with one rank. The engine stays usable
+ * after a mismatch. Call between steps. Collective. */
 ZERO_API zero_status_t zero_engine_check_replicas(zero_engine_t *eng);
 
 /* Memory (bytes, this rank): live and peak by category in the engine's accounting domain (the

@@ -38,6 +38,9 @@ typedef struct job {
     zero_backend_t backend;
     zero_dataset_t data; /* read-only once loaded: the rank threads share it */
     double unigram_entropy, ln_vocab, t_start;
+    /* Threads backend with several ranks: each rank's report, written by its own rank before a
+     * barrier and read by rank 0 after it (gather_reports). */
+    zero_train_rank_report_t *reports;
 } job_t;
 
 /* One rank. */
@@ -318,34 +321,29 @@ static zero_status_t engine_params(const run_t *r, zero_engine_params_t *ep) {
     return zero__train_config_engine_params(r->cfg, ep);
 }
 
-/* Every rank's report to rank 0 (*all: W reports there, NULL elsewhere). Only rank 0 keeps
- * them: an all-gather would give each of W thread ranks W reports, W^2 x 352 bytes in one
- * process (1.5 GB at 2048 ranks); the count arrays of this all-to-allv are W x 32 bytes. */
+/* Every rank's report to rank 0 (*all: W reports there, NULL elsewhere). Thread ranks write
+ * theirs into the job's shared array and meet at a barrier (whose release/acquire ordering
+ * publishes the writes); an all-gather would give each of W thread ranks all W reports, W^2 x
+ * 352 bytes in one process (1.5 GB at 2048 ranks). MPI ranks all-gather: W reports per
+ * process. */
 static zero_status_t gather_reports(run_t *r, const zero_train_rank_report_t *mine,
                                     zero_train_rank_report_t **all) {
-    const size_t W = (size_t)r->world, one = sizeof *mine;
+    const size_t W = (size_t)r->world;
+    const int shared = r->job->reports != NULL;
     *all = NULL;
-    if (r->rank == 0 && !(*all = calloc(W, one)))
+    if ((r->rank == 0 || !shared) && !(*all = calloc(W, sizeof **all)))
         return zero__error(ZERO_ERR_OUT_OF_MEMORY, "cannot gather %zu rank reports", W);
+    zero_status_t st = ZERO_OK;
     if (!r->comm) {
         (*all)[0] = *mine;
-        return ZERO_OK;
-    }
-    size_t *counts = calloc(4 * W, sizeof *counts);
-    zero_status_t st = ZERO_OK;
-    if (!counts) {
-        st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "cannot gather %zu rank reports", W);
+    } else if (shared) {
+        r->job->reports[r->rank] = *mine;
+        st = zero_comm_barrier(r->comm);
+        if (!st && r->rank == 0) memcpy(*all, r->job->reports, W * sizeof **all);
     } else {
-        size_t *sc = counts, *sd = counts + W, *rc = counts + 2 * W, *rd = counts + 3 * W;
-        sc[0] = one;
-        for (size_t k = 0; r->rank == 0 && k < W; k++) {
-            rc[k] = one;
-            rd[k] = k * one;
-        }
-        st = zero_comm_all_to_allv(mine, sc, sd, *all, rc, rd, ZERO_DTYPE_UINT8, r->comm);
+        st = zero_comm_all_gather(mine, *all, sizeof *mine, ZERO_DTYPE_UINT8, r->comm);
     }
-    free(counts);
-    if (st) {
+    if (st || r->rank != 0) {
         free(*all);
         *all = NULL;
     }
@@ -706,9 +704,12 @@ static zero_status_t run_threads(job_t *job, zero_train_report_t *rep) {
     if (n == 1) return rank_main(job, 0, NULL, rep);
     zero_comm_t **comms = calloc((size_t)n, sizeof *comms);
     rank_thread_t *t = calloc((size_t)n, sizeof *t);
-    if (!comms || !t) {
+    job->reports = calloc((size_t)n, sizeof *job->reports);
+    if (!comms || !t || !job->reports) {
         free(comms);
         free(t);
+        free(job->reports);
+        job->reports = NULL;
         return zero__error(ZERO_ERR_OUT_OF_MEMORY, "cannot set up %d ranks", n);
     }
     int started = 1;
@@ -745,6 +746,8 @@ done:
     for (int k = 0; k < n; k++) zero_comm_free(comms[k]);
     free(comms);
     free(t);
+    free(job->reports);
+    job->reports = NULL;
     return st;
 }
 

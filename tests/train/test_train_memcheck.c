@@ -40,7 +40,7 @@ static void tiny(zero_train_config_t *c) {
                                    "\"zero_optimization\": {\"reduce_bucket_size\": 20000, "
                                    "\"stage3_prefetch_bucket_size\": 60000, "
                                    "\"stage3_param_persistence_threshold\": 1000}, "
-                                   "\"train\": {\"steps\": 4, \"eval_interval\": 0, "
+                                   "\"train\": {\"steps\": 3, \"eval_interval\": 0, "
                                    "\"eval_batches\": 1, \"samples\": 0, \"threads\": 1}}",
                                    "tiny") == ZERO_OK,
           "tiny config");
@@ -92,7 +92,9 @@ static void accuracy_case(int ranks, int stage, int bf16, int ckpt, int overlap)
     CHECK(zero__train_memory_estimate(&c, ranks, 1, &e) == ZERO_OK, "estimate");
     zero_train_report_t rep;
     memset(&rep, 0, sizeof rep);
-    zero_status_t st = zero__train_run(&c, NULL, &rep);
+    zero_train_io_t io;
+    memset(&io, 0, sizeof io); /* silent, no matmul peak */
+    zero_status_t st = zero__train_run(&c, &io, &rep);
     CHECK(st == ZERO_OK, "run: %s", zero_last_error());
     if (st) return;
     const zero_train_rank_report_t *r0 = &rep.ranks[0];
@@ -220,11 +222,10 @@ int main(int argc, char **argv) {
     test_huge();
     test_override();
     for (int stage = 0; stage <= 3; stage++) {
-        accuracy_case(1, stage, 0, 0, 1);
-        accuracy_case(2, stage, 0, 0, 1);
-        accuracy_case(4, stage, 0, 0, 1);
+        accuracy_case(stage == 3 ? 1 : 4, stage, 0, 0, 1);
         accuracy_case(3, stage, 1, 0, 1);
-        accuracy_case(2, stage, 0, 1, 0);
+        if (stage >= 2) accuracy_case(2, stage, 0, 1, 0);
     }
+    accuracy_case(2, 3, 0, 0, 1);
     return check_report();
 }
