@@ -27,6 +27,8 @@ static void usage(FILE *out) {
         "Train a GPT with ZeRO stages 0-3 over ranks: threads of this process (--ranks N), or\n"
         "the processes of an MPI job when started by mpirun. With no options: a small model\n"
         "on the built-in corpus, with progress, validation loss, samples and a report.\n"
+        "A DeepSpeed key the config leaves out means what it means under DeepSpeed (no\n"
+        "scheduler: constant learning rate; no gradient_clipping: none), also with no --config.\n"
         "\n"
         "options:\n"
         "  --config FILE        JSON config: DeepSpeed keys (ds_config.json) + model/data/train\n"
