@@ -248,6 +248,7 @@ static const ds_key_t ds_keys[] = {
     {"bf16.immediate_grad_update", DS_NOOP, NULL,
      "an option of DeepSpeed's BF16_Optimizer; zero's ZeRO step is the same either way"},
     {"amp", DS_UNSUP, NULL, "use bf16 or fp16 (zero has no Apex AMP)"},
+    {"torch_autocast", DS_UNSUP, NULL, "use bf16 or fp16: the whole model computes in that dtype"},
     {"communication_data_type", DS_SAME, "null",
      "gradient collectives run in the compute dtype (bf16.enabled / fp16.enabled)"},
     {"seq_parallel_communication_data_type", DS_NOOP, NULL, "zero has no sequence parallelism"},
@@ -703,6 +704,11 @@ static zero_status_t walk(zero_train_config_t *cfg, const cJSON *obj, const char
         } else if (k) {
             zero_status_t st = apply_item(cfg, k, it, src);
             if (st) return st;
+        } else if (d && d->kind == DS_ALIAS && !find_key(d->note) && !prefix[0] &&
+                   cJSON_GetObjectItemCaseSensitive(obj, d->note)) {
+            /* DeepSpeed reads "bf16" first and then, only if it is absent, "bfloat16" */
+            note(ZERO_LOG_WARN, "%s: '%s' ignored: '%s' is given too, and DeepSpeed reads that one",
+                 src, path, d->note);
         } else if (d) {
             zero_status_t st = apply_ds(cfg, d, it, path, src);
             if (st) return st;

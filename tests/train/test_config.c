@@ -578,6 +578,16 @@ static void test_deepspeed_spellings(void) {
         CHECK(strstr(warnings, silent[i]) == NULL, "'%s' should be silent:\n%s", silent[i],
               warnings);
 
+    /* "bf16" and the legacy "bfloat16" both given: DeepSpeed reads "bf16", in either order */
+    warnings[0] = 0;
+    CHECK(parse_check(&c, "{\"bfloat16\": {\"enabled\": true}, \"bf16\": {\"enabled\": false}}",
+                      1) == ZERO_OK &&
+              c.bf16 == 0 && strstr(warnings, "'bfloat16' ignored: 'bf16' is given too"),
+          "bfloat16 before bf16: bf16 %d, '%s'", c.bf16, warnings);
+    CHECK(parse_check(&c, "{\"bf16\": {\"enabled\": false}, \"bfloat16\": {\"enabled\": true}}",
+                      1) == ZERO_OK &&
+              c.bf16 == 0,
+          "bfloat16 after bf16: bf16 %d", c.bf16);
     /* an explicit model.activation_checkpointing wins over the block, wherever it is */
     CHECK(parse_check(&c,
                       "{\"model\": {\"activation_checkpointing\": false}, "
