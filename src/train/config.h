@@ -3,10 +3,14 @@
  * that drives defaults, parsing, command-line flags and overrides, --print-config, --help-config
  * and docs/config.md.
  *
- * Parsing rules: a JSON syntax error names the file, line and column; an unknown key is a warning
- * naming it; a DeepSpeed key we know but do not support yet (offload, aio, ...) warns
- * "ignored: not supported yet"; a value of the wrong type or out of range fails naming the key,
- * the value and what is allowed.
+ * Parsing rules: a JSON syntax error names the file, line and column; a duplicate key fails
+ * naming both lines; an absent key means what it means under DeepSpeed (the table's defaults);
+ * every other key DeepSpeed accepts is read as zero's spelling, accepted because zero does that
+ * anyway, pointed to zero's equivalent, or warned "ignored: not supported yet" (config.c,
+ * ds_keys); a key neither zero's nor DeepSpeed's warns "unknown key"; "auto" is resolved by
+ * zero__train_config_check, which says the value chosen; a value of the wrong type or out of
+ * range fails naming the key, the value and what is allowed. Keys that the command line sets
+ * (zero__train_config_mark_cli) are not read from the file.
  *
  * Batch sizes follow DeepSpeed's rule train_batch_size = train_micro_batch_size_per_gpu x
  * gradient_accumulation_steps x world size: any two of the three determine the third, and
