@@ -2,7 +2,8 @@
  * (private to src/kernels).
  *
  * What it is: src/kernels/isa/spans.c holds the compute-bound inner loops whose speed depends on
- * the vector ISA (GELU forward and backward: a polynomial exp with fused multiply-adds). CMake
+ * the vector ISA (GELU forward and backward: a polynomial exp with fused multiply-adds; the
+ * exponentials of softmax + cross-entropy over the vocabulary). CMake
  * compiles that file once per level (baseline x86-64; AVX2 + FMA; AVX-512 F/BW/VL + AVX2 + FMA)
  * into one table each; zero__isa_selected() picks the best level this CPU runs, once per
  * process, and logs it once (debug level). attention.c's hand-written AVX2 and AVX-512 paths
@@ -11,8 +12,10 @@
  * The environment variable ZERO_ISA (baseline, avx2, avx512) caps the choice: tests use it to
  * run the portable paths on a machine with AVX-512.
  * Results: each level computes the same operations, but the baseline has no FMA (a b + c is two
- * roundings there), so GELU differs from the AVX2 / AVX-512 result by a few ulp; within one
- * process the level never changes, so runs stay bitwise reproducible on one machine.
+ * roundings there), so GELU differs from the AVX2 / AVX-512 result by a few ulp, and a row's
+ * sum of exponentials is added in as many lanes as the level's vectors hold (the order differs,
+ * each order is fixed); within one process the level never changes, so runs stay bitwise
+ * reproducible on one machine.
  */
 #ifndef ZERO_KERNELS_ISA_H
 #define ZERO_KERNELS_ISA_H
@@ -30,6 +33,10 @@ typedef enum zero__isa {
 typedef struct zero__isa_kernels {
     zero__span_fn gelu_forward;  /* out(n) = gelu(a(n)); b unused */
     zero__span_fn gelu_backward; /* out(n) += gelu'(a(n)) * b(n) */
+    /* softmax + cross-entropy rows (softmax_ce.c): log(sum_j exp(x[j])) of x(n), the maximum
+     * taken out first; and out(n) = exp(x(n) - lse) * d, elementwise (out may be x) */
+    float (*row_lse)(const float *x, size_t n);
+    void (*row_exp_scale)(float *out, const float *x, float lse, float d, size_t n);
 } zero__isa_kernels_t;
 
 /* "baseline", "avx2", "avx512". */

@@ -7,12 +7,16 @@
  *     fixed sequence of IEEE operations whatever the vector width;
  *   - the double-precision tanh formula (zero__ref_gelu_*): within the accuracy gelu.c states;
  *   - the baseline table: within twice the stated error (fused and unfused roundings differ);
- * and the AVX2 and AVX-512 tables must agree bitwise. Then the start-up choice: the best level
- * the CPU supports, or the one ZERO_ISA caps it to (this binary also runs with ZERO_ISA=baseline).
+ * and the AVX2 and AVX-512 tables must agree bitwise. The softmax rows: exp(x - lse) * d
+ * bitwise against kmath.h's kexp written out elementwise (no FMA in it, so every level gives the
+ * same bits), the log-sum-exp against a double-precision sum. Then the start-up choice: the best
+ * level the CPU supports, or the one ZERO_ISA caps it to (this binary also runs with
+ * ZERO_ISA=baseline).
  */
 #include "check.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
+#include "kernels/kmath.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -169,6 +173,48 @@ int main(void) {
         CHECK(worst <= 2.2e-6,
               "%s vs baseline: %.3g relative where |gelu| >= 1e-3 (at most 2.2e-6)",
               zero__isa_name(isa), worst);
+    }
+
+    /* softmax + cross-entropy rows: a vocabulary-sized row with a wide range, odd lengths */
+    {
+        enum { V = 50257 };
+        float *row = malloc(V * 4), *o = malloc(V * 4), *e = malloc(V * 4);
+        for (size_t j = 0; j < V; j++) row[j] = 30.0f * (urand(&seed) - 0.5f);
+        double mx = -INFINITY, sum = 0.0;
+        for (size_t j = 0; j < V; j++) mx = row[j] > mx ? row[j] : mx;
+        for (size_t j = 0; j < V; j++) sum += exp(row[j] - mx);
+        const double lse_ref = mx + log(sum);
+        for (zero__isa_t isa = 0; isa < ZERO__ISA_COUNT; isa++) {
+            if (!zero__isa_supported(isa)) continue;
+            const zero__isa_kernels_t *k = zero__isa_kernels(isa);
+            const char *nm = zero__isa_name(isa);
+            for (size_t n = V - 3; n <= V; n += 3) {
+                double want = n == V ? lse_ref : 0.0;
+                if (n != V) {
+                    double m2 = -INFINITY, s2 = 0.0;
+                    for (size_t j = 0; j < n; j++) m2 = row[j] > m2 ? row[j] : m2;
+                    for (size_t j = 0; j < n; j++) s2 += exp(row[j] - m2);
+                    want = m2 + log(s2);
+                }
+                float l = k->row_lse(row, n);
+                CHECK(fabs(l - want) <= 4e-6 * fabs(want), "%s row_lse(n=%zu) = %.9g, double %.9g",
+                      nm, n, (double)l, want);
+                k->row_exp_scale(o, row, l, 0.75f, n);
+                size_t bad = 0;
+                for (size_t j = 0; j < n; j++) bad += bits(o[j]) != bits(kexp(row[j] - l) * 0.75f);
+                CHECK(bad == 0, "%s row_exp_scale(n=%zu): %zu of %zu differ from kexp", nm, n, bad,
+                      n);
+            }
+            /* in place, as the backward runs over the logits */
+            memcpy(e, row, V * 4);
+            k->row_exp_scale(e, e, (float)lse_ref, 1.0f, V);
+            k->row_exp_scale(o, row, (float)lse_ref, 1.0f, V);
+            CHECK(memcmp(e, o, V * 4) == 0, "%s row_exp_scale in place", nm);
+            double total = 0.0;
+            for (size_t j = 0; j < V; j++) total += o[j];
+            CHECK(fabs(total - 1.0) < 1e-4, "%s: softmax sums to %.7f", nm, total);
+        }
+        free(row), free(o), free(e);
     }
 
     /* the start-up choice */

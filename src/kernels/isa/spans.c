@@ -5,7 +5,8 @@
  * loops are plain C that the compiler vectorises for that level, and kmath.h's KFMA is a fused
  * multiply-add exactly where the level has FMA. Nothing here may be called except through a
  * table that zero__isa_supported() allows on this CPU.
- * GELU (tanh approximation), moved here from gelu.c, whose header describes the formulation.
+ * GELU (tanh approximation), moved here from gelu.c, whose header describes the formulation;
+ * the row loops of softmax + cross-entropy, moved here from softmax_ce.c.
  */
 #include "kernels/isa.h"
 #include "kernels/kmath.h"
@@ -62,8 +63,28 @@ static void gelu_bwd_span(float *dinp, const float *inp, const float *dout, size
     }
 }
 
+/* log-sum-exp of x(n): max first, so exp never overflows (moved here from softmax_ce.c). */
+static float row_lse(const float *x, size_t n) {
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (size_t j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (size_t j = 0; j < n; j++) s += kexp(x[j] - mx);
+    return mx + logf(s);
+}
+
+/* out(n) = exp(x(n) - lse) * d: softmax times the loss gradient. Reads x[j] before writing
+ * out[j], so out may alias x. */
+static void row_exp_scale(float *out, const float *x, float lse, float d, size_t n) {
+#pragma omp simd
+    for (size_t j = 0; j < n; j++) out[j] = kexp(x[j] - lse) * d;
+}
+
 extern const zero__isa_kernels_t ZERO_ISA_TABLE;
 const zero__isa_kernels_t ZERO_ISA_TABLE = {
     .gelu_forward = gelu_fwd_span,
     .gelu_backward = gelu_bwd_span,
+    .row_lse = row_lse,
+    .row_exp_scale = row_exp_scale,
 };
