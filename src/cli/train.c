@@ -14,6 +14,9 @@
 #include "train/trainer.h"
 #include "zero/zero.h"
 
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,7 +59,11 @@ static void usage(FILE *out) {
             "\n"
             "Unless OMP_WAIT_POLICY is set, `zero train` sets it (restarting itself): active\n"
             "(threads spin between parallel regions) when the run's threads fit the machine's\n"
-            "cores, passive when they outnumber them.\n");
+            "cores, passive when they outnumber them.\n"
+            "\n"
+            "SIGTERM, SIGINT or SIGHUP: finish the current step, save a checkpoint (--save-dir),\n"
+            "write the report and exit with 128 + the signal; a second signal exits at once.\n"
+            "SIGUSR1: save a checkpoint after the current step and go on.\n");
 }
 
 static int fail(const char *what) {
@@ -224,6 +231,58 @@ static void choose_openmp_wait(const zero_train_config_t *cfg) {
     execv(exe, args); /* returns only on failure: carry on with libgomp's default */
 }
 
+/* Signals. The first SIGINT, SIGTERM or SIGHUP asks the run to stop after the current step (it
+ * saves a checkpoint when train.save_dir is set and writes the report; exit status 128 + the
+ * signal); a second one exits at once. SIGUSR1 asks for a checkpoint after the current step and
+ * training goes on (Slurm's --signal warning before preemption). The handlers only set these
+ * lock-free atomics and write a fixed line to stderr (async-signal-safe); the trainer reads the
+ * flags once per step and agrees on them across ranks (zero_train_io_t). */
+static atomic_int stop_signal, save_request;
+static const int handled[] = {SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the signal flags must be lock-free");
+
+static void say_signal(const char *text) {
+    ssize_t w = write(STDERR_FILENO, text, strlen(text));
+    (void)w;
+}
+
+static void on_signal(int sig) {
+    int saved_errno = errno;
+    if (sig == SIGUSR1) {
+        atomic_store(&save_request, 1);
+        say_signal("zero train: SIGUSR1: a checkpoint will be saved after the current step\n");
+    } else if (atomic_exchange(&stop_signal, sig) == 0) {
+        say_signal(sig == SIGINT   ? "zero train: SIGINT: "
+                   : sig == SIGHUP ? "zero train: SIGHUP: "
+                                   : "zero train: SIGTERM: ");
+        say_signal("stopping after the current step (checkpoint if --save-dir, report); signal "
+                   "again to exit at once\n");
+    } else {
+        say_signal("zero train: second signal: exiting at once\n");
+        _exit(128 + sig);
+    }
+    errno = saved_errno;
+}
+
+static void install_handlers(struct sigaction *old) {
+    atomic_store(&stop_signal, 0);
+    atomic_store(&save_request, 0);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < (sizeof handled / sizeof handled[0]); i++)
+        sigaddset(&sa.sa_mask, handled[i]);
+    sa.sa_flags = SA_RESTART; /* file writes and waits carry on after a handler */
+    for (size_t i = 0; i < (sizeof handled / sizeof handled[0]); i++)
+        sigaction(handled[i], &sa, &old[i]);
+}
+
+static void restore_handlers(const struct sigaction *old) {
+    for (size_t i = 0; i < (sizeof handled / sizeof handled[0]); i++)
+        sigaction(handled[i], &old[i], NULL);
+}
+
 int zero__cli_train(int argc, char **argv) {
     const char *config_path = NULL, *report_path = NULL, *metrics_path = NULL;
     int print_config = 0, quiet = 0, peak = 1, n = 0;
@@ -282,16 +341,27 @@ int zero__cli_train(int argc, char **argv) {
         zero__train_config_print(&cfg, stdout);
         return 0;
     }
-    zero_train_io_t io = {quiet ? NULL : stdout, isatty(STDOUT_FILENO), peak, metrics_path,
-                          report_path};
+    zero_train_io_t io = {.out = quiet ? NULL : stdout,
+                          .tty = isatty(STDOUT_FILENO),
+                          .measure_peak = peak,
+                          .metrics_path = metrics_path,
+                          .report_path = report_path,
+                          .stop_signal = &stop_signal,
+                          .save_request = &save_request};
+    /* After choose_openmp_wait: its restart would drop them anyway. */
+    struct sigaction old[(sizeof handled / sizeof handled[0])];
+    install_handlers(old);
     zero_train_report_t rep;
     if (zero__train_run(&cfg, &io, &rep)) {
         if (!quiet && io.tty) printf("\n");
         rc = fail("training failed");
         /* Under MPI: end the whole job now; finalizing would wait for a hung rank forever. */
         zero_comm_mpi_abort(rc);
+        restore_handlers(old);
         return rc;
     }
+    /* The signal the ranks agreed to stop for; or one that came after the last step. */
+    int sig = rep.stop_signal ? rep.stop_signal : atomic_load(&stop_signal);
     if (report_path && rep.rank == 0) {
         if (zero__train_report_write(&rep, &cfg, report_path))
             rc = fail("cannot write the report");
@@ -299,5 +369,10 @@ int zero__cli_train(int argc, char **argv) {
             printf("report written to %s\n", report_path);
     }
     zero__train_report_free(&rep);
+    restore_handlers(old);
+    if (!rc && sig) {
+        rc = 128 + sig;
+        if (!quiet) printf("zero train: stopped by signal %d: exit status %d\n", sig, rc);
+    }
     return rc;
 }

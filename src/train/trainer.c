@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -73,6 +74,39 @@ static void say(const run_t *r, const char *fmt, ...) {
 static zero_status_t sum_ranks(run_t *r, double *v, size_t n) {
     if (!r->comm || r->world == 1) return ZERO_OK;
     return zero_comm_all_reduce(v, v, n, ZERO_DTYPE_FP64, ZERO_OP_SUM, r->comm);
+}
+
+/* The values each step sums over ranks in one all-reduce: the loss, and the signal handlers'
+ * requests (a count of ranks asking for a checkpoint; per signal number, a count of ranks asking
+ * to stop), so that every rank sees the same requests after the same step. */
+enum { STEP_LOSS, STEP_SAVE, STEP_STOP, STEP_SUM_COUNT = STEP_STOP + ZERO_TRAIN_SIGNAL_MAX };
+
+/* This rank's share of the requests. Ranks as threads share one process and its flags: rank 0
+ * alone reads them there; under MPI every rank reads its own process's. */
+static void step_requests(const run_t *r, double *sums) {
+    const zero_train_io_t *io = r->job->io;
+    if (r->job->backend != ZERO_BACKEND_MPI && r->rank != 0) return;
+    if (io->save_request && atomic_exchange(io->save_request, 0)) sums[STEP_SAVE] = 1.0;
+    int sig = io->stop_signal ? atomic_load(io->stop_signal) : 0;
+    if (sig > 0 && sig < ZERO_TRAIN_SIGNAL_MAX) sums[STEP_STOP + sig] = 1.0;
+}
+
+/* The stop signal all ranks agree on after the sum: the lowest number any rank asked for. */
+static int agreed_stop(const double *sums) {
+    for (int sig = 1; sig < ZERO_TRAIN_SIGNAL_MAX; sig++)
+        if (sums[STEP_STOP + sig] > 0) return sig;
+    return 0;
+}
+
+static const char *signal_name(int sig) {
+    switch (sig) {
+    case SIGHUP: return "SIGHUP";
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGUSR2: return "SIGUSR2";
+    default: return "a signal";
+    }
 }
 
 /* Mean loss over `batches` micro-batches per rank: validation windows (rank r takes global batch
@@ -498,9 +532,10 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
     double smooth = -1.0;
     const double tokens_per_step = (double)B * T * cfg->grad_accum * W;
     int64_t saved_step = ckpt_path[0] ? pos.step : -1; /* a checkpoint of this step exists */
+    int end_step = cfg->steps, stop_signal = 0;
     for (int step = start; step < cfg->steps; step++) {
         double t0 = zero_time_now();
-        double loss_sum = 0.0;
+        double loss_sum = 0.0, sums[STEP_SUM_COUNT] = {0};
         for (int micro = 0; micro < cfg->grad_accum; micro++) {
             zero__data_train_batch_shard(&job->data, &rng, B, T, rank, W, r.x, r.y);
             float l = 0.0f;
@@ -511,9 +546,14 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
         }
         zero_step_stats_t ss;
         st = zero_engine_step(r.eng, &ss);
-        if (!st) st = sum_ranks(&r, &loss_sum, 1);
+        sums[STEP_LOSS] = loss_sum;
+        step_requests(&r, sums);
+        if (!st) st = sum_ranks(&r, sums, STEP_SUM_COUNT);
         if (!st) st = zero__train_replica_check(cfg, r.eng, step + 1, step + 1 == cfg->steps);
         if (st) goto done;
+        loss_sum = sums[STEP_LOSS];
+        stop_signal = agreed_stop(sums);
+        const int save_asked = sums[STEP_SAVE] > 0;
         r.skipped_steps += ss.skipped;
         rep->skipped_steps = r.skipped_steps;
         rep->loss_scale = zero_engine_loss_scale(r.eng);
@@ -525,7 +565,7 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
         rep->tokens += tokens_per_step;
         double tok_s = rep->tokens / train_s;
         double eta = train_s / (step + 1 - start) * (cfg->steps - step - 1);
-        int last = step + 1 == cfg->steps;
+        int last = step + 1 == cfg->steps || stop_signal;
         if (job->io->tty || (step + 1) % cfg->steps_per_print == 0 || step == start || last ||
             ss.skipped)
             progress(&r, step + 1, cfg->steps, (float)smooth, tok_s, eta, &ss);
@@ -541,20 +581,33 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
         st = metrics_line(&r, step + 1, loss, &ss, pos.tokens + rep->tokens, tok_s, step_s, val);
         if (job->io->metrics_path) st = agree_status(&r, st, "write the metrics log");
         if (st) goto done;
-        /* Periodic checkpoints, and always one after the last step. */
+        /* Periodic checkpoints, requested ones, and always one after the last step. */
         if (cfg->save_dir[0] &&
-            ((cfg->save_every > 0 && (step + 1) % cfg->save_every == 0) || last)) {
+            ((cfg->save_every > 0 && (step + 1) % cfg->save_every == 0) || last || save_asked)) {
             zero_train_position_t now = position_at(&r, &pos, step + 1, rng, rep->tokens);
             st = zero__train_ckpt_save(cfg, r.eng, r.comm, &now, ckpt_path, sizeof ckpt_path);
             if (st) goto done;
             saved_step = step + 1;
             if (job->io->tty) say(&r, "\r\033[K");
-            say(&r, "step %5d | checkpoint saved to %s\n", step + 1, ckpt_path);
+            say(&r, "step %5d | checkpoint saved to %s%s\n", step + 1, ckpt_path,
+                save_asked ? " (requested)" : "");
+        } else if (save_asked) {
+            if (job->io->tty) say(&r, "\r\033[K");
+            say(&r, "step %5d | checkpoint requested, but train.save_dir is not set: none saved\n",
+                step + 1);
+        }
+        if (stop_signal) {
+            end_step = step + 1;
+            if (job->io->tty) say(&r, "\r\033[K");
+            say(&r, "step %5d | stopped by %s (signal %d)%s\n", end_step, signal_name(stop_signal),
+                stop_signal,
+                cfg->save_dir[0] ? ": checkpoint saved" : ": no train.save_dir, no checkpoint");
+            break;
         }
     }
     /* A run that took no step still leaves a checkpoint, unless it resumed from one (which holds
      * this very state already). */
-    if (cfg->save_dir[0] && saved_step != (int64_t)ZERO_MAX(start, cfg->steps)) {
+    if (!stop_signal && cfg->save_dir[0] && saved_step != (int64_t)ZERO_MAX(start, cfg->steps)) {
         zero_train_position_t now =
             position_at(&r, &pos, ZERO_MAX(start, cfg->steps), rng, rep->tokens);
         st = zero__train_ckpt_save(cfg, r.eng, r.comm, &now, ckpt_path, sizeof ckpt_path);
@@ -567,7 +620,8 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
     }
     if (job->io->metrics_path) st = agree_status(&r, st, "close the metrics log");
     if (st) goto done;
-    rep->steps = ZERO_MAX(cfg->steps - start, 0); /* trained by this invocation */
+    rep->steps = ZERO_MAX(end_step - start, 0); /* trained by this invocation */
+    rep->stop_signal = stop_signal;
     rep->start_step = start;
     rep->train_s = train_s;
     st = evaluate(&r, 1, &rep->final_train_loss);
@@ -576,7 +630,7 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
     rep->flops_per_s = rep->tokens_per_s * rep->flops_per_token;
     rep->mfu = rep->peak_flops_per_s > 0 ? rep->flops_per_s / rep->peak_flops_per_s : 0.0;
 
-    st = samples(&r);
+    if (!stop_signal) st = samples(&r); /* a stopping run leaves promptly */
     if (!st) st = zero_engine_fingerprint(r.eng, &rep->weights_fingerprint);
     if (st) goto done;
     zero_mem_get_stats(zero_engine_mem(r.eng), &rep->mem);
@@ -601,6 +655,9 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
                            : "");
     say(&r, "\n");
     if (rank == 0) print_tables(&r, all);
+    if (stop_signal)
+        say(&r, "report: stopped early by %s (signal %d) after step %d of %d\n",
+            signal_name(stop_signal), stop_signal, end_step, cfg->steps);
     say(&r, "report: weights fingerprint %016llx; %.1f s in all\n",
         (unsigned long long)rep->weights_fingerprint, rep->elapsed_s);
     if (rank == 0) {
@@ -780,7 +837,7 @@ static zero_status_t run_mpi(job_t *job, zero_train_report_t *rep) {
 
 zero_status_t zero__train_run(zero_train_config_t *cfg, const zero_train_io_t *io_in,
                               zero_train_report_t *rep_out) {
-    static const zero_train_io_t io_default = {NULL, 0, 1, NULL, NULL};
+    static const zero_train_io_t io_default = {.measure_peak = 1};
     job_t job;
     memset(&job, 0, sizeof job);
     job.t_start = zero_time_now();
@@ -861,6 +918,7 @@ zero_status_t zero__train_report_write(const zero_train_report_t *rep,
     cJSON_AddNumberToObject(root, "params", (double)rep->params);
     cJSON_AddNumberToObject(root, "steps", rep->steps);
     cJSON_AddNumberToObject(root, "start_step", rep->start_step);
+    cJSON_AddNumberToObject(root, "stop_signal", rep->stop_signal);
     cJSON_AddNumberToObject(root, "tokens", rep->tokens);
     cJSON_AddNumberToObject(root, "train_s", rep->train_s);
     cJSON_AddNumberToObject(root, "elapsed_s", rep->elapsed_s);

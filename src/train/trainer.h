@@ -12,6 +12,7 @@
 
 #include "train/config.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -34,9 +35,10 @@ typedef struct zero_train_rank_report {
 
 typedef struct zero_train_report {
     size_t params;
-    int steps;      /* steps trained by this invocation */
-    int start_step; /* the step it started from: 0, or a resumed checkpoint's */
-    int threads;    /* per rank */
+    int steps;       /* steps trained by this invocation */
+    int start_step;  /* the step it started from: 0, or a resumed checkpoint's */
+    int stop_signal; /* the signal that stopped the run early, after start_step + steps (0: none) */
+    int threads;     /* per rank */
     int world, stage, rank;
     const char *backend;     /* "threads" or "mpi" (static) */
     double tokens;           /* trained tokens, all ranks */
@@ -68,7 +70,19 @@ typedef struct zero_train_io {
     const char *metrics_path; /* JSON lines, one object per step (NULL: none); rank 0 writes */
     const char *report_path;  /* where the caller will write the report (NULL: none): only
                                  checked before step 1, so that a bad path fails early */
+    /* Requests from signal handlers (NULL: none), lock-free so a handler may set them. Read once
+     * per step, after the optimizer step, by this process's ranks, and combined over all ranks in
+     * that step's loss all-reduce, so every rank acts after the same step whichever rank got the
+     * signal. stop_signal: a signal number in [1, ZERO_TRAIN_SIGNAL_MAX) asking the run to stop
+     * after the current step: it saves a checkpoint (when train.save_dir is set), skips the
+     * samples and returns ZERO_OK with rep->stop_signal set (the lowest number asked, if ranks
+     * differ). save_request: non-zero asks for a checkpoint after the current step (training
+     * goes on); the trainer resets it to 0 when it takes the request. */
+    atomic_int *stop_signal;
+    atomic_int *save_request;
 } zero_train_io_t;
+
+#define ZERO_TRAIN_SIGNAL_MAX 32
 
 /* The world size a run of cfg will have: the MPI job's size when it runs on MPI (train.backend
  * "mpi", or "auto" under mpirun), else train.ranks. */

@@ -72,7 +72,7 @@ static zero_status_t train(const char *const *sets, const char *metrics, const c
         st = zero__train_config_set(&c, sets[i], sets[i + 1]);
     CHECK(st == ZERO_OK, "config: %s", zero_last_error());
     if (st) return st;
-    zero_train_io_t io = {NULL, 0, 0, metrics, report};
+    zero_train_io_t io = {.metrics_path = metrics, .report_path = report};
     zero_train_report_t rep;
     st = zero__train_run(&c, &io, &rep);
     if (!st) {

@@ -72,7 +72,7 @@ static int engine_runs(int ranks, int stage) {
     c.stage = stage;
     c.steps = 1;
     c.samples = 0;
-    zero_train_io_t io = {NULL, 0, 0, NULL, NULL};
+    zero_train_io_t io = {.out = NULL}; /* silent, no peak measurement */
     zero_train_report_t rep;
     zero_status_t st = zero__train_run(&c, &io, &rep);
     if (st == ZERO_OK) {

@@ -76,7 +76,7 @@ static zero_status_t train(const opts_t *o, uint64_t *fp) {
     if (!st && o->busy_scaler) st = zero__train_config_set(&c, "fp16.hysteresis", "1");
     if (!st && o->busy_scaler) st = zero__train_config_set(&c, "fp16.loss_scale_window", "1");
     if (st) return st;
-    zero_train_io_t io = {NULL, 0, 0, NULL, NULL};
+    zero_train_io_t io = {.out = NULL}; /* silent, no peak measurement */
     zero_train_report_t rep;
     st = zero__train_run(&c, &io, &rep);
     if (!st) {
