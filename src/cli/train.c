@@ -15,6 +15,7 @@
 #include "zero/zero.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -234,11 +235,19 @@ static void choose_openmp_wait(const zero_train_config_t *cfg) {
 /* Signals. The first SIGINT, SIGTERM or SIGHUP asks the run to stop after the current step (it
  * saves a checkpoint when train.save_dir is set and writes the report; exit status 128 + the
  * signal); a second one exits at once. SIGUSR1 asks for a checkpoint after the current step and
- * training goes on (Slurm's --signal warning before preemption). The handlers only set these
- * lock-free atomics and write a fixed line to stderr (async-signal-safe); the trainer reads the
- * flags once per step and agrees on them across ranks (zero_train_io_t). */
+ * training goes on (Slurm's --signal warning before preemption). The trainer reads the two flags
+ * once per step and agrees on them across ranks (zero_train_io_t).
+ *
+ * The signals are blocked in every thread of the run and taken by one thread of ours in
+ * sigwait, never delivered asynchronously to a compute thread: oneDNN's JIT sgemm kernels (2.x,
+ * Debian 12) point rsp into the heap, so a signal frame pushed while one runs corrupts the heap
+ * (uxlfoundation/oneDNN#4845; seen here as glibc's "corrupted size vs. prev_size" after a
+ * SIGUSR1). Threads inherit the mask, so blocking it before the run starts (before MPI_Init, the
+ * rank threads, the progress threads and OpenMP's) covers them all. A handler doing the same as
+ * the thread stays installed for any thread created before. */
 static atomic_int stop_signal, save_request;
 static const int handled[] = {SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+#define N_HANDLED (sizeof handled / sizeof handled[0])
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "the signal flags must be lock-free");
 
 static void say_signal(const char *text) {
@@ -246,8 +255,8 @@ static void say_signal(const char *text) {
     (void)w;
 }
 
-static void on_signal(int sig) {
-    int saved_errno = errno;
+/* Async-signal-safe: atomics, write and _exit only. */
+static void take_signal(int sig) {
     if (sig == SIGUSR1) {
         atomic_store(&save_request, 1);
         say_signal("zero train: SIGUSR1: a checkpoint will be saved after the current step\n");
@@ -261,26 +270,54 @@ static void on_signal(int sig) {
         say_signal("zero train: second signal: exiting at once\n");
         _exit(128 + sig);
     }
+}
+
+static void on_signal(int sig) {
+    int saved_errno = errno;
+    take_signal(sig);
     errno = saved_errno;
 }
 
-static void install_handlers(struct sigaction *old) {
+static void *signal_thread_main(void *arg) {
+    const sigset_t *set = arg;
+    for (;;) {
+        int sig = 0;
+        if (sigwait(set, &sig) == 0) take_signal(sig); /* a cancellation point */
+    }
+    return NULL;
+}
+
+typedef struct signals {
+    sigset_t set, old_mask;
+    struct sigaction old[N_HANDLED];
+    pthread_t thread;
+    int thread_started;
+} signals_t;
+
+static void signals_install(signals_t *s) {
     atomic_store(&stop_signal, 0);
     atomic_store(&save_request, 0);
+    sigemptyset(&s->set);
+    for (size_t i = 0; i < N_HANDLED; i++) sigaddset(&s->set, handled[i]);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < (sizeof handled / sizeof handled[0]); i++)
-        sigaddset(&sa.sa_mask, handled[i]);
+    sa.sa_mask = s->set;
     sa.sa_flags = SA_RESTART; /* file writes and waits carry on after a handler */
-    for (size_t i = 0; i < (sizeof handled / sizeof handled[0]); i++)
-        sigaction(handled[i], &sa, &old[i]);
+    for (size_t i = 0; i < N_HANDLED; i++) sigaction(handled[i], &sa, &s->old[i]);
+    pthread_sigmask(SIG_BLOCK, &s->set, &s->old_mask);
+    s->thread_started = pthread_create(&s->thread, NULL, signal_thread_main, &s->set) == 0;
+    if (!s->thread_started) /* the handler then takes them, on the compute threads */
+        pthread_sigmask(SIG_SETMASK, &s->old_mask, NULL);
 }
 
-static void restore_handlers(const struct sigaction *old) {
-    for (size_t i = 0; i < (sizeof handled / sizeof handled[0]); i++)
-        sigaction(handled[i], &old[i], NULL);
+static void signals_restore(signals_t *s) {
+    if (s->thread_started) {
+        pthread_cancel(s->thread);
+        pthread_join(s->thread, NULL);
+        pthread_sigmask(SIG_SETMASK, &s->old_mask, NULL);
+    }
+    for (size_t i = 0; i < N_HANDLED; i++) sigaction(handled[i], &s->old[i], NULL);
 }
 
 int zero__cli_train(int argc, char **argv) {
@@ -348,20 +385,24 @@ int zero__cli_train(int argc, char **argv) {
                           .report_path = report_path,
                           .stop_signal = &stop_signal,
                           .save_request = &save_request};
-    /* After choose_openmp_wait: its restart would drop them anyway. */
-    struct sigaction old[(sizeof handled / sizeof handled[0])];
-    install_handlers(old);
+    /* After choose_openmp_wait (its restart would drop them), before any thread of the run. */
+    signals_t sigs;
+    signals_install(&sigs);
     zero_train_report_t rep;
     if (zero__train_run(&cfg, &io, &rep)) {
         if (!quiet && io.tty) printf("\n");
         rc = fail("training failed");
         /* Under MPI: end the whole job now; finalizing would wait for a hung rank forever. */
         zero_comm_mpi_abort(rc);
-        restore_handlers(old);
+        signals_restore(&sigs);
         return rc;
     }
-    /* The signal the ranks agreed to stop for; or one that came after the last step. */
+    /* The signal the ranks agreed to stop for; or one that came after the last step. Under
+     * mpirun only rank 0 (which writes the report) exits with 128 + N: mpirun kills the other
+     * ranks as soon as one exits non-zero, and it must not kill rank 0 while it writes. The other
+     * ranks are done by then (MPI is finalized) and exit 0; mpirun's status is rank 0's. */
     int sig = rep.stop_signal ? rep.stop_signal : atomic_load(&stop_signal);
+    int mpi_peer = rep.rank != 0 && rep.backend && !strcmp(rep.backend, "mpi");
     if (report_path && rep.rank == 0) {
         if (zero__train_report_write(&rep, &cfg, report_path))
             rc = fail("cannot write the report");
@@ -369,8 +410,8 @@ int zero__cli_train(int argc, char **argv) {
             printf("report written to %s\n", report_path);
     }
     zero__train_report_free(&rep);
-    restore_handlers(old);
-    if (!rc && sig) {
+    signals_restore(&sigs);
+    if (!rc && sig && !mpi_peer) {
         rc = 128 + sig;
         if (!quiet) printf("zero train: stopped by signal %d: exit status %d\n", sig, rc);
     }
