@@ -142,8 +142,8 @@ static const cfg_key_t keys[] = {
      I64_MAX, NULL, NULL, NULL, "accepted; stages 1-2 all-gather updated parameters per unit"},
     {"zero_optimization.overlap_comm", K_BOOL, OFF(overlap_comm), 1, 0, 1, NULL, NULL, NULL,
      "gradient reduce-scatters overlap backward; false: each large unit's is waited for (stages "
-     "2-3 "
-     "hold one gradient buffer instead of two)"},
+     "2-3 hold one gradient buffer instead of two); absent: true at stage 3, false below, as in "
+     "DeepSpeed"},
     {"zero_optimization.contiguous_gradients", K_BOOL, OFF(contiguous_gradients), 1, 0, 1, NULL,
      NULL, NULL, "accepted; gradients are always contiguous (one flat buffer per unit)"},
     {"zero_optimization.reduce_scatter", K_BOOL, OFF(reduce_scatter), 1, 0, 1, NULL, NULL, NULL,
@@ -999,6 +999,9 @@ zero_status_t zero__train_config_check(zero_train_config_t *cfg, int world) {
     zero_status_t st = zero__gpt_config_check(&cfg->model);
     if (st) return st;
     auto_derive(cfg);
+    /* DeepSpeed's absent overlap_comm means true at stage 3 and false below it. */
+    if (!zero__train_config_is_set(cfg, "zero_optimization.overlap_comm"))
+        cfg->overlap_comm = cfg->stage == 3;
     if (world < 1)
         return zero__error(ZERO_ERR_CONFIG, "world size %d is invalid (expected >= 1 ranks)",
                            world);

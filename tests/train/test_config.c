@@ -511,6 +511,21 @@ static void test_absent_keys(void) {
               ep.total_steps == 50 && ep.warmup_min_lr == 0.0f,
           "WarmupCosineLR defaults: min %g warmup %d total %d", (double)ep.min_lr, ep.warmup_steps,
           ep.total_steps);
+    /* overlap_comm (deepspeed/runtime/zero/config.py): absent, true at stage 3 only; a value
+     * given is kept at every stage. */
+    for (int stage = 0; stage <= 3; stage++) {
+        char text[160];
+        snprintf(text, sizeof text, "{\"zero_optimization\": {\"stage\": %d}}", stage);
+        CHECK(parse_check(&c, text, 1) == ZERO_OK, "stage %d: %s", stage, zero_last_error());
+        CHECK(c.overlap_comm == (stage == 3), "stage %d: absent overlap_comm is %d", stage,
+              c.overlap_comm);
+        snprintf(text, sizeof text,
+                 "{\"zero_optimization\": {\"stage\": %d, \"overlap_comm\": %s}}", stage,
+                 stage == 3 ? "false" : "true");
+        CHECK(parse_check(&c, text, 1) == ZERO_OK, "stage %d: %s", stage, zero_last_error());
+        CHECK(c.overlap_comm == (stage != 3), "stage %d: given overlap_comm is %d", stage,
+              c.overlap_comm);
+    }
 }
 
 /* Duplicate keys (an error naming both lines and the full path), DeepSpeed's other spellings,
