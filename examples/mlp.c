@@ -18,8 +18,13 @@
  *   --save DIR      save a checkpoint of weights and optimizer into DIR after the last step
  *   --stop N        stop after step N (with --save: a checkpoint to resume from)
  *   --resume DIR    continue from DIR's newest checkpoint (its step, weights, Adam moments)
+ *   --export FILE   with --save: export the saved weights to a safetensors file under this
+ *                   model's own names (hidden.weight stored [in, out], hidden.bias,
+ *                   out.weight, out.bias), through zero_ckpt_export_safetensors and the map below
+ *   --import FILE   start from the weights of such a file (zero_ckpt_import_safetensors)
  * Each step's samples depend only on the step and the rank, so a run stopped, saved and resumed
- * ends with the same weights, bit for bit, as one that ran straight through (a CTest test).
+ * ends with the same weights, bit for bit, as one that ran straight through (a CTest test), and
+ * weights exported and imported again are bitwise the ones exported (another).
  */
 #include "zero/zero.h"
 
@@ -41,10 +46,12 @@ typedef struct result {
 
 typedef struct options {
     zero_dtype_t dtype;
-    const char *config; /* ds_config.json, or NULL */
-    const char *save;   /* checkpoint directory to save into, or NULL */
-    const char *resume; /* checkpoint (or save directory) to resume from, or NULL */
-    int stop;           /* last step to run (STEPS unless --stop) */
+    const char *config;      /* ds_config.json, or NULL */
+    const char *save;        /* checkpoint directory to save into, or NULL */
+    const char *resume;      /* checkpoint (or save directory) to resume from, or NULL */
+    const char *export_file; /* safetensors file to export the saved weights to, or NULL */
+    const char *import_file; /* safetensors file to take the initial weights from, or NULL */
+    int stop;                /* last step to run (STEPS unless --stop) */
 } options_t;
 
 typedef struct job {
@@ -126,6 +133,41 @@ static zero_status_t load_checkpoint(zero_engine_t *eng, const char *path, int *
     return st;
 }
 
+/* The model's names in a safetensors file, handed to the export and the import (the checkpoint
+ * code knows no model's names). The hidden layer's weight is stored transposed, [in, out], as
+ * GPT-2's Conv1D layers are: the map says so and the export and import transpose it. */
+static int mlp_name(const void *user, const char *unit, const char *tensor, char *out,
+                    size_t out_size, int *transposed) {
+    (void)user;
+    const char *layer = !strcmp(unit, "layer1") ? "hidden" : !strcmp(unit, "layer2") ? "out" : NULL;
+    if (!layer || (strcmp(tensor, "weight") && strcmp(tensor, "bias"))) return 0;
+    snprintf(out, out_size, "%s.%s", layer, tensor);
+    *transposed = !strcmp(unit, "layer1") && !strcmp(tensor, "weight");
+    return 1;
+}
+static const zero_ckpt_name_map_t mlp_names = {"mlp example", mlp_name, NULL};
+
+/* Export the newest checkpoint of save_dir (its fp32 master weights) to `file`. */
+static zero_status_t export_weights(const char *save_dir, const char *file) {
+    zero_ckpt_t *ck = NULL;
+    zero_status_t st = zero_ckpt_open(&ck, save_dir);
+    if (!st) st = zero_ckpt_export_safetensors(ck, &mlp_names, file, ZERO_DTYPE_FP32);
+    zero_ckpt_close(ck);
+    return st;
+}
+
+/* Fill the engine's weights from `file`: every rank reads the whole file and keeps what it
+ * holds (as `zero train --init-from` does). */
+static zero_status_t import_weights(zero_engine_t *eng, const char *file) {
+    zero_ckpt_engine_layout_t lay;
+    zero_status_t st = zero_ckpt_engine_layout_init(&lay, eng);
+    if (st) return st;
+    zero_ckpt_shard_io_t io = zero_ckpt_engine_io(eng);
+    st = zero_ckpt_import_safetensors(file, &lay.layout, &mlp_names, &io);
+    zero_ckpt_engine_layout_free(&lay);
+    return st;
+}
+
 static float target(const float *x) {
     static const float a[D] = {0.9f, -0.7f, 0.5f, 0.3f, -0.4f, 0.8f, -0.2f, 0.6f};
     float dot = 0;
@@ -196,6 +238,7 @@ static void *rank_main(void *arg) {
     if (!st) st = zero_engine_add_unit(eng, "layer2", t2, 2, &l2);
     int first = 0;
     if (!st && opt->resume) st = load_checkpoint(eng, opt->resume, &first);
+    if (!st && opt->import_file) st = import_weights(eng, opt->import_file);
     size_t b1 = st ? 0 : zero_engine_tensor_offset(eng, l1, 1);
     size_t b2 = st ? 0 : zero_engine_tensor_offset(eng, l2, 1);
     const zero_dtype_t dt = st ? ZERO_DTYPE_FP32 : zero_engine_params(eng)->compute_dtype;
@@ -248,6 +291,8 @@ static void *rank_main(void *arg) {
     }
     if (!st && opt->save) st = save_checkpoint(eng, job->comm, opt->save, opt->stop);
     if (!st) st = zero_engine_fingerprint(eng, &res->fingerprint);
+    /* after the last collective: rank 0 reads the saved files, the other ranks need not wait */
+    if (!st && opt->export_file && rank == 0) st = export_weights(opt->save, opt->export_file);
     if (st) fprintf(stderr, "rank %d: %s\n", rank, zero_last_error());
     res->status = st;
     zero_engine_free(eng);
@@ -255,7 +300,7 @@ static void *rank_main(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    options_t opt = {ZERO_DTYPE_FP32, NULL, NULL, NULL, STEPS};
+    options_t opt = {ZERO_DTYPE_FP32, NULL, NULL, NULL, NULL, NULL, STEPS};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "bf16")) {
@@ -266,13 +311,21 @@ int main(int argc, char **argv) {
             opt.save = argv[++i];
         } else if (v && !strcmp(a, "--resume")) {
             opt.resume = argv[++i];
+        } else if (v && !strcmp(a, "--export")) {
+            opt.export_file = argv[++i];
+        } else if (v && !strcmp(a, "--import")) {
+            opt.import_file = argv[++i];
         } else if (v && !strcmp(a, "--stop")) {
             opt.stop = atoi(argv[++i]);
         } else {
             fprintf(stderr, "usage: example_mlp [bf16] [--config ds_config.json] [--save DIR] "
-                            "[--stop N] [--resume DIR]\n");
+                            "[--stop N] [--resume DIR] [--export FILE] [--import FILE]\n");
             return 2;
         }
+    }
+    if (opt.export_file && !opt.save) {
+        fprintf(stderr, "example_mlp: --export exports the checkpoint --save writes: give both\n");
+        return 2;
     }
     zero_comm_t *comms[RANKS];
     if (zero_comm_threads_init_all(RANKS, comms, NULL)) {

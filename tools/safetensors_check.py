@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/ usr / bin / env python3
 """safetensors_check.py — an independent reader of safetensors files (zero's export included).
 
 Uses nothing but the public format (https://github.com/huggingface/safetensors): an 8-byte
@@ -9,11 +9,13 @@ then the raw little-endian data, offsets relative to the end of the header.
 Checks: header length within the file, JSON object, known dtypes, shapes of non-negative
 integers, end - begin == elements * dtype size, tensors back to back from offset 0 without gaps
 or overlaps up to the end of the file. With --gpt2 L,C,V,T it also checks that the names and
-shapes are exactly those of a Hugging Face GPT-2 model (Conv1D weights [in, out]). With
---finite it reads every F32/BF16 value and checks it is finite.
+shapes are exactly those of a Hugging Face GPT-2 model (Conv1D weights [in, out]); with
+--tensor NAME:D0,D1,... (repeated) that the names and shapes are exactly the ones given (any
+other model's export). With --finite it reads every F32/BF16 value and checks it is finite.
 
 Exit status 0 when every check passes, 1 otherwise (each problem printed on stderr).
-Usage: safetensors_check.py FILE [--gpt2 L,C,V,T] [--dtype F32|BF16] [--finite]
+Usage: safetensors_check.py FILE [--gpt2 L,C,V,T | --tensor NAME:SHAPE ...] [--dtype F32|BF16]
+                            [--finite]
 """
 import argparse
 import array
@@ -28,7 +30,8 @@ DTYPE_SIZES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2
 
 
 def gpt2_shapes(layers, dim, vocab, seq):
-    s = {"wte.weight": [vocab, dim], "wpe.weight": [seq, dim]}
+    s = {
+    "wte.weight" : [ vocab, dim ], "wpe.weight" : [ seq, dim ]}
     for i in range(layers):
         p = "h.%d." % i
         s[p + "ln_1.weight"] = [dim]
@@ -52,6 +55,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("file")
     ap.add_argument("--gpt2", help="L,C,V,T: expect exactly GPT-2's names and shapes")
+    ap.add_argument("--tensor", action="append", default=[],
+                    help="NAME:D0,D1,...: expect exactly the tensors given (repeat the option)")
     ap.add_argument("--dtype", help="expect every tensor to have this dtype (F32, BF16, ...)")
     ap.add_argument("--finite", action="store_true", help="check every F32/BF16 value is finite")
     a = ap.parse_args()
@@ -116,13 +121,20 @@ def main():
     if pos != data_bytes:
         errors.append("tensors end at byte %d of the data, the file holds %d" % (pos, data_bytes))
 
+    want, model = None, None
     if a.gpt2:
         L, C, V, T = (int(x) for x in a.gpt2.split(","))
-        want = gpt2_shapes(L, C, V, T)
+        want, model = gpt2_shapes(L, C, V, T), "a GPT-2 tensor of this configuration"
+    elif a.tensor:
+        want, model = {}, "one of the --tensor names"
+        for t in a.tensor:
+            name, _, dims = t.rpartition(":")
+            want[name] = [int(d) for d in dims.split(",") if d]
+    if want is not None:
         for name in sorted(set(want) - set(header)):
             errors.append("%s: missing (expected shape %s)" % (name, want[name]))
         for name in sorted(set(header) - set(want)):
-            errors.append("%s: not a GPT-2 tensor of this configuration" % name)
+            errors.append("%s: not %s" % (name, model))
         for name in sorted(set(want) & set(header)):
             if header[name].get("shape") != want[name]:
                 errors.append("%s: shape %s, expected %s" %

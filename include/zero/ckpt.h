@@ -220,31 +220,45 @@ ZERO_API zero_status_t zero_ckpt_parse_safetensors_header(const void *data, size
 
 /* ------------------------------------------------------------------------------ safetensors */
 
-/* Export the fp32 master weights to one safetensors file with Hugging Face GPT-2 names and
- * layouts (wte.weight, wpe.weight, h.N.ln_1.weight, h.N.attn.c_attn.weight in Conv1D [in, out]
- * layout, ..., ln_f.bias). dtype: ZERO_DTYPE_FP32 or ZERO_DTYPE_BF16 (round to nearest even).
+/* How a model names its tensors in a safetensors file. The model hands this map to the export
+ * and the import, so the checkpoint code knows no model's names (GPT's map:
+ * src/model/gpt.c; a model of one's own: examples/mlp.c).
+ * name: write the file's name of tensor `tensor` of unit `unit` into out (out_size bytes,
+ * NUL-terminated) and set *transposed to 1 when the file holds the 2-D tensor with its two
+ * dimensions swapped (GPT-2's Conv1D weights: [in, out] for the engine's [out, in]), else 0.
+ * Return 1 when the model has a name for the tensor, 0 when not: the export or import then fails
+ * with ZERO_ERR_INVALID_ARG naming the tensor, its unit and `model`. Called from the calling
+ * thread only. */
+typedef struct zero_ckpt_name_map {
+    const char *model; /* whose names these are, for messages ("Hugging Face GPT-2") */
+    int (*name)(const void *user, const char *unit, const char *tensor, char *out, size_t out_size,
+                int *transposed);
+    const void *user;
+} zero_ckpt_name_map_t;
+
+/* Export the fp32 master weights to one safetensors file, each tensor under the name and in the
+ * layout `names` gives (GPT: Hugging Face GPT-2 names, wte.weight, wpe.weight, h.N.ln_1.weight,
+ * h.N.attn.c_attn.weight in Conv1D [in, out] layout, ..., ln_f.bias), in the checkpoint's unit
+ * and tensor order. dtype: ZERO_DTYPE_FP32 or ZERO_DTYPE_BF16 (round to nearest even).
  * Streamed: memory is bounded by about one transposed tensor plus small buffers. Written to
- * `out_path.tmp` and renamed. A tensor without a GPT-2 name fails naming it. */
-ZERO_API zero_status_t zero_ckpt_export_safetensors(const zero_ckpt_t *ckpt, const char *out_path,
-                                                    zero_dtype_t dtype);
+ * `out_path.tmp` and renamed. A tensor without a name in the map fails naming it. */
+ZERO_API zero_status_t zero_ckpt_export_safetensors(const zero_ckpt_t *ckpt,
+                                                    const zero_ckpt_name_map_t *names,
+                                                    const char *out_path, zero_dtype_t dtype);
 
-/* Hugging Face GPT-2 name of our tensor `tensor` in unit `unit` (and whether its layout is
- * transposed); ZERO_ERR_INVALID_ARG when there is none. */
-ZERO_API zero_status_t zero_ckpt_hf_gpt2_name(const char *unit, const char *tensor, char *out,
-                                              size_t out_size, int *transposed);
-
-/* Fill the parameters of `layout` from a safetensors file with Hugging Face GPT-2 names (F32 or
- * BF16). Checked first, in this order: the header (zero_ckpt_parse_safetensors_header: a
- * tensor whose data_offsets do not hold its shape, a shape that is not whole numbers, or two
- * tensors that overlap give ZERO_ERR_FORMAT naming them and what was expected); every tensor of
- * the layout by name and shape (ZERO_ERR_MISMATCH naming the first tensor that is missing or has
- * another shape: name, expected shape, found shape); every value finite (ZERO_ERR_FORMAT naming
- * the tensor, the first NaN or Inf element's index and its position in the file's shape). Then
- * the values are delivered through io->put(user, 0, unit, ZERO_CKPT_PARAMS, offset, count, data)
- * with offsets in the unit's unpadded buffer (a sharded engine keeps the part it owns). Nothing is
- * delivered when any check fails. */
+/* Fill the parameters of `layout` from a safetensors file whose tensors are named and laid out as
+ * `names` says (F32 or BF16). Checked first, in this order: the header
+ * (zero_ckpt_parse_safetensors_header: a tensor whose data_offsets do not hold its shape, a shape
+ * that is not whole numbers, or two tensors that overlap give ZERO_ERR_FORMAT naming them and what
+ * was expected); every tensor of the layout by name and shape (ZERO_ERR_MISMATCH naming the first
+ * tensor that is missing or has another shape: name, expected shape, found shape); every value
+ * finite (ZERO_ERR_FORMAT naming the tensor, the first NaN or Inf element's index and its position
+ * in the file's shape). Then the values are delivered through io->put(user, 0, unit,
+ * ZERO_CKPT_PARAMS, offset, count, data) with offsets in the unit's unpadded buffer (a sharded
+ * engine keeps the part it owns). Nothing is delivered when any check fails. */
 ZERO_API zero_status_t zero_ckpt_import_safetensors(const char *path,
                                                     const zero_ckpt_layout_t *layout,
+                                                    const zero_ckpt_name_map_t *names,
                                                     const zero_ckpt_shard_io_t *io);
 
 /* ------------------------------------------------------------------------------ engine */

@@ -1,19 +1,21 @@
-/* safetensors.c — export of a checkpoint's fp32 master weights to one safetensors file with
- * Hugging Face GPT-2 names and layouts, and import of such a file into a layout.
+/* safetensors.c — export of a checkpoint's fp32 master weights to one safetensors file, each
+ * tensor under the name and in the layout the model's name map gives (zero_ckpt_name_map_t), and
+ * import of such a file into a layout.
  *
  * safetensors: 8-byte little-endian header length N, N bytes of JSON ({name: {dtype, shape,
  * data_offsets: [begin, end]}} plus "__metadata__"), then the raw little-endian data; offsets are
  * relative to the end of the header. We pad the header with spaces to a multiple of 8.
  *
- * Memory is bounded: tensors that keep their layout stream in 4 MiB chunks; Conv1D weights
- * (HF stores them [in, out], our linear weights are [out, in]) are read whole once and written
+ * Memory is bounded: tensors that keep their layout stream in 4 MiB chunks; tensors the map
+ * stores transposed ([cols, rows] for our [rows, cols]) are read whole once and written
  * transposed band by band, so the peak is one such tensor plus a few chunk buffers.
  *
  * The import trusts nothing it has not checked: the header (st_header.c), then the model's
  * tensors by name and shape, then every value finite, reading the data twice, and only then
  * delivers anything.
  *
- * Not here: other architectures' names (a tensor without a GPT-2 name fails, naming it).
+ * Not here: any model's names (each model hands its map in); a tensor the map does not name
+ * fails, naming it.
  */
 #include "ckpt/ckpt_internal.h"
 #include "core/core_internal.h"
@@ -28,51 +30,22 @@
 
 #define BAND_ELEMS ((size_t)1 << 20)
 
-static const struct {
-    const char *ours, *hf;
-    int transposed;
-} block_names[] = {
-    {"ln1.weight", "ln_1.weight", 0},
-    {"ln1.bias", "ln_1.bias", 0},
-    {"attn.qkv.weight", "attn.c_attn.weight", 1},
-    {"attn.qkv.bias", "attn.c_attn.bias", 0},
-    {"attn.proj.weight", "attn.c_proj.weight", 1},
-    {"attn.proj.bias", "attn.c_proj.bias", 0},
-    {"ln2.weight", "ln_2.weight", 0},
-    {"ln2.bias", "ln_2.bias", 0},
-    {"mlp.fc.weight", "mlp.c_fc.weight", 1},
-    {"mlp.fc.bias", "mlp.c_fc.bias", 0},
-    {"mlp.proj.weight", "mlp.c_proj.weight", 1},
-    {"mlp.proj.bias", "mlp.c_proj.bias", 0},
-};
-
-zero_status_t zero_ckpt_hf_gpt2_name(const char *unit, const char *tensor, char *out,
-                                     size_t out_size, int *transposed) {
-    *transposed = 0;
-    const char *hf = NULL;
-    if (!strcmp(unit, "embeddings")) {
-        if (!strcmp(tensor, "wte")) hf = "wte.weight";
-        if (!strcmp(tensor, "wpe")) hf = "wpe.weight";
-    } else if (!strcmp(unit, "final")) {
-        if (!strcmp(tensor, "lnf.weight")) hf = "ln_f.weight";
-        if (!strcmp(tensor, "lnf.bias")) hf = "ln_f.bias";
-    } else if (!strncmp(unit, "block.", 6)) {
-        char *end;
-        long l = strtol(unit + 6, &end, 10);
-        if (*end == '\0' && end != unit + 6 && l >= 0)
-            for (size_t i = 0; i < ZERO_ARRAY_LEN(block_names); i++)
-                if (!strcmp(tensor, block_names[i].ours)) {
-                    snprintf(out, out_size, "h.%ld.%s", l, block_names[i].hf);
-                    *transposed = block_names[i].transposed;
-                    return ZERO_OK;
-                }
-    }
-    if (!hf)
+/* The file's name of tensor T of unit U from the model's map, and whether it is transposed (only
+ * 2-D tensors can be). */
+static zero_status_t file_name(const zero_ckpt_name_map_t *names, const zero_ckpt_unit_t *U,
+                               const zero_ckpt_tensor_t *T, char *out, size_t out_size, int *tr) {
+    *tr = 0;
+    out[0] = '\0';
+    if (!names->name(names->user, U->name, T->name, out, out_size, tr))
         return zero__error(ZERO_ERR_INVALID_ARG,
-                           "tensor %s of unit %s has no Hugging Face GPT-2 name (expected a GPT "
-                           "model: embeddings, block.N, final)",
-                           tensor, unit);
-    snprintf(out, out_size, "%s", hf);
+                           "tensor %s of unit %s has no name in the %s name map (expected a "
+                           "tensor of that model)",
+                           T->name, U->name, names->model ? names->model : "model's");
+    if (*tr && T->ndim != 2)
+        return zero__error(ZERO_ERR_FORMAT,
+                           "tensor %s of unit %s: expected 2 dimensions, found %d (the %s name "
+                           "map stores it transposed)",
+                           T->name, U->name, T->ndim, names->model ? names->model : "model's");
     return ZERO_OK;
 }
 
@@ -82,8 +55,8 @@ static size_t numel(const zero_ckpt_tensor_t *t) {
     return n;
 }
 
-/* HF shape of a tensor: Conv1D weights are [in, out]. */
-static void hf_shape(const zero_ckpt_tensor_t *t, int transposed, size_t *shape) {
+/* The file's shape of a tensor: a transposed one has its two dimensions swapped. */
+static void file_shape(const zero_ckpt_tensor_t *t, int transposed, size_t *shape) {
     for (int d = 0; d < t->ndim; d++) shape[d] = t->shape[d];
     if (transposed) shape[0] = t->shape[1], shape[1] = t->shape[0];
 }
@@ -108,9 +81,9 @@ static void transpose_band(float *dst, const float *src, size_t rows, size_t col
                     dst[(i - r0) * rows + j] = src[j * cols + i];
 }
 
-zero_status_t zero_ckpt_export_safetensors(const zero_ckpt_t *c, const char *out_path,
-                                           zero_dtype_t dtype) {
-    if (!c || !out_path)
+zero_status_t zero_ckpt_export_safetensors(const zero_ckpt_t *c, const zero_ckpt_name_map_t *names,
+                                           const char *out_path, zero_dtype_t dtype) {
+    if (!c || !names || !names->name || !out_path)
         return zero__error(ZERO_ERR_INVALID_ARG, "safetensors export: NULL argument");
     if (dtype != ZERO_DTYPE_FP32 && dtype != ZERO_DTYPE_BF16)
         return zero__error(ZERO_ERR_INVALID_ARG,
@@ -136,17 +109,10 @@ zero_status_t zero_ckpt_export_safetensors(const zero_ckpt_t *c, const char *out
             const zero_ckpt_tensor_t *T = &L->units[u].tensors[t];
             char name[256];
             int tr;
-            st = zero_ckpt_hf_gpt2_name(L->units[u].name, T->name, name, sizeof name, &tr);
+            st = file_name(names, &L->units[u], T, name, sizeof name, &tr);
             if (st != ZERO_OK) break;
-            if (tr && T->ndim != 2) {
-                st = zero__error(ZERO_ERR_FORMAT,
-                                 "tensor %s of unit %s: expected 2 dimensions, "
-                                 "found %d",
-                                 T->name, L->units[u].name, T->ndim);
-                break;
-            }
             size_t shape[ZERO_CKPT_MAX_DIMS], n = numel(T);
-            hf_shape(T, tr, shape);
+            file_shape(T, tr, shape);
             if (tr) largest_t = ZERO_MAX(largest_t, n);
             cJSON *o = cJSON_AddObjectToObject(hdr, name);
             cJSON_AddStringToObject(o, "dtype", dtype == ZERO_DTYPE_FP32 ? "F32" : "BF16");
@@ -183,7 +149,7 @@ zero_status_t zero_ckpt_export_safetensors(const zero_ckpt_t *c, const char *out
             const zero_ckpt_tensor_t *T = &L->units[u].tensors[t];
             char name[256];
             int tr;
-            zero_ckpt_hf_gpt2_name(L->units[u].name, T->name, name, sizeof name, &tr);
+            file_name(names, &L->units[u], T, name, sizeof name, &tr); /* checked above */
             size_t n = numel(T);
             if (!tr) {
                 for (size_t i = 0; i < n && st == ZERO_OK; i += BAND_ELEMS) {
@@ -247,14 +213,15 @@ typedef struct {
 /* Tensor t of unit U as stored at f (n elements, F32 or BF16, in the file's layout): fail naming
  * it, the first non-finite element (index and position in the file's shape) and its value. raw
  * and buf: BAND_ELEMS floats of scratch. */
-static zero_status_t check_finite(int fd, const char *path, const zero_ckpt_unit_t *U, int t,
-                                  const found_t *f, uint16_t *raw, float *buf) {
+static zero_status_t check_finite(int fd, const char *path, const zero_ckpt_name_map_t *names,
+                                  const zero_ckpt_unit_t *U, int t, const found_t *f, uint16_t *raw,
+                                  float *buf) {
     const zero_ckpt_tensor_t *T = &U->tensors[t];
     char name[256], pos[160];
     int tr;
-    zero_ckpt_hf_gpt2_name(U->name, T->name, name, sizeof name, &tr);
+    file_name(names, U, T, name, sizeof name, &tr); /* checked in pass 1 */
     size_t n = numel(T), es = f->bf16 ? 2 : 4, shape[ZERO_CKPT_MAX_DIMS];
-    hf_shape(T, tr, shape);
+    file_shape(T, tr, shape);
     for (size_t i = 0; i < n; i += BAND_ELEMS) {
         size_t m = ZERO_MIN(BAND_ELEMS, n - i);
         zero_status_t st = zero__pread_all(fd, raw, m * es, (int64_t)(f->begin + i * es), path);
@@ -279,9 +246,11 @@ static zero_status_t check_finite(int fd, const char *path, const zero_ckpt_unit
 }
 
 zero_status_t zero_ckpt_import_safetensors(const char *path, const zero_ckpt_layout_t *L,
+                                           const zero_ckpt_name_map_t *names,
                                            const zero_ckpt_shard_io_t *io) {
-    if (!path || !io || !io->put)
-        return zero__error(ZERO_ERR_INVALID_ARG, "safetensors import: NULL argument or no put");
+    if (!path || !names || !names->name || !io || !io->put)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "safetensors import: NULL argument, no name map or no put");
     zero_status_t st = zero_ckpt_layout_check(L);
     if (st != ZERO_OK) return st;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -335,10 +304,10 @@ zero_status_t zero_ckpt_import_safetensors(const char *path, const zero_ckpt_lay
             const zero_ckpt_tensor_t *T = &L->units[u].tensors[t];
             char name[256], want[128], got[128];
             int tr;
-            st = zero_ckpt_hf_gpt2_name(L->units[u].name, T->name, name, sizeof name, &tr);
+            st = file_name(names, &L->units[u], T, name, sizeof name, &tr);
             if (st != ZERO_OK) break;
             size_t shape[ZERO_CKPT_MAX_DIMS], n = numel(T);
-            hf_shape(T, tr, shape);
+            file_shape(T, tr, shape);
             shape_text(want, sizeof want, shape, T->ndim);
             if (tr) largest_t = ZERO_MAX(largest_t, n);
             const cJSON *e = cJSON_GetObjectItemCaseSensitive(hdr, name);
@@ -402,16 +371,16 @@ zero_status_t zero_ckpt_import_safetensors(const char *path, const zero_ckpt_lay
     k = 0;
     for (int u = 0; u < L->unit_count && st == ZERO_OK; u++)
         for (int t = 0; t < L->units[u].tensor_count && st == ZERO_OK; t++, k++)
-            st = check_finite(fd, path, &L->units[u], t, &found[k], raw, buf);
+            st = check_finite(fd, path, names, &L->units[u], t, &found[k], raw, buf);
     if (st != ZERO_OK) goto done;
-    /* Pass 3: read (converting BF16), transpose Conv1D weights back to (out, in), deliver. */
+    /* Pass 3: read (converting BF16), transpose what the map stores transposed back, deliver. */
     k = 0;
     for (int u = 0; u < L->unit_count && st == ZERO_OK; u++)
         for (int t = 0; t < L->units[u].tensor_count && st == ZERO_OK; t++, k++) {
             const zero_ckpt_tensor_t *T = &L->units[u].tensors[t];
             char name[256];
             int tr;
-            zero_ckpt_hf_gpt2_name(L->units[u].name, T->name, name, sizeof name, &tr);
+            file_name(names, &L->units[u], T, name, sizeof name, &tr); /* checked in pass 1 */
             size_t n = numel(T), es = found[k].bf16 ? 2 : 4;
             float *dst = tr ? full : buf;
             for (size_t i = 0; i < n && st == ZERO_OK; i += BAND_ELEMS) {

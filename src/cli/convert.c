@@ -1,11 +1,13 @@
 /* convert.c — `zero convert CHECKPOINT OUT.safetensors [--dtype fp32|bf16]`: export a checkpoint's
- * fp32 master weights to one safetensors file with Hugging Face GPT-2 names and layouts.
+ * fp32 master weights to one safetensors file with Hugging Face GPT-2 names and layouts (the GPT
+ * model's name map, zero__gpt_names).
  *
  * CHECKPOINT is a checkpoint directory, a save directory (its `latest` is used) or DIR/latest.
  * The export streams (memory about one Conv1D weight plus small buffers) and verifies the
  * checksum of every chunk it reads; the optimizer state is not read.
  */
 #include "cli/cli.h"
+#include "model/gpt.h"
 #include "zero/zero.h"
 
 #include <stdio.h>
@@ -66,7 +68,7 @@ int zero__cli_convert(int argc, char **argv) {
     double t0 = zero_time_now();
     zero_ckpt_t *c = NULL;
     zero_status_t st = zero_ckpt_open(&c, in);
-    if (st == ZERO_OK) st = zero_ckpt_export_safetensors(c, out, dtype);
+    if (st == ZERO_OK) st = zero_ckpt_export_safetensors(c, zero__gpt_names(), out, dtype);
     if (st != ZERO_OK) {
         fprintf(stderr, "zero convert: %s\n", zero_last_error());
         if (st == ZERO_ERR_FORMAT)

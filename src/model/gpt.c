@@ -28,6 +28,8 @@
 #include "kernels/kernels_lp.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Tensor indices inside a block unit, in declaration order. */
@@ -181,6 +183,61 @@ static zero_status_t declare_units(zero_gpt_t *g) {
         ZERO_ASSERT(u == g->unit_block0 + l);
     }
     return zero_engine_add_unit(g->eng, "final", fin, F_COUNT, &g->unit_final);
+}
+
+/* ------------------------------------------------------------------------------ export names */
+
+/* Hugging Face GPT-2 names of the tensors declare_units declares (transformers' GPT2Model):
+ * its Conv1D layers keep weights as [in, out], ours are [out, in], so those are transposed. */
+static const struct {
+    const char *ours, *hf;
+    int transposed;
+} hf_block[] = {
+    [B_LN1W] = {"ln1.weight", "ln_1.weight", 0},
+    [B_LN1B] = {"ln1.bias", "ln_1.bias", 0},
+    [B_QKVW] = {"attn.qkv.weight", "attn.c_attn.weight", 1},
+    [B_QKVB] = {"attn.qkv.bias", "attn.c_attn.bias", 0},
+    [B_ATTPROJW] = {"attn.proj.weight", "attn.c_proj.weight", 1},
+    [B_ATTPROJB] = {"attn.proj.bias", "attn.c_proj.bias", 0},
+    [B_LN2W] = {"ln2.weight", "ln_2.weight", 0},
+    [B_LN2B] = {"ln2.bias", "ln_2.bias", 0},
+    [B_FCW] = {"mlp.fc.weight", "mlp.c_fc.weight", 1},
+    [B_FCB] = {"mlp.fc.bias", "mlp.c_fc.bias", 0},
+    [B_FCPROJW] = {"mlp.proj.weight", "mlp.c_proj.weight", 1},
+    [B_FCPROJB] = {"mlp.proj.bias", "mlp.c_proj.bias", 0},
+};
+_Static_assert(ZERO_ARRAY_LEN(hf_block) == B_COUNT, "a Hugging Face name for every block tensor");
+
+static int hf_name(const void *user, const char *unit, const char *tensor, char *out,
+                   size_t out_size, int *transposed) {
+    (void)user;
+    *transposed = 0;
+    const char *hf = NULL;
+    if (!strcmp(unit, "embeddings")) {
+        if (!strcmp(tensor, "wte")) hf = "wte.weight";
+        if (!strcmp(tensor, "wpe")) hf = "wpe.weight";
+    } else if (!strcmp(unit, "final")) {
+        if (!strcmp(tensor, "lnf.weight")) hf = "ln_f.weight";
+        if (!strcmp(tensor, "lnf.bias")) hf = "ln_f.bias";
+    } else if (!strncmp(unit, "block.", 6)) {
+        char *end;
+        long l = strtol(unit + 6, &end, 10);
+        if (*end == '\0' && end != unit + 6 && l >= 0)
+            for (size_t i = 0; i < ZERO_ARRAY_LEN(hf_block); i++)
+                if (!strcmp(tensor, hf_block[i].ours)) {
+                    snprintf(out, out_size, "h.%ld.%s", l, hf_block[i].hf);
+                    *transposed = hf_block[i].transposed;
+                    return 1;
+                }
+    }
+    if (hf) snprintf(out, out_size, "%s", hf);
+    return hf != NULL;
+}
+
+const zero_ckpt_name_map_t *zero__gpt_names(void) {
+    static const zero_ckpt_name_map_t map = {
+        "Hugging Face GPT-2 (units embeddings, block.N, final)", hf_name, NULL};
+    return &map;
 }
 
 /* Carve a view of `count` elements of `es` bytes out of one block, 64-byte aligned: the first

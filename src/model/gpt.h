@@ -21,6 +21,7 @@
 #ifndef ZERO_MODEL_GPT_H
 #define ZERO_MODEL_GPT_H
 
+#include "zero/ckpt.h"
 #include "zero/engine.h"
 
 #include <stdint.h>
@@ -78,5 +79,10 @@ zero_status_t zero__gpt_memory_estimate(const zero_gpt_config_t *cfg,
 /* Bytes of activation memory allocated at init. */
 size_t zero__gpt_activation_bytes(const zero_gpt_t *gpt);
 const zero_gpt_config_t *zero__gpt_config(const zero_gpt_t *gpt);
+
+/* The model's tensor names in a safetensors file (Hugging Face GPT-2: wte.weight, wpe.weight,
+ * h.N.ln_1.weight, h.N.attn.c_attn.weight in Conv1D [in, out] layout, ..., ln_f.bias), for
+ * zero_ckpt_export_safetensors and zero_ckpt_import_safetensors. Static: never freed. */
+const zero_ckpt_name_map_t *zero__gpt_names(void);
 
 #endif /* ZERO_MODEL_GPT_H */

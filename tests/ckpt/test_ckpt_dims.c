@@ -16,6 +16,7 @@
  * (not the layout), so a lost or shifted tensor element changes it.
  */
 #include "check.h"
+#include "model/gpt.h"
 #include "train/trainer.h"
 #include "zero/zero.h"
 
@@ -108,7 +109,7 @@ static void one_dim(int d) {
 
     zero_ckpt_t *c = NULL;
     st = zero_ckpt_open(&c, last);
-    if (!st) st = zero_ckpt_export_safetensors(c, st_file, ZERO_DTYPE_FP32);
+    if (!st) st = zero_ckpt_export_safetensors(c, zero__gpt_names(), st_file, ZERO_DTYPE_FP32);
     zero_ckpt_close(c);
     CHECK(st == ZERO_OK, "dim %d: export of step 4 to safetensors", d);
     if (st) return;

@@ -72,9 +72,11 @@ int main(int argc, char **argv) {
         for (int t = 0; t < L.units[u].tensor_count; t++) {
             char hf[128];
             int tr;
-            if (zero_ckpt_hf_gpt2_name(L.units[u].name, L.units[u].tensors[t].name, hf, sizeof hf,
-                                       &tr) != ZERO_OK) {
-                fprintf(stderr, "%s\n", zero_last_error());
+            const zero_ckpt_name_map_t *m = zero__gpt_names();
+            if (!m->name(m->user, L.units[u].name, L.units[u].tensors[t].name, hf, sizeof hf,
+                         &tr)) {
+                fprintf(stderr, "tensor %s of unit %s has no name\n", L.units[u].tensors[t].name,
+                        L.units[u].name);
                 unnamed++;
             }
         }
@@ -143,8 +145,9 @@ int main(int argc, char **argv) {
         printf("  other model -> %s\n", zero_last_error());
         snprintf(file, sizeof file, "%s/model.safetensors", root);
         /* export, then import into the other shape: the first mismatching tensor is named */
-        CHECK(zero_ckpt_export_safetensors(c, file, ZERO_DTYPE_FP32) == ZERO_OK, "export");
-        st = zero_ckpt_import_safetensors(file, &Lb.layout, &iob);
+        CHECK(zero_ckpt_export_safetensors(c, zero__gpt_names(), file, ZERO_DTYPE_FP32) == ZERO_OK,
+              "export");
+        st = zero_ckpt_import_safetensors(file, &Lb.layout, zero__gpt_names(), &iob);
         CHECK(st == ZERO_ERR_MISMATCH && fp(&b) == fb &&
                   strstr(zero_last_error(), "wpe.weight has shape [16, 32], expected [32, 32]"),
               "import into another shape refused (status %d)", (int)st);
@@ -163,7 +166,8 @@ int main(int argc, char **argv) {
         zero_ckpt_engine_layout_t Ld;
         zero_ckpt_engine_layout_init(&Ld, d.eng);
         zero_ckpt_shard_io_t iod = zero_ckpt_engine_io(d.eng);
-        CHECK(zero_ckpt_import_safetensors(file, &Ld.layout, &iod) == ZERO_OK, "import");
+        CHECK(zero_ckpt_import_safetensors(file, &Ld.layout, zero__gpt_names(), &iod) == ZERO_OK,
+              "import");
         CHECK(fp(&d) == f0, "fingerprint after import %016llx, expected %016llx",
               (unsigned long long)fp(&d), (unsigned long long)f0);
         zero_ckpt_engine_layout_free(&Ld);

@@ -12,6 +12,7 @@
  *
  * usage: test_safetensors [PYTHON CHECKER.py]   (the Python check is skipped without them)
  */
+#include "model/gpt.h"
 #include "zero/zero.h"
 
 #include <fcntl.h>
@@ -182,6 +183,45 @@ static const unsigned char *find(const file_t *f, const char *name, size_t *d0, 
     return res;
 }
 
+/* Hugging Face GPT-2 name of tensor `tensor` of unit `unit` (g's names), written from
+ * transformers' GPT2Model here (not taken from gpt.c's map): Conv1D weights are transposed.
+ * 0 when there is none. */
+static int hf_ref_name(const char *unit, const char *tensor, char *out, size_t size, int *tr) {
+    static const char *const block[][2] = {
+        {"ln1.weight", "ln_1.weight"},
+        {"ln1.bias", "ln_1.bias"},
+        {"attn.qkv.weight", "attn.c_attn.weight"},
+        {"attn.qkv.bias", "attn.c_attn.bias"},
+        {"attn.proj.weight", "attn.c_proj.weight"},
+        {"attn.proj.bias", "attn.c_proj.bias"},
+        {"ln2.weight", "ln_2.weight"},
+        {"ln2.bias", "ln_2.bias"},
+        {"mlp.fc.weight", "mlp.c_fc.weight"},
+        {"mlp.fc.bias", "mlp.c_fc.bias"},
+        {"mlp.proj.weight", "mlp.c_proj.weight"},
+        {"mlp.proj.bias", "mlp.c_proj.bias"},
+    };
+    int l;
+    *tr = 0;
+    if (sscanf(unit, "block.%d", &l) == 1) {
+        for (size_t i = 0; i < sizeof block / sizeof block[0]; i++)
+            if (!strcmp(tensor, block[i][0])) {
+                snprintf(out, size, "h.%d.%s", l, block[i][1]);
+                /* the linear layers' weights are Conv1D; the layernorm gains are 1-D */
+                *tr = strncmp(tensor, "ln", 2) && strstr(tensor, ".weight");
+                return 1;
+            }
+        return 0;
+    }
+    const char *hf = !strcmp(tensor, "wte")          ? "wte.weight"
+                     : !strcmp(tensor, "wpe")        ? "wpe.weight"
+                     : !strcmp(tensor, "lnf.weight") ? "ln_f.weight"
+                     : !strcmp(tensor, "lnf.bias")   ? "ln_f.bias"
+                                                     : NULL;
+    if (hf) snprintf(out, size, "%s", hf);
+    return hf != NULL;
+}
+
 static void check_export(const gpt_t *g, const char *path, int bf16) {
     file_t f = {0};
     CHECK(read_whole(path, &f), "read %s", path);
@@ -192,7 +232,7 @@ static void check_export(const gpt_t *g, const char *path, int bf16) {
             char hf[128], dtype[8] = "";
             int tr, nd = -1;
             size_t d0 = 0, d1 = 0;
-            if (zero_ckpt_hf_gpt2_name(g->units[u].name, T->name, hf, sizeof hf, &tr)) {
+            if (!hf_ref_name(g->units[u].name, T->name, hf, sizeof hf, &tr)) {
                 bad++;
                 continue;
             }
@@ -271,11 +311,21 @@ static int edit_header(const file_t *f, const char *path, const char *from, cons
     return ok;
 }
 
+/* A map that names only wte (as "wte.weight"). */
+static int partial_name(const void *user, const char *unit, const char *tensor, char *out,
+                        size_t size, int *tr) {
+    (void)user, (void)unit;
+    *tr = 0;
+    if (strcmp(tensor, "wte")) return 0;
+    snprintf(out, size, "wte.weight");
+    return 1;
+}
+
 /* Import `path` into g's layout: the status, with nothing delivered (k.puts) on failure. */
 static zero_status_t import_fails(const gpt_t *g, const char *path, long long *puts) {
     import_check_t k = {0, 0, 0};
     zero_ckpt_shard_io_t iio = {NULL, put, &k};
-    zero_status_t st = zero_ckpt_import_safetensors(path, &g->layout, &iio);
+    zero_status_t st = zero_ckpt_import_safetensors(path, &g->layout, zero__gpt_names(), &iio);
     *puts = k.puts;
     return st;
 }
@@ -477,10 +527,26 @@ int main(int argc, char **argv) {
     CHECK(zero_ckpt_open(&c, dir) == ZERO_OK, "open");
     snprintf(out32, sizeof out32, "%s/model.safetensors", root);
     snprintf(out16, sizeof out16, "%s/model-bf16.safetensors", root);
-    CHECK(zero_ckpt_export_safetensors(c, out32, ZERO_DTYPE_FP32) == ZERO_OK, "export fp32");
-    CHECK(zero_ckpt_export_safetensors(c, out16, ZERO_DTYPE_BF16) == ZERO_OK, "export bf16");
-    CHECK(zero_ckpt_export_safetensors(c, out16, ZERO_DTYPE_FP16) == ZERO_ERR_INVALID_ARG,
+    const zero_ckpt_name_map_t *names = zero__gpt_names(); /* the model's map */
+    CHECK(zero_ckpt_export_safetensors(c, names, out32, ZERO_DTYPE_FP32) == ZERO_OK, "export fp32");
+    CHECK(zero_ckpt_export_safetensors(c, names, out16, ZERO_DTYPE_BF16) == ZERO_OK, "export bf16");
+    CHECK(zero_ckpt_export_safetensors(c, names, out16, ZERO_DTYPE_FP16) == ZERO_ERR_INVALID_ARG,
           "fp16 refused");
+    /* A map without a name for a tensor fails naming it, its unit and the map; none at all is
+     * refused. Neither leaves a file behind. */
+    char none[800];
+    snprintf(none, sizeof none, "%s/none.safetensors", root);
+    zero_ckpt_name_map_t partial = {"test's partial", partial_name, NULL};
+    zero_status_t sn = zero_ckpt_export_safetensors(c, &partial, none, ZERO_DTYPE_FP32);
+    CHECK(sn == ZERO_ERR_INVALID_ARG &&
+              strstr(zero_last_error(), "tensor wpe of unit embeddings has no name in the "
+                                        "test's partial name map") &&
+              access(none, F_OK) != 0,
+          "a tensor the map does not name: status %d, %s", (int)sn, zero_last_error());
+    printf("  partial map  -> %s\n", zero_last_error());
+    CHECK(zero_ckpt_export_safetensors(c, NULL, none, ZERO_DTYPE_FP32) == ZERO_ERR_INVALID_ARG &&
+              access(none, F_OK) != 0,
+          "no map refused");
     zero_ckpt_close(c);
     check_export(g, out32, 0);
     check_export(g, out16, 1);
@@ -494,20 +560,23 @@ int main(int argc, char **argv) {
     /* Import: values back (fp32 exactly, bf16 rounded); another shape refused, nothing put. */
     import_check_t k = {0, 0, 0};
     zero_ckpt_shard_io_t iio = {NULL, put, &k};
-    CHECK(zero_ckpt_import_safetensors(out32, &g->layout, &iio) == ZERO_OK && k.bad == 0 &&
+    CHECK(zero_ckpt_import_safetensors(out32, &g->layout, names, &iio) == ZERO_OK && k.bad == 0 &&
               k.puts > 0,
           "import fp32: %lld bad in %lld puts", k.bad, k.puts);
     k = (import_check_t){0, 0, 1};
-    CHECK(zero_ckpt_import_safetensors(out16, &g->layout, &iio) == ZERO_OK && k.bad == 0,
+    CHECK(zero_ckpt_import_safetensors(out16, &g->layout, names, &iio) == ZERO_OK && k.bad == 0,
           "import bf16: %lld bad", k.bad);
     k = (import_check_t){0, 0, 0};
-    zero_status_t st = zero_ckpt_import_safetensors(out32, &g3->layout, &iio);
+    zero_status_t st = zero_ckpt_import_safetensors(out32, &g->layout, &partial, &iio);
+    CHECK(st == ZERO_ERR_INVALID_ARG && k.puts == 0 && strstr(zero_last_error(), "wpe"),
+          "import with a partial map: status %d, %lld puts", (int)st, k.puts);
+    st = zero_ckpt_import_safetensors(out32, &g3->layout, names, &iio);
     CHECK(st == ZERO_ERR_MISMATCH && k.puts == 0 && strstr(zero_last_error(), "h.2.ln_1.weight"),
           "more layers: missing tensor named (status %d)", (int)st);
     printf("  3 layers     -> %s\n", zero_last_error());
     gpt_t *gw = malloc(sizeof *gw);
     gpt_init(gw, 2, 48, 300, 64);
-    st = zero_ckpt_import_safetensors(out32, &gw->layout, &iio);
+    st = zero_ckpt_import_safetensors(out32, &gw->layout, names, &iio);
     CHECK(st == ZERO_ERR_MISMATCH && k.puts == 0 &&
               strstr(zero_last_error(), "wpe.weight has shape [40, 48], expected [64, 48]"),
           "longer context: shape mismatch named (status %d)", (int)st);
@@ -539,7 +608,7 @@ int main(int argc, char **argv) {
         snprintf(outb, sizeof outb, "%s/big.safetensors", root);
         double t = zero_time_now();
         zero_status_t s = zero_ckpt_open(&cb, dir);
-        if (s == ZERO_OK) s = zero_ckpt_export_safetensors(cb, outb, ZERO_DTYPE_FP32);
+        if (s == ZERO_OK) s = zero_ckpt_export_safetensors(cb, names, outb, ZERO_DTYPE_FP32);
         zero_ckpt_close(cb);
         double r[3] = {(double)before, (double)zero_peak_rss_bytes(), zero_time_now() - t};
         if (write(pipefd[1], r, sizeof r) != (ssize_t)sizeof r) _exit(3);
