@@ -174,7 +174,10 @@ static const cfg_key_t keys[] = {
     {"train.threads", K_INT, OFF(threads), 0, 0, 4096, NULL, NULL, "--threads",
      "compute threads per rank (0: cores / ranks, at least 1)"},
     {"train.ranks", K_INT, OFF(ranks), 1, 1, 4096, NULL, NULL, "--ranks",
-     "ranks of the threads backend (under mpirun: the MPI job's size)"},
+     "ranks of the threads backend (under mpirun: the MPI job's size); every rank's buffers grow "
+     "with the rank count (each unit is padded to 16 x ranks elements), so a 1-layer model needs "
+     "1.4 GiB at 1024 ranks, 5.3 GiB at 2048 and about 20 GiB at 4096 (docs/benchmarks.md); the "
+     "memory check refuses what does not fit"},
     {"train.backend", K_STR, OFF(backend), 0, 0, 0, "auto", "auto|threads|mpi", "--backend",
      "auto: MPI when started by mpirun, else threads"},
     {"train.timeout_s", K_DOUBLE, OFF(timeout_s), 300, 0.001, 1e9, NULL, NULL, "--timeout",

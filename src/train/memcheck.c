@@ -27,8 +27,9 @@
 #define MPI_PROCESS_BYTES (64ull << 20)
 /* Each thread rank beyond its accounted memory: its thread and its two communicators' progress
  * threads (stacks, thread-local caches), the kernels' per-thread state, malloc's headers.
- * Measured with docs/benchmarks.md's 64-1024 rank runs of a tiny model: 0.15-0.2 MiB. */
-#define RANK_OVERHEAD_BYTES (256ull << 10)
+ * Measured (docs/benchmarks.md, "Many thread ranks"): peak RSS minus the accounted memory is
+ * 0.16 MiB per rank at 256 ranks, 0.17 at 1024 and 0.32 at 2048. */
+#define RANK_OVERHEAD_BYTES (384ull << 10)
 
 #define GiB (1024.0 * 1024.0 * 1024.0)
 
@@ -193,19 +194,29 @@ static void cgroup_room(cgroup_room_t *best) {
 
 /* ------------------------------------------------------------------------------ check */
 
+/* Bytes as "12.34 GiB" or, below a GiB, "56.7 MiB". */
+static const char *human(char *buf, size_t n, uint64_t bytes) {
+    if ((double)bytes >= GiB)
+        snprintf(buf, n, "%.2f GiB", (double)bytes / GiB);
+    else
+        snprintf(buf, n, "%.1f MiB", (double)bytes / (1024.0 * 1024.0));
+    return buf;
+}
+
 static void describe(char *buf, size_t n, const estimate_t *e, int local) {
     const zero_memory_estimate_t *r = &e->rank;
+    char t[10][32];
     snprintf(buf, n,
-             "%.2f GiB (%d rank%s x %.2f GiB: parameters %.2f, gradients %.2f, optimizer states "
-             "%.2f, activations %.2f, communication buffers %.2f, per-rank overhead %.2f; data "
-             "%.2f GiB; program %.2f GiB)",
-             (double)e->process / GiB, local, local == 1 ? "" : "s", (double)e->per_rank / GiB,
-             (double)r->bytes[ZERO_MEM_PARAMS] / GiB, (double)r->bytes[ZERO_MEM_GRADS] / GiB,
-             (double)r->bytes[ZERO_MEM_OPTIM] / GiB, (double)r->bytes[ZERO_MEM_ACTIVATIONS] / GiB,
-             (double)r->bytes[ZERO_MEM_COMM] / GiB,
-             (double)(e->per_rank - r->total_bytes) / GiB + (double)r->bytes[ZERO_MEM_OTHER] / GiB,
-             (double)e->data / GiB,
-             (double)(e->process - e->data - (uint64_t)local * e->per_rank) / GiB);
+             "%s (%d rank%s x %s: parameters %s, gradients %s, optimizer states %s, activations "
+             "%s, communication buffers %s, per-rank overhead %s; data %s; program %s)",
+             human(t[0], 32, e->process), local, local == 1 ? "" : "s",
+             human(t[1], 32, e->per_rank), human(t[2], 32, r->bytes[ZERO_MEM_PARAMS]),
+             human(t[3], 32, r->bytes[ZERO_MEM_GRADS]), human(t[4], 32, r->bytes[ZERO_MEM_OPTIM]),
+             human(t[5], 32, r->bytes[ZERO_MEM_ACTIVATIONS]),
+             human(t[6], 32, r->bytes[ZERO_MEM_COMM]),
+             human(t[7], 32, e->per_rank - r->total_bytes + r->bytes[ZERO_MEM_OTHER]),
+             human(t[8], 32, e->data),
+             human(t[9], 32, e->process - e->data - (uint64_t)local * e->per_rank));
 }
 
 /* Append "name (X GiB)" for a changed shape when it fits. */
@@ -234,7 +245,7 @@ zero_status_t zero__train_memory_check(const zero_train_config_t *cfg, int world
     cgroup_room_t cg;
     cgroup_room(&cg);
     const uint64_t room = cg.room < avail ? cg.room : avail;
-    char what[512];
+    char what[768];
     describe(what, sizeof what, &e, local);
     if (e.process <= room) {
         /* A large model takes a while to allocate and initialise: say what is coming. */
