@@ -1,6 +1,8 @@
 /* engine_io.c — the checkpoint module plugged into the engine through its public API only: a
  * layout built from the engine's unit and tensor queries, and shard access by
- * zero_engine_state_read/write (fp32 master, Adam m and v).
+ * zero_engine_state_read/write (fp32 master, Adam m and v: the optimizer's list of its states,
+ * optim/adamw.h, says which checkpoint state holds which; the engine reaches them through the
+ * optimizer's residency seam).
  *
  * The checkpoint's unit extent (zero_ckpt_unit_t.param_count) is where the engine's last tensor
  * ends, not the engine's parameter count: the engine starts every tensor at a multiple of 16
@@ -20,8 +22,10 @@
  */
 #include "ckpt/ckpt_internal.h"
 #include "core/core_internal.h"
+#include "optim/adamw.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* The end of unit u's last tensor in the engine's buffer (its gaps included, padding not). */
 static size_t engine_extent(const zero_engine_t *eng, int u) {
@@ -89,10 +93,17 @@ void zero_ckpt_engine_layout_free(zero_ckpt_engine_layout_t *l) {
     memset(l, 0, sizeof *l);
 }
 
+/* The engine state a checkpoint state holds, from the optimizer's list of its states (which
+ * names each in both). The callbacks move fp32 values: every state is fp32 (asserted). */
 static zero_engine_state_t engine_state(zero_ckpt_state_t state) {
-    return state == ZERO_CKPT_ADAM_M   ? ZERO_ENGINE_STATE_ADAM_M
-           : state == ZERO_CKPT_ADAM_V ? ZERO_ENGINE_STATE_ADAM_V
-                                       : ZERO_ENGINE_STATE_MASTER;
+    const char *name = zero_ckpt_state_name(state);
+    for (int s = 0; s < ZERO_ENGINE_STATE_COUNT; s++)
+        if (!strcmp(zero__optim_states[s].ckpt_name, name)) {
+            ZERO_ASSERT(zero__optim_states[s].dtype == ZERO_DTYPE_FP32);
+            return (zero_engine_state_t)s;
+        }
+    ZERO_ASSERT(0 && "a checkpoint state the optimizer does not list");
+    return ZERO_ENGINE_STATE_MASTER;
 }
 
 /* [*a, *e) clipped to the unit's extent and to what this rank holds of the state. */

@@ -116,7 +116,7 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
     memcpy(out->memory_bytes, ms.live_bytes, sizeof out->memory_bytes);
     memcpy(out->memory_peak_bytes, ms.peak_bytes, sizeof out->memory_peak_bytes);
     const int stage = eng->params.stage;
-    const uint64_t N = (uint64_t)eng->world, f = sizeof(float);
+    const uint64_t N = (uint64_t)eng->world;
     uint64_t P = 0, S = 0, S_np = 0, P_pers = 0, S_pers = 0;
     for (int i = 0; i < eng->unit_count; i++) {
         const zero__unit_t *u = &eng->units[i];
@@ -151,8 +151,8 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
     const uint64_t grads_kept = stage <= 1 ? c * P + a * S : a * S;
     out->memory_theory_bytes[ZERO_MEM_GRADS] = (size_t)grads_kept + out->grad_pool_bytes;
     /* Optimizer states: Adam m and v, plus the separate fp32 master with 16-bit compute. */
-    const uint64_t nst = eng->lowp ? 3 : 2;
-    out->memory_theory_bytes[ZERO_MEM_OPTIM] = (size_t)(stage == 0 ? nst * f * P : nst * f * S);
+    const uint64_t ob = zero__optim_state_bytes(eng->lowp); /* per element */
+    out->memory_theory_bytes[ZERO_MEM_OPTIM] = (size_t)(stage == 0 ? ob * P : ob * S);
     /* The paper's breakdown: what stays between steps, transient pools apart. */
     out->model_state_theory_bytes[0] = out->memory_theory_bytes[ZERO_MEM_PARAMS];
     out->model_state_theory_bytes[1] = (size_t)grads_kept;

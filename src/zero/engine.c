@@ -174,6 +174,7 @@ zero_status_t zero_engine_init(zero_engine_t **out, const zero_engine_params_t *
     eng->lowp = p.compute_dtype != ZERO_DTYPE_FP32;
     eng->ce = eng->lowp ? 2 : sizeof(float);
     eng->ae = p.grad_accum_dtype == ZERO_DTYPE_FP32 ? sizeof(float) : 2;
+    eng->residency = zero__state_residency_ram(eng);
     {
         /* fp16: the configured (dynamic by default) scaler. bf16 and fp32: a static scale of 1,
          * which only turns an inf/NaN into a skipped step: one code path for every dtype. */

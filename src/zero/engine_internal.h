@@ -26,6 +26,7 @@
 #include "zero/engine.h"
 
 #include "core/core_internal.h"
+#include "optim/adamw.h"
 
 #include <stdint.h>
 
@@ -118,6 +119,9 @@ struct zero_engine {
     size_t ce, ae;
     int lowp;
     zero_loss_scaler_t *scaler;
+    /* Where the optimizer's states (fp32 master, m, v) live: every access to them goes through
+     * its map/unmap (optim/adamw.h). RAM: zero__state_residency_ram. */
+    zero__optim_residency_t residency;
     float *scratch; /* lowp: ZERO__SCRATCH_COUNT fp32 for chunked widening (ZERO_MEM_OTHER) */
 
     zero__unit_t *units;
@@ -170,8 +174,8 @@ zero__unit_t *zero__engine_unit(const zero_engine_t *eng, int u);
  * (out NULL): round `in` into the parameters and copy it exactly into the fp32 master where
  * the master covers it (stage 0: the whole unit; stages 1-3: the owned shard). Read (in NULL):
  * the widened parameters, with the master's exact values where it covers them. */
-void zero__master_io(const zero_engine_t *eng, const zero__unit_t *un, size_t offset, size_t count,
-                     float *out, const float *in);
+zero_status_t zero__master_io(const zero_engine_t *eng, const zero__unit_t *un, size_t offset,
+                              size_t count, float *out, const float *in);
 void zero__unit_free_buffers(zero__unit_t *un);
 
 /* buckets.c */
@@ -216,6 +220,13 @@ void zero__acc_add(zero_engine_t *eng, void *acc, zero_dtype_t acc_dt, void *src
                    zero_dtype_t src_dt, size_t n, int overwrite, int zero_src);
 /* Sum of squares (float64) of n elements of dtype dt (fp32: zero__sumsq itself). */
 double zero__sumsq_dt(zero_engine_t *eng, const void *x, size_t n, zero_dtype_t dt);
+
+/* state.c. The residency that keeps the optimizer's states in the units' buffers (map: base +
+ * offset, unmap: nothing). */
+zero__optim_residency_t zero__state_residency_ram(zero_engine_t *eng);
+/* Replace where the optimizer's states live (tests; an offload residency). Only between steps,
+ * with no tile mapped; the new residency must hold the states' current values. */
+void zero__engine_set_residency(zero_engine_t *eng, const zero__optim_residency_t *res);
 
 /* accounting.c */
 void zero__accounting_end_step(zero_engine_t *eng);

@@ -8,6 +8,8 @@
  */
 #include "engine_internal.h"
 
+#include "optim/adamw.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -110,27 +112,36 @@ static void master_range(const zero_engine_t *eng, const zero__unit_t *un, size_
     *n = whole ? un->padded_count : un->shard_count;
 }
 
-void zero__master_io(const zero_engine_t *eng, const zero__unit_t *un, size_t offset, size_t count,
-                     float *out, const float *in) {
+zero_status_t zero__master_io(const zero_engine_t *eng, const zero__unit_t *un, size_t offset,
+                              size_t count, float *out, const float *in) {
     const size_t plo = un->shard ? (size_t)eng->rank * un->shard_count : 0;
     void *params = zero__elem(un->shard ? un->shard : un->full, offset - plo, eng->ce);
     size_t mlo, mn;
     master_range(eng, un, &mlo, &mn);
     size_t a = ZERO_MAX(offset, mlo), b = ZERO_MIN(offset + count, mlo + mn);
-    if (out) {
+    if (out)
         zero__widen(out, params, count, eng->params.compute_dtype);
-        if (a < b) memcpy(out + (a - offset), un->master + (a - mlo), (b - a) * sizeof(float));
-    } else {
+    else
         zero__narrow(params, in, count, eng->params.compute_dtype);
-        if (a < b) memcpy(un->master + (a - mlo), in + (a - offset), (b - a) * sizeof(float));
-    }
+    if (a >= b) return ZERO_OK;
+    /* the fp32 master's part, through the residency of the optimizer's states */
+    const zero__optim_residency_t *res = &eng->residency;
+    const int u = (int)(un - eng->units);
+    void *m = NULL;
+    zero_status_t st = res->map(res->ctx, u, ZERO_ENGINE_STATE_MASTER, a, b - a, &m);
+    if (st) return st;
+    if (out)
+        memcpy(out + (a - offset), m, (b - a) * sizeof(float));
+    else
+        memcpy(m, in + (a - offset), (b - a) * sizeof(float));
+    return res->unmap(res->ctx, u, ZERO_ENGINE_STATE_MASTER, m, a, b - a, out == NULL);
 }
 
 /* 16-bit compute: the initial values of the params range (the full unit, or stage 3's shard)
  * in chunks through the engine's scratch, rounded into the params and copied exactly into the
  * fp32 master where the master range (a subrange: stage 0 full, else the owned shard) covers
  * them. Chunks keep the bits of a whole-tensor fill (init_tensor_range). */
-static void init_lowp(zero_engine_t *eng, zero__unit_t *u, int index) {
+static zero_status_t init_lowp(zero_engine_t *eng, zero__unit_t *u, int index) {
     const size_t P = u->padded_count, S = u->shard_count, lo = (size_t)eng->rank * S;
     const size_t plo = u->shard ? lo : 0, pn = u->shard ? S : P;
     for (int t = 0; t < u->tensor_count; t++) {
@@ -140,9 +151,11 @@ static void init_lowp(zero_engine_t *eng, zero__unit_t *u, int index) {
             size_t b = ZERO_MIN(b0, a + ZERO__SCRATCH_COUNT);
             init_tensor_range(eng->scratch, a - u->offsets[t], b - u->offsets[t], &u->tensors[t],
                               eng->params.seed, index, t);
-            zero__master_io(eng, u, a, b - a, NULL, eng->scratch);
+            zero_status_t st = zero__master_io(eng, u, a, b - a, NULL, eng->scratch);
+            if (st) return st;
         }
     }
+    return ZERO_OK;
 }
 
 /* Allocate the stage's buffers (see the memory theory in engine.h) and fill the parameters. */
@@ -156,14 +169,17 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
     if (eng->lowp) {
         /* The fp32 master beside the 16-bit params: optimizer state (12 bytes per element with
          * m and v), so it is accounted under ZERO_MEM_OPTIM as in the paper's breakdown. */
-        u->master = zero_mem_calloc(mem, ZERO_MEM_OPTIM, (stage == 0 ? P : S) * f, 64);
+        u->master = zero_mem_calloc(
+            mem, ZERO_MEM_OPTIM,
+            (stage == 0 ? P : S) * zero__optim_states[ZERO_ENGINE_STATE_MASTER].esize, 64);
         if (!u->master) goto fail;
         if (stage < 3 || u->persistent)
             u->full = zero_mem_calloc(mem, ZERO_MEM_PARAMS, P * ce, 64);
         else
             u->shard = zero_mem_calloc(mem, ZERO_MEM_PARAMS, S * ce, 64);
         if (!u->full && !u->shard) goto fail;
-        init_lowp(eng, u, index);
+        zero_status_t st = init_lowp(eng, u, index);
+        if (st) return st;
     } else if (stage < 3 || u->persistent) {
         u->full = zero_mem_calloc(mem, ZERO_MEM_PARAMS, P * f, 64);
         if (!u->full) goto fail;
@@ -191,8 +207,10 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
     }
     u->acc = zero_mem_calloc(mem, ZERO_MEM_GRADS, S * ae, 64);
     size_t mcount = stage == 0 ? P : S;
-    u->m = zero_mem_calloc(mem, ZERO_MEM_OPTIM, mcount * f, 64);
-    u->v = zero_mem_calloc(mem, ZERO_MEM_OPTIM, mcount * f, 64);
+    u->m = zero_mem_calloc(mem, ZERO_MEM_OPTIM,
+                           mcount * zero__optim_states[ZERO_ENGINE_STATE_ADAM_M].esize, 64);
+    u->v = zero_mem_calloc(mem, ZERO_MEM_OPTIM,
+                           mcount * zero__optim_states[ZERO_ENGINE_STATE_ADAM_V].esize, 64);
     if (!u->acc || !u->m || !u->v) goto fail;
     return ZERO_OK;
 fail:
@@ -254,13 +272,16 @@ zero_status_t zero_engine_add_unit(zero_engine_t *eng, const char *name,
     size_t q = (size_t)eng->world * ZERO__TENSOR_ALIGN_COUNT;
     u.padded_count = (off + q - 1) / q * q;
     u.shard_count = u.padded_count / (size_t)eng->world;
+    /* Allocated in its slot (not counted yet): the initial fill of a 16-bit master reaches it
+     * through the residency of the optimizer's states, which finds units by index. */
     int index = eng->unit_count;
-    st = alloc_unit(eng, &u, index);
+    eng->units[index] = u;
+    st = alloc_unit(eng, &eng->units[index], index);
     if (st) {
-        zero__unit_free_buffers(&u);
+        zero__unit_free_buffers(&eng->units[index]);
         return st;
     }
-    eng->units[eng->unit_count++] = u;
+    eng->unit_count++;
     if (unit_out) *unit_out = index;
     return ZERO_OK;
 }
@@ -354,9 +375,8 @@ zero_status_t zero_engine_params_write(zero_engine_t *eng, int u, size_t offset,
     zero_status_t st = param_range(eng, u, offset, count, &p);
     if (st) return st;
     if (eng->lowp) /* the master takes the written values exactly where this rank holds it */
-        zero__master_io(eng, &eng->units[u], offset, count, NULL, in);
-    else
-        zero__narrow(p, in, count, eng->params.compute_dtype); /* fp32: a copy */
+        return zero__master_io(eng, &eng->units[u], offset, count, NULL, in);
+    zero__narrow(p, in, count, eng->params.compute_dtype); /* fp32: a copy */
     return ZERO_OK;
 }
 

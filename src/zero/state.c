@@ -13,14 +13,59 @@
  */
 #include "engine_internal.h"
 
+#include "optim/adamw.h"
+
 #include <string.h>
 
-static const char *const state_names[] = {"master", "adam_m", "adam_v"};
-_Static_assert(sizeof state_names / sizeof state_names[0] == ZERO_ENGINE_STATE_COUNT,
-               "state name table");
-
 const char *zero_engine_state_name(zero_engine_state_t state) {
-    return (unsigned)state < ZERO_ENGINE_STATE_COUNT ? state_names[state] : "?";
+    const zero__optim_state_info_t *info = zero__optim_state(state);
+    return info ? info->name : "?";
+}
+
+/* The RAM residency of the optimizer's states (optim/adamw.h): [*lo, *lo + *n) of unit un is
+ * the range of `state` held in its buffer, whose element 0 is element *lo of the unit. The fp32
+ * master: with 16-bit compute its own buffer (stage 0: the whole unit, else the owned shard);
+ * with fp32 compute the parameters (stage 3's shard, else the full buffer). m, v: stage 0 the
+ * whole unit, else the owned shard. */
+static float *ram_buffer(const zero_engine_t *eng, const zero__unit_t *un,
+                         zero_engine_state_t state, size_t *lo, size_t *n) {
+    const size_t S = un->shard_count, own = (size_t)eng->rank * S;
+    int whole = eng->params.stage == 0;
+    float *base = state == ZERO_ENGINE_STATE_ADAM_M ? un->m : un->v;
+    if (state == ZERO_ENGINE_STATE_MASTER) {
+        if (!eng->lowp) whole = un->shard == NULL;
+        base = eng->lowp ? un->master : un->shard ? (float *)un->shard : (float *)un->full;
+    }
+    *lo = whole ? 0 : own;
+    *n = whole ? un->padded_count : S;
+    return base;
+}
+
+/* map: base + offset, after checking (assert) that the range is inside the buffer. */
+static zero_status_t ram_map(void *ctx, int u, zero_engine_state_t state, size_t offset,
+                             size_t count, void **ptr) {
+    const zero_engine_t *eng = ctx;
+    size_t lo, n;
+    float *base = ram_buffer(eng, &eng->units[u], state, &lo, &n);
+    ZERO_ASSERT(offset >= lo && count <= n && offset - lo <= n - count);
+    *ptr = base + (offset - lo);
+    return ZERO_OK;
+}
+
+/* unmap: the tile is the buffer itself, nothing to write back. */
+static zero_status_t ram_unmap(void *ctx, int u, zero_engine_state_t state, void *ptr,
+                               size_t offset, size_t count, int written) {
+    (void)ctx, (void)u, (void)state, (void)ptr, (void)offset, (void)count, (void)written;
+    return ZERO_OK;
+}
+
+zero__optim_residency_t zero__state_residency_ram(zero_engine_t *eng) {
+    zero__optim_residency_t r = {ram_map, ram_unmap, eng};
+    return r;
+}
+
+void zero__engine_set_residency(zero_engine_t *eng, const zero__optim_residency_t *res) {
+    eng->residency = *res;
 }
 
 zero_status_t zero_engine_state_range(const zero_engine_t *eng, int u, zero_engine_state_t state,
@@ -45,9 +90,10 @@ zero_status_t zero_engine_state_range(const zero_engine_t *eng, int u, zero_engi
     return ZERO_OK;
 }
 
-/* Pointer to element `offset` of `state` of unit u, after checking the range is held here. */
+/* Checks that [offset, offset + count) of `state` of unit u is held here. *split: 16-bit
+ * compute's master, split between the fp32 master and the 16-bit params (zero__master_io). */
 static zero_status_t locate(const zero_engine_t *eng, int u, zero_engine_state_t state,
-                            size_t offset, size_t count, float **ptr) {
+                            size_t offset, size_t count, int *split) {
     size_t lo = 0, n = 0;
     zero_status_t st = zero_engine_state_range(eng, u, state, &lo, &n);
     if (st) return st;
@@ -58,36 +104,38 @@ static zero_status_t locate(const zero_engine_t *eng, int u, zero_engine_state_t
                            "rank %d at stage %d (it holds [%zu, %zu) of %zu padded elements)",
                            offset, offset + count, zero_engine_state_name(state), u, un->name,
                            eng->rank, eng->params.stage, lo, lo + n, un->padded_count);
-    if (eng->lowp && state == ZERO_ENGINE_STATE_MASTER) {
-        *ptr = NULL; /* split between the master and the 16-bit params: see master_io */
-        return ZERO_OK;
-    }
-    float *base = state == ZERO_ENGINE_STATE_ADAM_M   ? un->m
-                  : state == ZERO_ENGINE_STATE_ADAM_V ? un->v
-                  : un->shard                         ? (float *)un->shard
-                                                      : (float *)un->full;
-    *ptr = base + (offset - lo);
+    *split = eng->lowp && state == ZERO_ENGINE_STATE_MASTER;
     return ZERO_OK;
+}
+
+/* Copy one tile between the caller's buffer and the state through the residency: read (out)
+ * or write (in). */
+static zero_status_t state_copy(zero_engine_t *eng, int u, zero_engine_state_t state, size_t offset,
+                                size_t count, float *out, const float *in) {
+    void *p = NULL;
+    zero_status_t st = eng->residency.map(eng->residency.ctx, u, state, offset, count, &p);
+    if (st) return st;
+    memcpy(in ? p : (void *)out, in ? (const void *)in : p, count * sizeof(float));
+    return eng->residency.unmap(eng->residency.ctx, u, state, p, offset, count, in != NULL);
 }
 
 zero_status_t zero_engine_state_read(const zero_engine_t *eng, int u, zero_engine_state_t state,
                                      size_t offset, size_t count, float *out) {
-    float *p = NULL;
-    zero_status_t st = locate(eng, u, state, offset, count, &p);
-    if (st) return st;
-    if (count && !p) zero__master_io(eng, &eng->units[u], offset, count, out, NULL);
-    if (count && p) memcpy(out, p, count * sizeof(float));
-    return ZERO_OK;
+    int split = 0;
+    zero_status_t st = locate(eng, u, state, offset, count, &split);
+    if (st || !count) return st;
+    if (split) return zero__master_io(eng, &eng->units[u], offset, count, out, NULL);
+    /* reading maps the tile without changing it (unmapped as not written) */
+    return state_copy((zero_engine_t *)eng, u, state, offset, count, out, NULL);
 }
 
 zero_status_t zero_engine_state_write(zero_engine_t *eng, int u, zero_engine_state_t state,
                                       size_t offset, size_t count, const float *in) {
-    float *p = NULL;
-    zero_status_t st = locate(eng, u, state, offset, count, &p);
-    if (st) return st;
-    if (count && !p) zero__master_io(eng, &eng->units[u], offset, count, NULL, in);
-    if (count && p) memcpy(p, in, count * sizeof(float));
-    return ZERO_OK;
+    int split = 0;
+    zero_status_t st = locate(eng, u, state, offset, count, &split);
+    if (st || !count) return st;
+    if (split) return zero__master_io(eng, &eng->units[u], offset, count, NULL, in);
+    return state_copy(eng, u, state, offset, count, NULL, in);
 }
 
 int64_t zero_engine_step_count(const zero_engine_t *eng) { return eng ? eng->step : 0; }

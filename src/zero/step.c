@@ -21,7 +21,7 @@
 #include "engine_internal.h"
 
 #include "kernels/kernels.h"
-#include "kernels/optim_fused.h"
+#include "optim/adamw.h"
 
 #include <math.h>
 #include <string.h>
@@ -119,30 +119,38 @@ static zero_status_t gather_params(zero_engine_t *eng, int persistent_only) {
     return st ? comm_fail(eng, st, "the parameter all-gather") : ZERO_OK;
 }
 
-/* Zero (all bits) elements [a, b) of buf (dtype of esize bytes), and with 16-bit compute
- * round the master's [a, b) into the parameters: the padding between and after tensors, which
- * the fused pass does not visit. Both stay zero anyway (engine_internal.h); this keeps the
- * buffers exactly as the whole-range passes left them without relying on it. */
-static void pass_gap(const zero_engine_t *eng, void *g, size_t gsize, int zero_g, void *lp,
-                     const float *par, size_t a, size_t b) {
-    if (a >= b) return;
+/* Zero (all bits) elements [a, b) of g (dtype of gsize bytes), and with 16-bit compute round
+ * the master's [a, b) into the parameters lp: the padding between and after tensors, which the
+ * fused pass does not visit. Both stay zero anyway (engine_internal.h); this keeps the buffers
+ * exactly as the whole-range passes left them without relying on it. Offsets are relative to
+ * base, the unit element of g[0] and lp[0]; the master is read through the residency. */
+static zero_status_t pass_gap(const zero_engine_t *eng, int unit, size_t base, void *g,
+                              size_t gsize, int zero_g, void *lp, size_t a, size_t b) {
+    if (a >= b) return ZERO_OK;
     if (zero_g) memset(zero__elem(g, a, gsize), 0, (b - a) * gsize);
-    if (lp) zero__narrow(zero__elem(lp, a, eng->ce), par + a, b - a, eng->params.compute_dtype);
+    if (!lp) return ZERO_OK;
+    const zero__optim_residency_t *res = &eng->residency;
+    void *par = NULL;
+    zero_status_t st = res->map(res->ctx, unit, ZERO_ENGINE_STATE_MASTER, base + a, b - a, &par);
+    if (st) return st;
+    zero__narrow(zero__elem(lp, a, eng->ce), par, b - a, eng->params.compute_dtype);
+    return res->unmap(res->ctx, unit, ZERO_ENGINE_STATE_MASTER, par, base + a, b - a, 0);
 }
 
-/* AdamW on what this rank updates of unit u (stage 0: everything), in one fused pass per
- * tensor: the gradient scaled by gscale, m, v and the fp32 master updated, with 16-bit compute
- * the master rounded into the parameters, and the gradient zeroed. Sets *acc_cleared when that
- * gradient was the accumulator itself (so the step need not zero it again). */
-static zero_status_t update_unit(zero_engine_t *eng, zero__unit_t *u, float gscale, float lr,
+/* AdamW on what this rank updates of unit `unit` (stage 0: everything), in one fused pass per
+ * tensor, the tile of the optimizer's states (optim/adamw.h) mapped through the residency: the
+ * gradient scaled by gscale, m, v and the fp32 master updated, with 16-bit compute the master
+ * rounded into the parameters, and the gradient zeroed. Sets *acc_cleared when that gradient
+ * was the accumulator itself (so the step need not zero it again). */
+static zero_status_t update_unit(zero_engine_t *eng, int unit, float gscale, float lr,
                                  int *acc_cleared) {
+    zero__unit_t *u = &eng->units[unit];
     const zero_engine_params_t *p = &eng->params;
     const size_t S = u->shard_count, lo = (size_t)eng->rank * S;
     /* the gradient: the accumulator, or (one rank, pending) the 16-bit working buffer */
     void *g = u->pending ? u->work : u->acc, *pooled = NULL;
     zero_dtype_t gdt = u->pending ? p->compute_dtype : p->grad_accum_dtype;
     size_t gsize = u->pending ? eng->ce : eng->ae;
-    float *par = eng->lowp ? u->master : u->shard ? (float *)u->shard : (float *)u->full + lo;
     size_t base = lo, span = S;
     int zero_g = 1;
     *acc_cleared = 1;
@@ -172,32 +180,36 @@ static zero_status_t update_unit(zero_engine_t *eng, zero__unit_t *u, float gsca
             zero_g = !eng->lowp;
             *acc_cleared = 0;
         }
-        if (!eng->lowp) par = u->full;
         base = 0;
         span = u->padded_count;
     }
     /* the parameters [base, base + span) the master rounds into (16-bit compute) */
     void *lp = eng->lowp ? u->shard ? u->shard : zero__elem(u->full, base, eng->ce) : NULL;
-    const zero__adamw_hp_t hp0 = {lr, p->beta1, p->beta2, p->eps, 0.0f, (int)eng->step};
+    const zero__adamw_t opt = zero__adamw_from_params(p);
+    zero_status_t st = ZERO_OK;
     size_t done = base; /* [base, done) is finished: tensors in offset order, gaps between */
-    for (int t = 0; t < u->tensor_count; t++) {
+    for (int t = 0; t < u->tensor_count && !st; t++) {
         size_t a = ZERO_MAX(u->offsets[t], base);
         size_t b = ZERO_MIN(u->offsets[t] + u->counts[t], base + span);
         if (a >= b) continue;
         /* the fused pass zeroes the gradient it reads: tensors must not overlap */
         ZERO_ASSERT(a >= done);
-        pass_gap(eng, g, gsize, zero_g, lp, par, done - base, a - base);
-        zero__adamw_hp_t hp = hp0;
+        st = pass_gap(eng, unit, base, g, gsize, zero_g, lp, done - base, a - base);
+        if (st) break;
         /* decoupled decay (in the kernel), skipped for NO_DECAY tensors */
-        hp.weight_decay = (u->tensors[t].flags & ZERO_TENSOR_NO_DECAY) ? 0.0f : p->weight_decay;
+        const zero__adamw_hp_t hp =
+            zero__adamw_hp(&opt, lr, (int)eng->step, !(u->tensors[t].flags & ZERO_TENSOR_NO_DECAY));
         const size_t o = a - base;
-        zero__adamw_fused(par + o, lp ? zero__elem(lp, o, eng->ce) : NULL, p->compute_dtype,
-                          zero__elem(g, o, gsize), gdt, gscale, zero_g, u->m + o, u->v + o, b - a,
-                          &hp, p->threads);
+        st = zero__adamw_step_tile(&eng->residency, unit, a, b - a, &hp,
+                                   lp ? zero__elem(lp, o, eng->ce) : NULL, p->compute_dtype,
+                                   zero__elem(g, o, gsize), gdt, gscale, zero_g, p->threads);
         done = b;
     }
-    pass_gap(eng, g, gsize, zero_g, lp, par, done - base, span);
+    if (!st) st = pass_gap(eng, unit, base, g, gsize, zero_g, lp, done - base, span);
     if (pooled) zero__pool_give(&eng->grad_pool, pooled);
+    if (st)
+        return zero__engine_fail(eng, st, "step %lld: optimizer state of unit '%s': %s",
+                                 (long long)eng->step, u->name, zero_last_error());
     return ZERO_OK;
 }
 
@@ -326,7 +338,7 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
         const float gscale = (float)scale;
         eng->step++;
         for (int i = 0; i < eng->unit_count; i++)
-            if ((st = update_unit(eng, &eng->units[i], gscale, ss.lr, &acc_cleared))) return st;
+            if ((st = update_unit(eng, i, gscale, ss.lr, &acc_cleared))) return st;
         if (eng->world > 1 && (p->stage == 1 || p->stage == 2) && (st = gather_params(eng, 0)))
             return st;
         if (eng->world > 1 && p->stage == 3 && (st = gather_params(eng, 1))) return st;
