@@ -28,8 +28,8 @@ typedef struct {
 } shape_t;
 
 enum { MODE_F32, MODE_BF16_F32, MODE_BF16_BF16, MODE_FP16_F32, MODE_COUNT };
-static const char *const mode_names[MODE_COUNT] = {"fp32 sgemm", "bf16->f32", "bf16->bf16",
-                                                   "fp16->f32"};
+static const char *const mode_names[] = {"fp32 sgemm", "bf16->f32", "bf16->bf16", "fp16->f32"};
+_Static_assert(sizeof mode_names / sizeof mode_names[0] == MODE_COUNT, "mode name table");
 
 static void *xmalloc(size_t bytes) {
     void *p = zero_mem_alloc(NULL, ZERO_MEM_OTHER, bytes, 64);

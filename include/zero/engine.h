@@ -41,9 +41,10 @@
  *
  * Collectives: with world > 1, zero_engine_init (it splits a private communicator so the
  * engine's traffic is counted apart), zero_unit_fetch / _release / _grads_done (they post
- * collectives in call order), zero_engine_step and zero_engine_fingerprint must be called by
- * every rank in the same order. A rank whose sequence of fetch / grads_done calls differs gets
- * ZERO_ERR_MISMATCH (or the comm layer's timeout) naming the unit and step, on every rank.
+ * collectives in call order), zero_engine_grads_read, zero_engine_step and
+ * zero_engine_fingerprint must be called by every rank in the same order. A rank whose sequence of
+ * fetch / grads_done calls differs gets ZERO_ERR_MISMATCH (or the comm layer's timeout) naming the
+ * unit and step, on every rank.
  *
  * Threading: an engine belongs to one rank and is used by one thread at a time.
  */
@@ -143,8 +144,9 @@ typedef struct zero_engine_params {
     /* zero_optimization.reduce_bucket_size, in BYTES of fp32 gradient (DeepSpeed counts
      * elements; the trainer converts): gradients of finished units are packed into a bucket of
      * this size whose reduce-scatter is posted when full; a unit larger than half a bucket is
-     * reduce-scattered straight from its gradient buffer as soon as backward hands it back. */
-    int reduce_bucket_bytes;
+     * reduce-scattered straight from its gradient buffer as soon as backward hands it back.
+     * At least 1. */
+    size_t reduce_bucket_bytes;
     /* zero_optimization.overlap_comm (default 1): gradient reduce-scatters run while backward
      * goes on. 0: zero_unit_grads_done waits for them, so a stage-2/3 rank holds one unit's
      * gradient buffer at a time instead of two (less memory, no overlap). Same results. */
@@ -276,7 +278,9 @@ ZERO_API zero_status_t zero_engine_params_read(const zero_engine_t *eng, int u, 
                                                size_t count, float *out);
 ZERO_API zero_status_t zero_engine_params_write(zero_engine_t *eng, int u, size_t offset,
                                                 size_t count, const float *in);
-ZERO_API zero_status_t zero_engine_grads_read(const zero_engine_t *eng, int u, size_t offset,
+/* Collective when world > 1 (it flushes the bucket and waits for the reduce-scatters): every
+ * rank calls it, in the same order relative to the other collectives. */
+ZERO_API zero_status_t zero_engine_grads_read(zero_engine_t *eng, int u, size_t offset,
                                               size_t count, float *out);
 
 /* The range [*offset, *offset + *count) of unit u owned by this rank (padded layout). */

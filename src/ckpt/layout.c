@@ -9,7 +9,7 @@
 #include "ckpt/ckpt_internal.h"
 #include "core/core_internal.h"
 
-static const char *const state_names[ZERO_CKPT_STATE_COUNT] = {"params", "adam_m", "adam_v"};
+static const char *const state_names[] = {"params", "adam_m", "adam_v"};
 _Static_assert(ZERO_ARRAY_LEN(state_names) == ZERO_CKPT_STATE_COUNT, "state name table");
 
 const char *zero_ckpt_state_name(zero_ckpt_state_t state) {

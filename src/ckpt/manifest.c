@@ -14,12 +14,14 @@
 #include <stdlib.h>
 #include <time.h>
 
-static const char *const opaque_keys[6] = {"model", "training",    "data",
-                                           "rng",   "lr_schedule", "loss_scaler"};
+static const char *const opaque_keys[] = {"model", "training",    "data",
+                                          "rng",   "lr_schedule", "loss_scaler"};
+enum { OPAQUE_COUNT = ZERO_ARRAY_LEN(opaque_keys) };
 
 static const char **opaque_field(zero_ckpt_meta_t *m, int i) {
-    const char **f[6] = {&m->model_json, &m->training_json,    &m->data_json,
-                         &m->rng_json,   &m->lr_schedule_json, &m->loss_scaler_json};
+    const char **f[] = {&m->model_json, &m->training_json,    &m->data_json,
+                        &m->rng_json,   &m->lr_schedule_json, &m->loss_scaler_json};
+    _Static_assert(ZERO_ARRAY_LEN(f) == OPAQUE_COUNT, "a field for every opaque key");
     return f[i];
 }
 
@@ -49,7 +51,7 @@ zero_status_t zero__manifest_build(char **out, int world, int with_optim, uint64
     cJSON_AddNumberToObject(root, "saved_unix_us",
                             (double)((int64_t)now.tv_sec * 1000000 + now.tv_nsec / 1000));
     zero_ckpt_meta_t m = *meta;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < OPAQUE_COUNT; i++) {
         const char *text = *opaque_field(&m, i);
         cJSON *v = text ? cJSON_Parse(text) : cJSON_CreateNull();
         if (!v) {
@@ -107,7 +109,7 @@ void zero__manifest_free(zero__manifest_t *m) {
     }
     free(m->units);
     free(m->tensors);
-    for (int i = 0; i < 6; i++) free((char *)*opaque_field(&m->meta, i));
+    for (int i = 0; i < OPAQUE_COUNT; i++) free((char *)*opaque_field(&m->meta, i));
     memset(m, 0, sizeof *m);
 }
 
@@ -200,7 +202,7 @@ zero_status_t zero__manifest_parse(zero__manifest_t *m, const char *text, size_t
                          (unsigned long long)v, ZERO_CKPT_ALIGN_ELEMS);
         goto fail;
     }
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < OPAQUE_COUNT; i++) {
         const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, opaque_keys[i]);
         char *s = o ? cJSON_PrintUnformatted(o) : dup_str("null");
         if (!s) {

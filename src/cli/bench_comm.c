@@ -54,14 +54,14 @@ int zero__bench_comm(int argc, char **argv);
 #define POISON 0x7f /* a byte pattern no expected result contains (see check_recv) */
 #define PATTERN_PERIOD 13
 
-static const zero_coll_t colls[N_COLLS] = {ZERO_COLL_ALL_REDUCE, ZERO_COLL_REDUCE_SCATTER,
-                                           ZERO_COLL_ALL_GATHER, ZERO_COLL_ALL_TO_ALL};
-static const char *const raw_names[N_COLLS] = {"MPI_Allreduce", "MPI_Reduce_scatter_block",
-                                               "MPI_Allgather", "MPI_Alltoall"};
+static const zero_coll_t colls[] = {ZERO_COLL_ALL_REDUCE, ZERO_COLL_REDUCE_SCATTER,
+                                    ZERO_COLL_ALL_GATHER, ZERO_COLL_ALL_TO_ALL};
+static const char *const raw_names[] = {"MPI_Allreduce", "MPI_Reduce_scatter_block",
+                                        "MPI_Allgather", "MPI_Alltoall"};
 /* Minimum bytes read + written in memory, over all ranks, by a single-copy
  * shared-memory algorithm (see model_bytes); shown in the output so a reader
  * can check the bound. */
-static const char *const model_texts[N_COLLS] = {
+static const char *const model_texts[] = {
     "(3n-1)*S: reduce-scatter (each rank reads its block from n send buffers, "
     "writes 1 block), "
     "then all-gather (each rank copies the n-1 other blocks)",
@@ -71,6 +71,10 @@ static const char *const model_texts[N_COLLS] = {
     "2n*S: each rank reads S (n blocks of S/n, one from each rank) and writes "
     "S",
 };
+#define TABLE_HAS_N_COLLS(t) (sizeof(t) / sizeof(t)[0] == N_COLLS)
+_Static_assert(TABLE_HAS_N_COLLS(colls) && TABLE_HAS_N_COLLS(raw_names) &&
+                   TABLE_HAS_N_COLLS(model_texts),
+               "a name and a model text for every collective");
 
 typedef struct options {
     zero_backend_t backend;

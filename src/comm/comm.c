@@ -19,14 +19,14 @@ struct zero_comm_request {
     zero_comm_request_t *next;
 };
 
-static const char *const coll_names[ZERO_COLL_COUNT] = {
+static const char *const coll_names[] = {
     "all_reduce",  "reduce_scatter", "all_gather", "all_to_all",
     "all_to_allv", "broadcast",      "barrier",    "split",
 };
 static_assert(ZERO_ARRAY_LEN(coll_names) == ZERO_COLL_COUNT, "collective name table");
-static const char *const op_names[ZERO_OP_COUNT] = {"sum", "max"};
+static const char *const op_names[] = {"sum", "max"};
 static_assert(ZERO_ARRAY_LEN(op_names) == ZERO_OP_COUNT, "op name table");
-static const char *const backend_names[ZERO_BACKEND_COUNT] = {"threads", "mpi"};
+static const char *const backend_names[] = {"threads", "mpi"};
 static_assert(ZERO_ARRAY_LEN(backend_names) == ZERO_BACKEND_COUNT, "backend name table");
 
 const char *zero_coll_name(zero_coll_t coll) {

@@ -12,7 +12,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
-static const char *const category_names[ZERO_MEM_CATEGORY_COUNT] = {
+static const char *const category_names[] = {
     "parameters",      "gradients", "optimizer_states", "activations", "comm_buffers",
     "offload_staging", "other",
 };

@@ -28,7 +28,7 @@
 
 typedef enum { IMPL_SCALAR, IMPL_F16C, IMPL_AVX512, IMPL_AVX512BF16, IMPL_COUNT } impl_t;
 
-static const char *const impl_names[IMPL_COUNT] = {
+static const char *const impl_names[] = {
     [IMPL_SCALAR] = "scalar",
     [IMPL_F16C] = "f16c",
     [IMPL_AVX512] = "avx512",

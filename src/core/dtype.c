@@ -11,7 +11,7 @@
 static const struct {
     const char *name;
     size_t size;
-} dtypes[ZERO_DTYPE_COUNT] = {
+} dtypes[] = {
     [ZERO_DTYPE_FP32] = {"fp32", 4},   [ZERO_DTYPE_FP64] = {"fp64", 8},
     [ZERO_DTYPE_FP16] = {"fp16", 2},   [ZERO_DTYPE_BF16] = {"bf16", 2},
     [ZERO_DTYPE_INT8] = {"int8", 1},   [ZERO_DTYPE_UINT8] = {"uint8", 1},

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-static const char *const status_names[ZERO_STATUS_COUNT] = {
+static const char *const status_names[] = {
     "ok",         "invalid argument",    "out of memory",  "timeout",
     "mismatch",   "unsupported",         "I/O error",      "bad file format",
     "bad config", "communicator failed", "internal error",
@@ -36,7 +36,7 @@ zero_status_t zero__error(zero_status_t status, const char *fmt, ...) {
 
 /* ------------------------------------------------------------------------------ logging */
 
-static const char *const level_names[ZERO_LOG_LEVEL_COUNT] = {"debug", "info", "warning", "error"};
+static const char *const level_names[] = {"debug", "info", "warning", "error"};
 static_assert(ZERO_ARRAY_LEN(level_names) == ZERO_LOG_LEVEL_COUNT, "log level table");
 
 static zero_log_fn log_fn;

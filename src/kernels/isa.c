@@ -20,7 +20,7 @@ extern const zero__isa_kernels_t zero__isa_table_avx2;
 extern const zero__isa_kernels_t zero__isa_table_avx512;
 #endif
 
-static const char *const isa_names[ZERO__ISA_COUNT] = {"baseline", "avx2", "avx512"};
+static const char *const isa_names[] = {"baseline", "avx2", "avx512"};
 static_assert(ZERO_ARRAY_LEN(isa_names) == ZERO__ISA_COUNT, "isa name table");
 
 const char *zero__isa_name(zero__isa_t isa) {

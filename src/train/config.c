@@ -1150,7 +1150,7 @@ zero_status_t zero__train_config_engine_params(const zero_train_config_t *cfg,
     int64_t bucket_bytes = cfg->reduce_bucket_elems * (int64_t)sizeof(float);
     ep->reduce_bucket_bytes = bucket_bytes > INT32_MAX ? INT32_MAX
                               : bucket_bytes < 1       ? 1
-                                                       : (int)bucket_bytes;
+                                                       : (size_t)bucket_bytes;
     ep->overlap_comm = cfg->overlap_comm;
     ep->prefetch_bucket_elems = cfg->prefetch_bucket_elems;
     ep->persistence_threshold_elems = cfg->persistence_threshold_elems;

@@ -108,7 +108,7 @@ static zero_status_t wait_bucket(zero_engine_t *eng, zero__bucket_t *b) {
  * go direct; recv holds one packed bucket's shard. */
 static zero_status_t alloc_buckets(zero_engine_t *eng) {
     const size_t N = (size_t)eng->world, q = N * ZERO__TENSOR_ALIGN_COUNT;
-    size_t cap = (size_t)eng->params.reduce_bucket_bytes / sizeof(float) / q * q;
+    size_t cap = eng->params.reduce_bucket_bytes / sizeof(float) / q * q;
     size_t total = 0, max_direct = 0;
     for (int i = 0; i < eng->unit_count; i++) total += eng->units[i].padded_count;
     /* No bucket bigger than the model needs (DeepSpeed's default is 2 GB of fp32). */

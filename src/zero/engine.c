@@ -65,7 +65,7 @@ zero_engine_params_t zero_engine_params_default(void) {
     p.warmup_type = ZERO_WARMUP_LINEAR;
     p.grad_clip = 1.0f;
     p.grad_accum_steps = 1;
-    p.reduce_bucket_bytes = INT_MAX; /* DeepSpeed: 5e8 elements = 2e9 bytes */
+    p.reduce_bucket_bytes = (size_t)INT_MAX; /* DeepSpeed: 5e8 elements = 2e9 bytes */
     p.overlap_comm = 1;
     p.prefetch_bucket_elems = 50000000;
     p.persistence_threshold_elems = 100000;
@@ -133,9 +133,9 @@ static zero_status_t check_params(const zero_engine_params_t *p) {
         return zero__error(ZERO_ERR_CONFIG,
                            "gradient accumulation steps %d is invalid (expected >= 1)",
                            p->grad_accum_steps);
-    if (p->reduce_bucket_bytes < 1)
+    if (p->reduce_bucket_bytes == 0)
         return zero__error(ZERO_ERR_CONFIG,
-                           "zero_optimization.reduce_bucket_size: %d bytes is invalid (expected "
+                           "zero_optimization.reduce_bucket_size: %zu bytes is invalid (expected "
                            ">= 1)",
                            p->reduce_bucket_bytes);
     if (p->prefetch_bucket_elems < 0 || p->persistence_threshold_elems < 0 || p->max_live_elems < 0)

@@ -380,7 +380,7 @@ zero_status_t zero_engine_params_write(zero_engine_t *eng, int u, size_t offset,
     return ZERO_OK;
 }
 
-zero_status_t zero_engine_grads_read(const zero_engine_t *eng, int u, size_t offset, size_t count,
+zero_status_t zero_engine_grads_read(zero_engine_t *eng, int u, size_t offset, size_t count,
                                      float *out) {
     zero__unit_t *un = zero__engine_unit(eng, u);
     if (!un) return ZERO_ERR_INVALID_ARG;
@@ -394,7 +394,7 @@ zero_status_t zero_engine_grads_read(const zero_engine_t *eng, int u, size_t off
     /* The accumulator is complete only once the posted reduce-scatters have landed. Draining
      * posts nothing new for an empty bucket, so this is safe when called on one rank only if
      * the current bucket is empty; the model calls it after grads_done on every rank. */
-    zero_status_t st = zero__buckets_drain((zero_engine_t *)eng);
+    zero_status_t st = zero__buckets_drain(eng);
     if (st) return st;
     if (un->pending) /* one rank: the gradient is still in the working buffer (buckets.c) */
         zero__widen(out, zero__elem(un->work, offset - lo, eng->ce), count,

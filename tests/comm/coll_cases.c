@@ -25,7 +25,8 @@
 #define A2AV_RECV_GAP 1 /* elements between receive blocks */
 
 enum { MODE_BLOCKING, MODE_POST_WAIT, MODE_POST_TEST, MODE_COUNT };
-static const char *const mode_names[MODE_COUNT] = {"blocking", "post+wait", "post+test"};
+static const char *const mode_names[] = {"blocking", "post+wait", "post+test"};
+_Static_assert(sizeof mode_names / sizeof mode_names[0] == MODE_COUNT, "mode name table");
 
 typedef struct coll_case {
     zero_coll_t coll;

@@ -159,8 +159,9 @@ static void local_errors(zero_comm_t *comm, int r, void *arg) {
 /* ------------------------------------------------------------------------------ mismatches */
 
 typedef enum { MIS_COUNT, MIS_DTYPE, MIS_OP, MIS_ROOT, MIS_COLL, MIS_A2AV, MIS_COUNT_ } mismatch_t;
-static const char *const mismatch_names[MIS_COUNT_] = {
-    "count", "dtype", "op", "broadcast root", "collective", "all_to_allv counts"};
+static const char *const mismatch_names[] = {"count",          "dtype",      "op",
+                                             "broadcast root", "collective", "all_to_allv counts"};
+_Static_assert(sizeof mismatch_names / sizeof mismatch_names[0] == MIS_COUNT_, "mismatch names");
 
 typedef struct mismatch_arg {
     mismatch_t kind;

@@ -66,7 +66,7 @@ static void copy_params(zero_engine_t *dst, const zero_engine_t *src) {
     }
 }
 
-static float *read_grads(const zero_engine_t *eng, int u, size_t *n) {
+static float *read_grads(zero_engine_t *eng, int u, size_t *n) {
     *n = zero_engine_unit_param_count(eng, u);
     float *v = malloc(*n * sizeof *v);
     CHECK(zero_engine_grads_read(eng, u, 0, *n, v) == ZERO_OK, "grads_read unit %d", u);

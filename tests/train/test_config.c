@@ -498,7 +498,7 @@ static void test_absent_keys(void) {
           "WarmupLR defaults: lr %g warmup %d type %d", (double)ep.lr, ep.warmup_steps,
           (int)ep.warmup_type);
     CHECK(c.reduce_bucket_elems == 0 && ep.reduce_bucket_bytes >= 1 && ep.reduce_bucket_bytes < 4,
-          "reduce_bucket_size 0: %d bytes", ep.reduce_bucket_bytes);
+          "reduce_bucket_size 0: %zu bytes", ep.reduce_bucket_bytes);
     /* WarmupCosineLR: cos_min_ratio 0.0001 and warmup_min_ratio 0 by default. */
     CHECK(parse_check(&c,
                       "{\"optimizer\": {\"params\": {\"lr\": 0.01}}, \"scheduler\": {\"type\": "
@@ -689,7 +689,7 @@ static void test_public_load(void) {
           "fp16 and its scaler");
     CHECK(p.reduce_bucket_bytes == 4000 && p.overlap_comm == 0 && p.prefetch_bucket_elems == 123 &&
               p.persistence_threshold_elems == 45 && p.max_live_elems == 6789,
-          "zero_optimization: bucket %d bytes", p.reduce_bucket_bytes);
+          "zero_optimization: bucket %zu bytes", p.reduce_bucket_bytes);
     /* a failure changes nothing */
     zero_engine_params_t before = p;
     FILE *f = fopen(path, "w");

@@ -8,7 +8,7 @@
 
 typedef struct run_cfg {
     int stage, ranks, accum, steps;
-    int reduce_bucket_bytes;
+    size_t reduce_bucket_bytes;
     int64_t prefetch_elems, persistence_elems, max_live_elems;
     double timeout_s;
     /* Like the trainer: eval_batches forward-only passes (with targets, no backward) before
