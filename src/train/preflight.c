@@ -21,9 +21,11 @@
 /* Keys a rank may set differently from rank 0 without training a different model: the data
  * path (the data's content is compared instead), compute threads (a machine's cores; results do
  * not depend on them), the backend spelling (auto and mpi both mean MPI here), how often rank 0
- * prints, and the local memory check. */
-static const char *const per_rank_keys[] = {"data.path", "train.threads", "train.backend",
-                                            "steps_per_print", "train.memory_check"};
+ * prints, the local memory check, and how long a collective waits (ZERO_TIMEOUT may be set on
+ * some machines only). */
+static const char *const per_rank_keys[] = {"data.path",          "train.threads",
+                                            "train.backend",      "steps_per_print",
+                                            "train.memory_check", "train.timeout_s"};
 
 static int is_per_rank(const char *name) {
     for (size_t i = 0; i < ZERO_ARRAY_LEN(per_rank_keys); i++)

@@ -11,10 +11,10 @@
 
 /* Every rank of comm compares its effective configuration (each key of the table but those that
  * may differ per rank: data.path, train.threads, train.backend, steps_per_print,
- * train.memory_check) and its data (token count and a hash of the tokens) with rank 0's. On a
- * difference every rank returns ZERO_ERR_CONFIG naming the first differing key, the first rank
- * that differs in it and both values ("rank 1 has seed = 2, rank 0 has seed = 1"). NULL comm or
- * one rank: ZERO_OK. Collective. */
+ * train.memory_check, train.timeout_s) and its data (token count and a hash of the tokens) with
+ * rank 0's. On a difference every rank returns ZERO_ERR_CONFIG naming the first differing key, the
+ * first rank that differs in it and both values ("rank 1 has seed = 2, rank 0 has seed = 1"). NULL
+ * comm or one rank: ZERO_OK. Collective. */
 zero_status_t zero__train_agree(const zero_train_config_t *cfg, const zero_dataset_t *data,
                                 zero_comm_t *comm);
 

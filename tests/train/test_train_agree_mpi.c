@@ -6,7 +6,8 @@
  *          seed = 1"; before this check such a job trained two different models to the end;
  *   lr:    --set optimizer.params.lr differs: named as optimizer.params.lr;
  *   data:  two data files with different text: named as data (paths may differ, the content
- *          counts: a third case gives the same text under two names and must train).
+ *          counts: a third case gives the same text under two names, and another --threads and
+ *          --timeout, which change no math: it must train).
  * Arguments: the `zero` program and the MPI launcher (CTest passes both).
  */
 #include "check.h"
@@ -97,7 +98,7 @@ int main(int argc, char **argv) {
     snprintf(a0, sizeof a0, "--data %s", d1);
     snprintf(a1, sizeof a1, "--data %s", d2);
     mpmd(zero, mpirun, cfg, a0, a1, "rank 1 has data = ");
-    snprintf(a1, sizeof a1, "--data %s --threads 1", d3);
+    snprintf(a1, sizeof a1, "--data %s --threads 1 --timeout 100", d3);
     mpmd(zero, mpirun, cfg, a0, a1, NULL);
     unlink(cfg);
     unlink(d1);
