@@ -61,7 +61,7 @@ zero_status_t zero_engine_fingerprint(zero_engine_t *eng, uint64_t *out) {
         if (eng->lowp) {
             /* The fp32 master: whole at stage 0 or with one rank, else the owned shard. */
             w = u->master;
-            if (eng->params.stage > 0 && eng->world > 1) {
+            if (eng->pol.shard_optim && eng->world > 1) {
                 tmp = zero_mem_alloc(eng->mem, ZERO_MEM_COMM, u->padded_count * sizeof(float), 64);
                 if (!tmp)
                     return zero__error(ZERO_ERR_OUT_OF_MEMORY,
@@ -70,7 +70,7 @@ zero_status_t zero_engine_fingerprint(zero_engine_t *eng, uint64_t *out) {
                                           eng->comm);
                 w = tmp;
             }
-        } else if (u->shard) { /* stage 3: this rank holds a shard; gather a private copy */
+        } else if (u->shard) { /* shard_params: this rank holds a shard; gather a private copy */
             if (eng->world == 1) {
                 w = u->shard;
             } else {
@@ -115,7 +115,7 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
     zero_mem_get_stats(eng->mem, &ms);
     memcpy(out->memory_bytes, ms.live_bytes, sizeof out->memory_bytes);
     memcpy(out->memory_peak_bytes, ms.peak_bytes, sizeof out->memory_peak_bytes);
-    const int stage = eng->params.stage;
+    const zero__stage_policy_t pol = eng->pol;
     const uint64_t N = (uint64_t)eng->world;
     uint64_t P = 0, S = 0, S_np = 0, P_pers = 0, S_pers = 0;
     for (int i = 0; i < eng->unit_count; i++) {
@@ -132,7 +132,8 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
     }
     out->padded_param_count = (size_t)P;
     const uint64_t c = eng->ce, a = eng->ae;
-    out->memory_theory_bytes[ZERO_MEM_PARAMS] = (size_t)(stage < 3 ? c * P : c * (S_np + P_pers));
+    out->memory_theory_bytes[ZERO_MEM_PARAMS] =
+        (size_t)(pol.shard_params ? c * (S_np + P_pers) : c * P);
     /* Communication buffers: the two reduce-bucket slots (allocated at the first grads_done
      * with world > 1) and the stage-3 pool of gather buffers, kept until zero_engine_free. */
     /* Per slot: the packed send buffer (B elements) and its recv (B / N), plus, once a direct
@@ -148,11 +149,11 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
      * backward (4 sum_p p K_p, K_p the most units of padded size p holding gradients at once;
      * kept between steps so that backward does not map fresh memory for every unit). */
     out->grad_pool_bytes = zero__pool_bytes(&eng->grad_pool, 0);
-    const uint64_t grads_kept = stage <= 1 ? c * P + a * S : a * S;
+    const uint64_t grads_kept = pol.shard_grads ? a * S : c * P + a * S;
     out->memory_theory_bytes[ZERO_MEM_GRADS] = (size_t)grads_kept + out->grad_pool_bytes;
     /* Optimizer states: Adam m and v, plus the separate fp32 master with 16-bit compute. */
     const uint64_t ob = zero__optim_state_bytes(eng->lowp); /* per element */
-    out->memory_theory_bytes[ZERO_MEM_OPTIM] = (size_t)(stage == 0 ? ob * P : ob * S);
+    out->memory_theory_bytes[ZERO_MEM_OPTIM] = (size_t)(pol.shard_optim ? ob * S : ob * P);
     /* The paper's breakdown: what stays between steps, transient pools apart. */
     out->model_state_theory_bytes[0] = out->memory_theory_bytes[ZERO_MEM_PARAMS];
     out->model_state_theory_bytes[1] = (size_t)grads_kept;
@@ -171,17 +172,17 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
         ag = eng->last_gather_elems;
     } else {
         rs = (uint64_t)eng->params.grad_accum_steps * S;
-        ag = stage == 3 ? 2 * (uint64_t)eng->params.grad_accum_steps * S_np : 0;
+        ag = pol.shard_params ? 2 * (uint64_t)eng->params.grad_accum_steps * S_np : 0;
     }
     /* After the step: the reduced gradient (0, accumulator dtype), params (1-2), persistent
      * units (3), in the compute dtype. */
-    const uint64_t after = stage == 0 ? a * S : c * (stage < 3 ? S : S_pers);
+    const uint64_t after = !pol.shard_optim ? a * S : c * (pol.shard_params ? S_pers : S);
     out->comm_theory_bytes_per_step = N > 1 ? (N - 1) * (c * (rs + ag) + after + CONTROL_BYTES) : 0;
     for (int k = 0; k < ZERO_COLL_COUNT; k++) {
         out->comm_sent_bytes_per_step_by_coll[k] = eng->last_sent[k];
         out->comm_bytes_per_step += eng->last_sent[k];
     }
-    out->stage = stage;
+    out->stage = eng->params.stage;
     out->world_size = eng->world;
     out->rank = eng->rank;
 }

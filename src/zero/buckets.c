@@ -35,8 +35,8 @@
 
 #include <string.h>
 
-/* Give unit un a zeroed working buffer: stages 0-1 own one per unit for good; stages 2-3 borrow
- * one from the gradient pool until grads_done. */
+/* Give unit un a zeroed working buffer: without shard_grads (stages 0-1) each unit owns one for
+ * good; with it (stages 2-3) one is borrowed from the gradient pool until grads_done. */
 static zero_status_t take_work(zero_engine_t *eng, zero__unit_t *un) {
     if (un->pending) zero__flush_pending(eng, un); /* the model adds into a zeroed buffer */
     if (un->inflight) { /* stages 0-1: its last gradient is still being sent (accumulation) */
@@ -45,7 +45,7 @@ static zero_status_t take_work(zero_engine_t *eng, zero__unit_t *un) {
     }
     if (un->work) return ZERO_OK;
     const size_t bytes = un->padded_count * eng->ce;
-    if (eng->params.stage <= 1) {
+    if (!eng->pol.shard_grads) {
         un->work = zero_mem_calloc(eng->mem, ZERO_MEM_GRADS, bytes, 64);
     } else {
         un->work = zero__pool_take(eng, &eng->grad_pool, ZERO_MEM_GRADS, bytes);
@@ -82,7 +82,7 @@ static zero_status_t wait_bucket(zero_engine_t *eng, zero__bucket_t *b) {
                           e->lent ? b->drecv : zero__elem(b->recv, e->offset, eng->ce),
                           eng->params.compute_dtype, un->shard_count, 0, 0);
         if (!e->lent) continue;
-        if (eng->params.stage >= 2) {
+        if (eng->pol.shard_grads) {
             zero__pool_give(&eng->grad_pool, e->lent);
         } else {
             /* zero__zero clears whole floats: a 16-bit buffer of P (a multiple of 16) elements
@@ -234,7 +234,7 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
         eng->rs_elems += S;
         un->acc_used = 1;
         un->dirty = 0;
-        if (eng->params.stage >= 2)
+        if (eng->pol.shard_grads)
             un->work = NULL; /* the bucket slot gives it back to the pool */
         else
             un->inflight = 1;
@@ -244,7 +244,7 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
     }
     if (eng->world == 1) {
         if (un->pending) zero__flush_pending(eng, un); /* handed back without being asked for */
-        const int fresh = !un->acc_used, own = eng->params.stage <= 1;
+        const int fresh = !un->acc_used, own = !eng->pol.shard_grads;
         eng->rs_elems += S;
         un->acc_used = 1;
         un->dirty = 0;
@@ -292,7 +292,7 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
     }
     eng->rs_elems += S;
     un->acc_used = 1;
-    if (eng->params.stage <= 1) {
+    if (!eng->pol.shard_grads) {
         zero__zero(un->work, un->padded_count * eng->ce / sizeof(float), eng->params.threads);
     } else {
         zero__pool_give(&eng->grad_pool, un->work);

@@ -210,6 +210,7 @@ zero_status_t zero_engine_init(zero_engine_t **out, const zero_engine_params_t *
         eng->world = zero_comm_size(eng->comm);
         eng->rank = zero_comm_rank(eng->comm);
     }
+    eng->pol = zero__stage_policy(p.stage, eng->world);
     *out = eng;
     return ZERO_OK;
 fail_mem:
@@ -221,14 +222,23 @@ fail_eng:
     return st;
 }
 
+zero__stage_policy_t zero__stage_policy(int stage, int world) {
+    zero__stage_policy_t pol;
+    pol.shard_optim = stage >= 1;
+    pol.shard_grads = stage >= 2;
+    pol.shard_params = stage >= 3;
+    pol.gather_after_step = pol.shard_optim && world > 1;
+    return pol;
+}
+
 void zero_engine_free(zero_engine_t *eng) {
     if (!eng) return;
     /* Requests in flight borrow our buffers: let them land before freeing anything. */
     zero__buckets_free(eng);
     for (int i = 0; i < eng->unit_count; i++) {
         if (eng->units[i].gather) (void)zero_comm_wait(eng->units[i].gather);
-        if (eng->units[i].shard) eng->units[i].full = NULL;    /* lent by the pool, freed below */
-        if (eng->params.stage >= 2) eng->units[i].work = NULL; /* lent by the gradient pool */
+        if (eng->units[i].shard) eng->units[i].full = NULL;  /* lent by the pool, freed below */
+        if (eng->pol.shard_grads) eng->units[i].work = NULL; /* lent by the gradient pool */
         zero__unit_free_buffers(&eng->units[i]);
     }
     zero__pool_free(&eng->pool);

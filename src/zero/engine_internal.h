@@ -106,8 +106,35 @@ typedef struct zero__bucket {
     uint64_t seq;             /* posting order */
 } zero__bucket_t;
 
+/* The stage as a policy: what is sharded and how gradients and parameters move, decided once
+ * by zero__stage_policy from the stage and the world size; the engine (and the memory estimate)
+ * reads these fields, never the stage number. Later variants (offload, ZeRO++, MoE) extend it.
+ *   stage          shard_optim  shard_grads  shard_params
+ *   0              0            0            0
+ *   1              1            0            0
+ *   2              1            1            0
+ *   3              1            1            1                                                */
+typedef struct {
+    /* AdamW states (m, v and the 16-bit master) hold the owned shard S_u and the step updates
+     * only it; else whole P_u, updated identically on every rank. */
+    int shard_optim;
+    /* The model's gradient working buffer is lent by the gradient pool for one micro-step and
+     * handed back when its reduce-scatter is posted; else each unit owns one for good. */
+    int shard_grads;
+    /* Parameters are held as the owned shard and all-gathered per use (fetch/release), except
+     * the persistent units; else every rank keeps the full buffers. */
+    int shard_params;
+    /* After the step, the updated shards are all-gathered into the full parameters of every
+     * rank (shard_optim with world > 1; with shard_params, only the persistent units). */
+    int gather_after_step;
+} zero__stage_policy_t;
+
+/* engine.c: the policy of stage `stage` (0..3) over `world` ranks. */
+zero__stage_policy_t zero__stage_policy(int stage, int world);
+
 struct zero_engine {
     zero_engine_params_t params;
+    zero__stage_policy_t pol; /* decided at create from params.stage and world */
     zero_mem_t *mem;
     int owns_mem;
     zero_comm_t *comm; /* owned: a split of params.comm; NULL with one rank */

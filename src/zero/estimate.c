@@ -61,7 +61,8 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
                    ae = zero_dtype_size(p->grad_accum_dtype);
     if (!ce || !ae)
         return zero__error(ZERO_ERR_INVALID_ARG, "zero_engine_estimate_memory: invalid dtype");
-    const int lowp = p->compute_dtype != ZERO_DTYPE_FP32, stage = p->stage;
+    const int lowp = p->compute_dtype != ZERO_DTYPE_FP32;
+    const zero__stage_policy_t pol = zero__stage_policy(p->stage, world);
     const uint64_t N = (uint64_t)world, f = sizeof(float), q = N * ZERO__TENSOR_ALIGN_COUNT;
     int total_units = 0;
     for (int i = 0; i < unit_count; i++) total_units += units[i].repeat > 0 ? units[i].repeat : 1;
@@ -89,7 +90,7 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
                    ZERO__TENSOR_ALIGN_COUNT;
         }
         const uint64_t Pu = (off + q - 1) / q * q, Su = Pu / N;
-        const int persistent = stage == 3 && (int64_t)count <= p->persistence_threshold_elems;
+        const int persistent = pol.shard_params && (int64_t)count <= p->persistence_threshold_elems;
         const int reps = units[i].repeat > 0 ? units[i].repeat : 1;
         for (int r = 0; r < reps; r++) {
             out->param_count += count;
@@ -97,14 +98,14 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
             padded[n++] = Pu;
             P += Pu;
             S += Su;
-            params += ce * (stage < 3 || persistent ? Pu : Su);
-            if (stage == 3 && !persistent) {
+            params += ce * (!pol.shard_params || persistent ? Pu : Su);
+            if (pol.shard_params && !persistent) {
                 np[n_np++] = Pu;
                 P_np += Pu;
             }
-            const uint64_t states = stage == 0 ? Pu : Su;
+            const uint64_t states = pol.shard_optim ? Su : Pu;
             optim += f * states * (lowp ? 3 : 2); /* master (16-bit), Adam m and v */
-            grads += ae * Su + (stage <= 1 ? ce * Pu : 0);
+            grads += ae * Su + (pol.shard_grads ? 0 : ce * Pu);
         }
     }
     out->padded_param_count = (size_t)P;
@@ -114,7 +115,7 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
      * largest unit whose reduce-scatter is still in flight. Stage 0 with 16-bit compute and
      * N > 1: the landing buffer of the gradient all-gather, one per padded size. */
     uint64_t grad_pool = 0;
-    if (stage >= 2) {
+    if (pol.shard_grads) {
         int big = 0;
         for (int i = 1; i < n; i++)
             if (padded[i] > padded[big]) big = i;
@@ -125,7 +126,7 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
         second &= (1ull << 62) - 1;
         grad_pool = ce * (padded[big] + second + (p->overlap_comm && N > 1 ? padded[big] : 0));
     }
-    if (stage == 0 && lowp && N > 1) grad_pool += ae * sum_distinct(padded, n);
+    if (!pol.shard_optim && lowp && N > 1) grad_pool += ae * sum_distinct(padded, n);
     /* Reduce buckets (buckets.c): two slots of send (B) and receive (B / N) buffers once N > 1,
      * B = reduce_bucket_bytes / 4 rounded down to a multiple of 16N, capped at P; with
      * accumulation each slot also receives the largest direct unit's shard. */
@@ -144,7 +145,7 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
     }
     /* Stage 3: the gather pool holds the units in use (a block and a tied unit), plus what the
      * prefetch keeps ahead (up to stage3_prefetch_bucket_size elements, whole units). */
-    if (stage == 3 && n_np > 0) {
+    if (pol.shard_params && n_np > 0) {
         int k = 2;
         uint64_t ahead = 0;
         uint64_t smallest = np[0];
@@ -161,7 +162,7 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
     }
     /* zero_engine_fingerprint at the end of a run gathers each unit in fp32 when the fp32
      * weights are sharded (16-bit compute at stages 1-3 over N > 1 ranks), one at a time. */
-    if (lowp && stage > 0 && N > 1) comm += f * sum_largest(padded, n, 1);
+    if (lowp && pol.shard_optim && N > 1) comm += f * sum_largest(padded, n, 1);
     free(padded);
     free(np);
     free(tied);

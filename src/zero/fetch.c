@@ -58,7 +58,7 @@ static int same_seq(const int *a, int na, const int *b, int nb) {
 }
 
 void zero__schedule_end_step(zero_engine_t *eng) {
-    if (eng->params.stage == 3) {
+    if (eng->pol.shard_params) {
         /* A sequence becomes the reference once two consecutive steps agree on it: the first
          * step of a trainer also runs the initial evaluation, and evaluations recur every few
          * steps, so one step alone says little about the next. */
@@ -167,7 +167,7 @@ const void *zero_unit_fetch(zero_engine_t *eng, int u) {
         (eng->fetch_index >= eng->ref_fetch_count || eng->ref_fetches[eng->fetch_index] != u))
         eng->off_schedule = 1;
     eng->fetch_index++;
-    if (eng->params.stage < 3 || un->persistent) return un->full;
+    if (!eng->pol.shard_params || un->persistent) return un->full;
     if (un->refs == 0) {
         eng->gather_elems += un->shard_count; /* a new fetch window: one gather */
         if (!un->full && start_gather(eng, un)) return NULL;
@@ -191,7 +191,7 @@ const void *zero_unit_fetch(zero_engine_t *eng, int u) {
 
 void zero_unit_release(zero_engine_t *eng, int u) {
     zero__unit_t *un = zero__engine_unit(eng, u);
-    if (!un || eng->params.stage < 3 || un->persistent || un->refs == 0) return;
+    if (!un || !eng->pol.shard_params || un->persistent || un->refs == 0) return;
     if (--un->refs == 0) drop(eng, un);
 }
 

@@ -107,7 +107,7 @@ static zero_status_t check_tensors(const char *name, const zero_tensor_desc_t *t
 /* 16-bit compute: the range [*lo, *lo + *n) of unit un the fp32 master holds (stage 0: the
  * whole unit; stages 1-3: the owned shard). */
 static void master_range(const zero_engine_t *eng, const zero__unit_t *un, size_t *lo, size_t *n) {
-    const int whole = eng->params.stage == 0;
+    const int whole = !eng->pol.shard_optim;
     *lo = whole ? 0 : (size_t)eng->rank * un->shard_count;
     *n = whole ? un->padded_count : un->shard_count;
 }
@@ -160,27 +160,27 @@ static zero_status_t init_lowp(zero_engine_t *eng, zero__unit_t *u, int index) {
 
 /* Allocate the stage's buffers (see the memory theory in engine.h) and fill the parameters. */
 static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) {
-    const int stage = eng->params.stage;
+    const zero__stage_policy_t pol = eng->pol;
     const size_t P = u->padded_count, S = u->shard_count, f = sizeof(float);
     const size_t ce = eng->ce, ae = eng->ae;
     zero_mem_t *mem = eng->mem;
     u->persistent =
-        stage == 3 && (int64_t)u->param_count <= eng->params.persistence_threshold_elems;
+        pol.shard_params && (int64_t)u->param_count <= eng->params.persistence_threshold_elems;
     if (eng->lowp) {
         /* The fp32 master beside the 16-bit params: optimizer state (12 bytes per element with
          * m and v), so it is accounted under ZERO_MEM_OPTIM as in the paper's breakdown. */
         u->master = zero_mem_calloc(
             mem, ZERO_MEM_OPTIM,
-            (stage == 0 ? P : S) * zero__optim_states[ZERO_ENGINE_STATE_MASTER].esize, 64);
+            (pol.shard_optim ? S : P) * zero__optim_states[ZERO_ENGINE_STATE_MASTER].esize, 64);
         if (!u->master) goto fail;
-        if (stage < 3 || u->persistent)
+        if (!pol.shard_params || u->persistent)
             u->full = zero_mem_calloc(mem, ZERO_MEM_PARAMS, P * ce, 64);
         else
             u->shard = zero_mem_calloc(mem, ZERO_MEM_PARAMS, S * ce, 64);
         if (!u->full && !u->shard) goto fail;
         zero_status_t st = init_lowp(eng, u, index);
         if (st) return st;
-    } else if (stage < 3 || u->persistent) {
+    } else if (!pol.shard_params || u->persistent) {
         u->full = zero_mem_calloc(mem, ZERO_MEM_PARAMS, P * f, 64);
         if (!u->full) goto fail;
         for (int t = 0; t < u->tensor_count; t++)
@@ -201,12 +201,12 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
                                   b - u->offsets[t], &u->tensors[t], eng->params.seed, index, t);
         }
     }
-    if (stage <= 1) {
+    if (!pol.shard_grads) {
         u->work = zero_mem_calloc(mem, ZERO_MEM_GRADS, P * ce, 64);
         if (!u->work) goto fail;
     }
     u->acc = zero_mem_calloc(mem, ZERO_MEM_GRADS, S * ae, 64);
-    size_t mcount = stage == 0 ? P : S;
+    size_t mcount = pol.shard_optim ? S : P;
     u->m = zero_mem_calloc(mem, ZERO_MEM_OPTIM,
                            mcount * zero__optim_states[ZERO_ENGINE_STATE_ADAM_M].esize, 64);
     u->v = zero_mem_calloc(mem, ZERO_MEM_OPTIM,
@@ -216,7 +216,7 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
 fail:
     return zero__error(ZERO_ERR_OUT_OF_MEMORY,
                        "engine: cannot allocate unit '%s' (%zu parameters, %zu padded, stage %d)",
-                       u->name, u->param_count, P, stage);
+                       u->name, u->param_count, P, eng->params.stage);
 }
 
 zero_status_t zero_engine_add_unit(zero_engine_t *eng, const char *name,

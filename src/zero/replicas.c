@@ -35,11 +35,11 @@ static uint64_t hash_words(uint64_t h, const void *data, size_t bytes) {
 /* The replicated bytes of unit un on this rank hashed, or 0 when this rank holds no replica of it
  * (stage 3, not persistent). */
 static uint64_t unit_hash(const zero_engine_t *eng, const zero__unit_t *un) {
-    const int stage = eng->params.stage;
-    if (stage == 3 && !un->persistent) return 0;
+    if (eng->pol.shard_params && !un->persistent) return 0;
     uint64_t h = 0xcbf29ce484222325ull;
     h = hash_words(h, un->full, un->padded_count * eng->ce);
-    if (un->master && stage == 0) h = hash_words(h, un->master, un->padded_count * sizeof(float));
+    if (un->master && !eng->pol.shard_optim)
+        h = hash_words(h, un->master, un->padded_count * sizeof(float));
     return h | 1; /* never 0, the "no replica" mark */
 }
 

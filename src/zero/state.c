@@ -30,7 +30,7 @@ const char *zero_engine_state_name(zero_engine_state_t state) {
 static float *ram_buffer(const zero_engine_t *eng, const zero__unit_t *un,
                          zero_engine_state_t state, size_t *lo, size_t *n) {
     const size_t S = un->shard_count, own = (size_t)eng->rank * S;
-    int whole = eng->params.stage == 0;
+    int whole = !eng->pol.shard_optim;
     float *base = state == ZERO_ENGINE_STATE_ADAM_M ? un->m : un->v;
     if (state == ZERO_ENGINE_STATE_MASTER) {
         if (!eng->lowp) whole = un->shard == NULL;
@@ -82,7 +82,7 @@ zero_status_t zero_engine_state_range(const zero_engine_t *eng, int u, zero_engi
                            (int)state, un->name);
     /* Whole units: every stage's master outside stage 3 and stage 3's persistent units (their
      * full buffer is the one updated and used); stage 0's moments. Otherwise the owned shard. */
-    int whole = state == ZERO_ENGINE_STATE_MASTER ? un->shard == NULL : eng->params.stage == 0;
+    int whole = state == ZERO_ENGINE_STATE_MASTER ? un->shard == NULL : !eng->pol.shard_optim;
     size_t lo = whole ? 0 : (size_t)eng->rank * un->shard_count;
     size_t n = whole ? un->padded_count : un->shard_count;
     if (offset) *offset = lo;

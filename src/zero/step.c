@@ -155,7 +155,7 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, float gscale, flo
     int zero_g = 1;
     *acc_cleared = 1;
     u->pending = 0; /* the pass zeroes work */
-    if (p->stage == 0) {
+    if (!eng->pol.shard_optim) {
         /* Stage 0 keeps whole moments: gather the reduced gradient and update all. fp32 uses the
          * model's working buffer (zeroed by the pass); 16-bit compute a pooled
          * accumulator-dtype one. The accumulator itself is then zeroed at the end of the step. */
@@ -240,7 +240,7 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
     for (int i = 0; i < eng->unit_count; i++)
         if (eng->units[i].dirty && (st = zero__grads_done(eng, i))) return st;
     if ((st = zero__buckets_drain(eng))) return st;
-    if (p->stage == 3 && (st = zero__fetch_drop_all(eng))) return st;
+    if (eng->pol.shard_params && (st = zero__fetch_drop_all(eng))) return st;
 
     /* This rank's partial sum of squares over its shards, and its inf/NaN flag. */
     double mine = 0.0;
@@ -339,9 +339,8 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
         eng->step++;
         for (int i = 0; i < eng->unit_count; i++)
             if ((st = update_unit(eng, i, gscale, ss.lr, &acc_cleared))) return st;
-        if (eng->world > 1 && (p->stage == 1 || p->stage == 2) && (st = gather_params(eng, 0)))
+        if (eng->pol.gather_after_step && (st = gather_params(eng, eng->pol.shard_params)))
             return st;
-        if (eng->world > 1 && p->stage == 3 && (st = gather_params(eng, 1))) return st;
     }
     end_step(eng, acc_cleared);
     ss.step = eng->step;
