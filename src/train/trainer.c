@@ -58,6 +58,14 @@ typedef struct run {
     int64_t skipped_steps; /* steps this run skipped for an inf/NaN gradient */
     double elapsed_base;   /* a resumed run's seconds before this invocation (checkpoint) */
     int64_t skipped_base;  /* a resumed run's skipped steps before this invocation */
+    /* Handed from rank_setup to rank_loop and rank_finish. */
+    zero_train_position_t pos; /* where the run starts */
+    char ckpt_path[1024];      /* the checkpoint resumed from, then the last one saved */
+    int start;                 /* the step the run starts at */
+    double my_peak;            /* this rank's matmul peak, FLOP/s (0: not measured) */
+    /* Handed from rank_loop to rank_finish. */
+    double train_s;            /* seconds in training steps */
+    int end_step, stop_signal; /* the last step reached; the signal that stopped it, or 0 */
 } run_t;
 
 static void say(const run_t *r, const char *fmt, ...) ZERO_PRINTF(2, 3);
@@ -384,6 +392,303 @@ static zero_status_t gather_reports(run_t *r, const zero_train_rank_report_t *mi
     return st;
 }
 
+/* Before step 1: output checks, engine, model, batch buffers, the start-up report, the
+ * matmul peak, the resume point, the checkpoint and metrics checks and the first
+ * evaluation. Leaves r->pos, r->ckpt_path, r->start and r->my_peak. */
+static zero_status_t rank_setup(run_t *r, zero_train_report_t *rep) {
+    job_t *job = r->job;
+    const zero_train_config_t *cfg = r->cfg;
+    const int rank = r->rank;
+    const int B = cfg->micro_batch, T = cfg->model.seq, W = job->world;
+    zero_status_t st = ZERO_OK;
+
+    /* Every output path is checked before anything else (a bad one fails now, not after the
+     * last step); the metrics log is opened once the resume point is known. */
+    st = zero__train_outputs_check(cfg, job->io->report_path, job->io->metrics_path, rank);
+    st = agree_status(r, st, "use the output paths");
+    if (st) return st;
+
+    /* engine + model */
+    zero_engine_params_t ep;
+    st = engine_params(r, &ep);
+    if (st) return st;
+    const double t_init = zero_time_now();
+    st = zero_engine_init(&r->eng, &ep);
+    if (st) return st;
+    st = zero__gpt_init(&r->gpt, &cfg->model, r->eng, B, cfg->checkpointing, job->threads);
+    if (st) return st;
+    if (zero_time_now() - t_init > 1.0)
+        say(r, "model allocated and initialised in %.1f s\n", zero_time_now() - t_init);
+    r->x = malloc((size_t)B * T * sizeof *r->x);
+    r->y = malloc((size_t)B * T * sizeof *r->y);
+    if (!r->x || !r->y) {
+        st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "cannot allocate batch buffers");
+        return st;
+    }
+    rep->params = zero_engine_param_count(r->eng);
+    rep->threads = job->threads;
+    rep->flops_per_token = zero__gpt_flops_per_token(&cfg->model);
+    rep->activation_bytes = zero__gpt_activation_bytes(r->gpt);
+    zero_mem_get_stats(zero_engine_mem(r->eng), &rep->mem);
+
+    say(r, "zero train: GPT %d layers, %d heads, dim %d, vocab %d, seq %d: %.3fM parameters\n",
+        cfg->model.layers, cfg->model.heads, cfg->model.dim, cfg->model.vocab, cfg->model.seq,
+        (double)rep->params / 1e6);
+    say(r,
+        "data: %s (%s), %zu tokens: %zu train, %zu validation; unigram entropy %.3f nats "
+        "(ln vocab %.3f)\n",
+        job->data.source, zero__data_format_name(job->data.format), job->data.count,
+        job->data.train_count, job->data.count - job->data.train_count, rep->unigram_entropy,
+        rep->ln_vocab);
+    say(r,
+        "batch %d = %d x %d accumulation x %d ranks, of %d tokens; %d steps; lr %.2e (%s, "
+        "warm-up %d)\n",
+        cfg->train_batch_size, B, cfg->grad_accum, W, T, cfg->steps, (double)ep.lr, cfg->scheduler,
+        cfg->warmup_steps);
+    const char *wait = getenv("OMP_WAIT_POLICY");
+    say(r,
+        "ZeRO stage %d on %d rank%s (%s backend), %d compute thread%s per rank (OpenMP wait %s)\n",
+        cfg->stage, W, W == 1 ? "" : "s", zero_backend_name(job->backend), job->threads,
+        job->threads == 1 ? "" : "s", wait && *wait ? wait : "default");
+    say(r,
+        "memory (rank 0): params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, activations "
+        "%.1f MiB%s\n",
+        rep->mem.live_bytes[ZERO_MEM_PARAMS] / 1048576.0,
+        rep->mem.live_bytes[ZERO_MEM_GRADS] / 1048576.0,
+        rep->mem.live_bytes[ZERO_MEM_OPTIM] / 1048576.0,
+        rep->mem.live_bytes[ZERO_MEM_ACTIVATIONS] / 1048576.0,
+        cfg->checkpointing ? " (checkpointing)" : "");
+    if (job->io->measure_peak) {
+        /* All ranks measure at once: the sum is what the machine gives this run's layout. */
+        r->my_peak = zero__matmul_peak_flops(job->threads);
+        rep->peak_flops_per_s = r->my_peak;
+        st = sum_ranks(r, &rep->peak_flops_per_s, 1);
+        if (st) return st;
+        say(r, "matmul peak: %.1f GFLOP/s over %d rank%s x %d thread%s (%s)\n",
+            rep->peak_flops_per_s / 1e9, W, W == 1 ? "" : "s", job->threads,
+            job->threads == 1 ? "" : "s", zero__matmul_library());
+    }
+
+    /* Where the run starts: fresh, from a checkpoint, or from imported weights. Every rank
+     * reads for itself; they agree on the outcome before the first collective of training. */
+    r->pos = zero__train_position_fresh(cfg);
+    if (cfg->resume[0])
+        st = zero__train_ckpt_resume(cfg, r->eng, rank, &r->pos, r->ckpt_path, sizeof r->ckpt_path);
+    else if (cfg->init_from[0])
+        st = zero__train_init_from(cfg, r->eng);
+    double bad = st ? 1.0 : 0.0;
+    zero_status_t agree = sum_ranks(r, &bad, 1);
+    if (!st && agree) st = agree;
+    if (!st && bad > 0)
+        st = zero__error(ZERO_ERR_IO, "another rank could not %s",
+                         cfg->resume[0] ? "resume from the checkpoint" : "import the weights");
+    if (st) return st;
+    if (cfg->resume[0] && !r->ckpt_path[0])
+        say(r, "no checkpoint in %s yet: starting from step 0\n", cfg->save_dir);
+    else if (cfg->resume[0])
+        say(r, "resumed from %s at step %lld (optimizer step %lld)\n", r->ckpt_path,
+            (long long)r->pos.step, (long long)zero_engine_step_count(r->eng));
+    else if (cfg->init_from[0])
+        say(r, "weights initialised from %s\n", cfg->init_from);
+    r->start = (int)r->pos.step;
+    if (r->ckpt_path[0]) {
+        zero_loss_scaler_state_t lst;
+        zero_loss_scaler_get_state(zero_engine_loss_scaler(r->eng), &lst);
+        r->elapsed_base = r->pos.elapsed_s;
+        r->skipped_base = lst.skipped_steps;
+    }
+    if (r->ckpt_path[0] && cfg->steps <= r->start && rank == 0) {
+        zero__log(ZERO_LOG_WARN, -1, 0,
+                  "train.steps = %d is not above the step of checkpoint %s, %d: nothing to "
+                  "train (train.steps is the total to reach, not the steps to add); the run "
+                  "evaluates the checkpoint's weights and reports 0 steps trained",
+                  cfg->steps, r->ckpt_path, r->start);
+        say(r, "nothing to train: train.steps = %d, the checkpoint is at step %d\n", cfg->steps,
+            r->start);
+    }
+    /* Before step 1: the checkpoint the run will save is built and checked (a layout or
+     * manifest error shows now, not after the last step), and the metrics log is opened,
+     * keeping a resumed run's records up to its checkpoint. */
+    if (cfg->save_dir[0]) st = zero__train_ckpt_save_check(cfg, r->eng, r->comm, &r->pos);
+    if (!st && rank == 0 && job->io->metrics_path)
+        st = zero__train_metrics_open(job->io->metrics_path, r->ckpt_path[0] ? r->pos.step : 0,
+                                      &r->metrics);
+    st = agree_status(r, st, "prepare the checkpoint or the metrics log");
+    if (st) return st;
+
+    st = evaluate(r, 0, &rep->init_val_loss);
+    if (st) return st;
+    say(r, "step %5d | val loss %.4f\n", r->start, (double)rep->init_val_loss);
+    rep->final_val_loss = rep->init_val_loss;
+    return ZERO_OK;
+}
+
+/* The steps from r->start: batches, engine step, signals, progress, evaluations, metrics
+ * and checkpoints, then the last checkpoint and the metrics log closed. Leaves
+ * r->train_s, r->end_step and r->stop_signal. */
+static zero_status_t rank_loop(run_t *r, zero_train_report_t *rep) {
+    job_t *job = r->job;
+    const zero_train_config_t *cfg = r->cfg;
+    const int rank = r->rank;
+    const int B = cfg->micro_batch, T = cfg->model.seq, W = job->world;
+    zero_status_t st = ZERO_OK;
+
+    uint64_t rng = r->pos.data_rng;
+    r->train_s = 0.0;
+    double smooth = -1.0;
+    const double tokens_per_step = (double)B * T * cfg->grad_accum * W;
+    int64_t saved_step = r->ckpt_path[0] ? r->pos.step : -1; /* a checkpoint of this step exists */
+    r->end_step = cfg->steps;
+    r->stop_signal = 0;
+    for (int step = r->start; step < cfg->steps; step++) {
+        double t0 = zero_time_now();
+        double loss_sum = 0.0, sums[STEP_SUM_COUNT] = {0};
+        for (int micro = 0; micro < cfg->grad_accum; micro++) {
+            zero__data_train_batch_shard(&job->data, &rng, B, T, rank, W, r->x, r->y);
+            float l = 0.0f;
+            st = zero__gpt_forward(r->gpt, r->x, r->y, B, T, &l);
+            if (!st) st = zero__gpt_backward(r->gpt);
+            if (st) return st;
+            loss_sum += l;
+        }
+        zero_step_stats_t ss;
+        st = zero_engine_step(r->eng, &ss);
+        sums[STEP_LOSS] = loss_sum;
+        step_requests(r, sums);
+        if (!st) st = sum_ranks(r, sums, STEP_SUM_COUNT);
+        if (!st) st = zero__train_replica_check(cfg, r->eng, step + 1, step + 1 == cfg->steps);
+        if (st) return st;
+        loss_sum = sums[STEP_LOSS];
+        r->stop_signal = agreed_stop(sums);
+        const int save_asked = sums[STEP_SAVE] > 0;
+        r->skipped_steps += ss.skipped;
+        rep->skipped_steps = r->skipped_steps;
+        rep->loss_scale = zero_engine_loss_scale(r->eng);
+        double step_s = zero_time_now() - t0;
+        r->train_s += step_s;
+        float loss = (float)(loss_sum / ((double)cfg->grad_accum * W));
+        rep->last_step_loss = loss;
+        smooth = smooth < 0 ? loss : 0.9 * smooth + 0.1 * loss;
+        rep->tokens += tokens_per_step;
+        double tok_s = rep->tokens / r->train_s;
+        double eta = r->train_s / (step + 1 - r->start) * (cfg->steps - step - 1);
+        int last = step + 1 == cfg->steps || r->stop_signal;
+        if (job->io->tty || (step + 1) % cfg->steps_per_print == 0 || step == r->start || last ||
+            ss.skipped)
+            progress(r, step + 1, cfg->steps, (float)smooth, tok_s, eta, &ss);
+        float val = NAN;
+        if ((cfg->eval_interval > 0 && (step + 1) % cfg->eval_interval == 0) || last) {
+            st = evaluate(r, 0, &rep->final_val_loss);
+            if (st) return st;
+            val = rep->final_val_loss;
+            if (job->io->tty) say(r, "\r\033[K");
+            say(r, "step %5d | val loss %.4f | train loss %.4f | %.1fk tok/s\n", step + 1,
+                (double)rep->final_val_loss, smooth, tok_s / 1e3);
+        }
+        st = metrics_line(r, step + 1, loss, &ss, r->pos.tokens + rep->tokens, tok_s, step_s, val);
+        if (job->io->metrics_path) st = agree_status(r, st, "write the metrics log");
+        if (st) return st;
+        /* Periodic checkpoints, requested ones, and always one after the last step. */
+        if (cfg->save_dir[0] &&
+            ((cfg->save_every > 0 && (step + 1) % cfg->save_every == 0) || last || save_asked)) {
+            zero_train_position_t now = position_at(r, &r->pos, step + 1, rng, rep->tokens);
+            st = zero__train_ckpt_save(cfg, r->eng, r->comm, &now, r->ckpt_path,
+                                       sizeof r->ckpt_path);
+            if (st) return st;
+            saved_step = step + 1;
+            if (job->io->tty) say(r, "\r\033[K");
+            say(r, "step %5d | checkpoint saved to %s%s\n", step + 1, r->ckpt_path,
+                save_asked ? " (requested)" : "");
+        } else if (save_asked) {
+            if (job->io->tty) say(r, "\r\033[K");
+            say(r, "step %5d | checkpoint requested, but train.save_dir is not set: none saved\n",
+                step + 1);
+        }
+        if (r->stop_signal) {
+            r->end_step = step + 1;
+            if (job->io->tty) say(r, "\r\033[K");
+            say(r, "step %5d | stopped by %s (signal %d)%s\n", r->end_step,
+                signal_name(r->stop_signal), r->stop_signal,
+                cfg->save_dir[0] ? ": checkpoint saved" : ": no train.save_dir, no checkpoint");
+            break;
+        }
+    }
+    /* A run that took no step still leaves a checkpoint, unless it resumed from one (which holds
+     * this very state already). */
+    if (!r->stop_signal && cfg->save_dir[0] &&
+        saved_step != (int64_t)ZERO_MAX(r->start, cfg->steps)) {
+        zero_train_position_t now =
+            position_at(r, &r->pos, ZERO_MAX(r->start, cfg->steps), rng, rep->tokens);
+        st = zero__train_ckpt_save(cfg, r->eng, r->comm, &now, r->ckpt_path, sizeof r->ckpt_path);
+        if (st) return st;
+        say(r, "checkpoint saved to %s\n", r->ckpt_path);
+    }
+    if (r->metrics) {
+        st = zero__train_metrics_flush(r->metrics, job->io->metrics_path, 1);
+        r->metrics = NULL;
+    }
+    if (job->io->metrics_path) st = agree_status(r, st, "close the metrics log");
+    return st;
+}
+
+/* After training: final evaluation, samples, fingerprint, every rank's report gathered on
+ * rank 0 (rep->ranks) and the closing report. */
+static zero_status_t rank_finish(run_t *r, zero_train_report_t *rep) {
+    job_t *job = r->job;
+    const zero_train_config_t *cfg = r->cfg;
+    const int rank = r->rank;
+    zero_train_rank_report_t *all = NULL;
+    zero_status_t st = ZERO_OK;
+
+    rep->steps = ZERO_MAX(r->end_step - r->start, 0); /* trained by this invocation */
+    rep->stop_signal = r->stop_signal;
+    rep->start_step = r->start;
+    rep->train_s = r->train_s;
+    st = evaluate(r, 1, &rep->final_train_loss);
+    if (st) goto done;
+    rep->tokens_per_s = r->train_s > 0 ? rep->tokens / r->train_s : 0.0;
+    rep->flops_per_s = rep->tokens_per_s * rep->flops_per_token;
+    rep->mfu = rep->peak_flops_per_s > 0 ? rep->flops_per_s / rep->peak_flops_per_s : 0.0;
+
+    if (!r->stop_signal) st = samples(r); /* a stopping run leaves promptly */
+    if (!st) st = zero_engine_fingerprint(r->eng, &rep->weights_fingerprint);
+    if (st) goto done;
+    zero_mem_get_stats(zero_engine_mem(r->eng), &rep->mem);
+
+    /* Gather every rank's figures on every rank (a fixed-size struct as bytes). */
+    zero_train_rank_report_t mine;
+    rank_report(r, &mine);
+    mine.peak_flops_per_s = r->my_peak;
+    st = gather_reports(r, &mine, &all);
+    if (st) goto done;
+    rep->elapsed_s = zero_time_now() - job->t_start;
+
+    say(r, "report: train loss %.4f, val loss %.4f (start %.4f, unigram %.4f, ln V %.4f)\n",
+        (double)rep->final_train_loss, (double)rep->final_val_loss, (double)rep->init_val_loss,
+        rep->unigram_entropy, rep->ln_vocab);
+    say(r, "report: %.0f tokens in %.1f s: %.1fk tok/s, %.2f GFLOP/s", rep->tokens, rep->train_s,
+        rep->tokens_per_s / 1e3, rep->flops_per_s / 1e9);
+    if (rep->peak_flops_per_s > 0)
+        say(r, " = %.1f%% of the %.1f GFLOP/s matmul peak (MFU)%s", 100.0 * rep->mfu,
+            rep->peak_flops_per_s / 1e9,
+            rep->mfu > 1.0 ? "; above 100%: the start-up peak was measured while other work ran"
+                           : "");
+    say(r, "\n");
+    if (rank == 0) print_tables(r, all);
+    if (r->stop_signal)
+        say(r, "report: stopped early by %s (signal %d) after step %d of %d\n",
+            signal_name(r->stop_signal), r->stop_signal, r->end_step, cfg->steps);
+    say(r, "report: weights fingerprint %016llx; %.1f s in all\n",
+        (unsigned long long)rep->weights_fingerprint, rep->elapsed_s);
+    if (rank == 0) {
+        rep->ranks = all;
+        all = NULL;
+    }
+done:
+    free(all);
+    return st;
+}
+
 /* The whole run of one rank. rep is filled on every rank; rep->ranks only on rank 0. */
 static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_train_report_t *rep) {
     const zero_train_config_t *cfg = job->cfg;
@@ -402,270 +707,9 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
     rep->backend = zero_backend_name(job->backend);
     rep->unigram_entropy = job->unigram_entropy;
     rep->ln_vocab = job->ln_vocab;
-    const int B = cfg->micro_batch, T = cfg->model.seq, W = job->world;
-    zero_train_rank_report_t *all = NULL;
-    zero_status_t st = ZERO_OK;
-
-    /* Every output path is checked before anything else (a bad one fails now, not after the
-     * last step); the metrics log is opened once the resume point is known. */
-    st = zero__train_outputs_check(cfg, job->io->report_path, job->io->metrics_path, rank);
-    st = agree_status(&r, st, "use the output paths");
-    if (st) goto done;
-
-    /* engine + model */
-    zero_engine_params_t ep;
-    st = engine_params(&r, &ep);
-    if (st) goto done;
-    const double t_init = zero_time_now();
-    st = zero_engine_init(&r.eng, &ep);
-    if (st) goto done;
-    st = zero__gpt_init(&r.gpt, &cfg->model, r.eng, B, cfg->checkpointing, job->threads);
-    if (st) goto done;
-    if (zero_time_now() - t_init > 1.0)
-        say(&r, "model allocated and initialised in %.1f s\n", zero_time_now() - t_init);
-    r.x = malloc((size_t)B * T * sizeof *r.x);
-    r.y = malloc((size_t)B * T * sizeof *r.y);
-    if (!r.x || !r.y) {
-        st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "cannot allocate batch buffers");
-        goto done;
-    }
-    rep->params = zero_engine_param_count(r.eng);
-    rep->threads = job->threads;
-    rep->flops_per_token = zero__gpt_flops_per_token(&cfg->model);
-    rep->activation_bytes = zero__gpt_activation_bytes(r.gpt);
-    zero_mem_get_stats(zero_engine_mem(r.eng), &rep->mem);
-
-    say(&r, "zero train: GPT %d layers, %d heads, dim %d, vocab %d, seq %d: %.3fM parameters\n",
-        cfg->model.layers, cfg->model.heads, cfg->model.dim, cfg->model.vocab, cfg->model.seq,
-        (double)rep->params / 1e6);
-    say(&r,
-        "data: %s (%s), %zu tokens: %zu train, %zu validation; unigram entropy %.3f nats "
-        "(ln vocab %.3f)\n",
-        job->data.source, zero__data_format_name(job->data.format), job->data.count,
-        job->data.train_count, job->data.count - job->data.train_count, rep->unigram_entropy,
-        rep->ln_vocab);
-    say(&r,
-        "batch %d = %d x %d accumulation x %d ranks, of %d tokens; %d steps; lr %.2e (%s, "
-        "warm-up %d)\n",
-        cfg->train_batch_size, B, cfg->grad_accum, W, T, cfg->steps, (double)ep.lr, cfg->scheduler,
-        cfg->warmup_steps);
-    const char *wait = getenv("OMP_WAIT_POLICY");
-    say(&r,
-        "ZeRO stage %d on %d rank%s (%s backend), %d compute thread%s per rank (OpenMP wait %s)\n",
-        cfg->stage, W, W == 1 ? "" : "s", zero_backend_name(job->backend), job->threads,
-        job->threads == 1 ? "" : "s", wait && *wait ? wait : "default");
-    say(&r,
-        "memory (rank 0): params %.1f MiB, grads %.1f MiB, optimizer %.1f MiB, activations "
-        "%.1f MiB%s\n",
-        rep->mem.live_bytes[ZERO_MEM_PARAMS] / 1048576.0,
-        rep->mem.live_bytes[ZERO_MEM_GRADS] / 1048576.0,
-        rep->mem.live_bytes[ZERO_MEM_OPTIM] / 1048576.0,
-        rep->mem.live_bytes[ZERO_MEM_ACTIVATIONS] / 1048576.0,
-        cfg->checkpointing ? " (checkpointing)" : "");
-    double my_peak = 0.0;
-    if (job->io->measure_peak) {
-        /* All ranks measure at once: the sum is what the machine gives this run's layout. */
-        my_peak = zero__matmul_peak_flops(job->threads);
-        rep->peak_flops_per_s = my_peak;
-        st = sum_ranks(&r, &rep->peak_flops_per_s, 1);
-        if (st) goto done;
-        say(&r, "matmul peak: %.1f GFLOP/s over %d rank%s x %d thread%s (%s)\n",
-            rep->peak_flops_per_s / 1e9, W, W == 1 ? "" : "s", job->threads,
-            job->threads == 1 ? "" : "s", zero__matmul_library());
-    }
-
-    /* Where the run starts: fresh, from a checkpoint, or from imported weights. Every rank
-     * reads for itself; they agree on the outcome before the first collective of training. */
-    zero_train_position_t pos = zero__train_position_fresh(cfg);
-    char ckpt_path[1024] = "";
-    if (cfg->resume[0])
-        st = zero__train_ckpt_resume(cfg, r.eng, rank, &pos, ckpt_path, sizeof ckpt_path);
-    else if (cfg->init_from[0])
-        st = zero__train_init_from(cfg, r.eng);
-    double bad = st ? 1.0 : 0.0;
-    zero_status_t agree = sum_ranks(&r, &bad, 1);
-    if (!st && agree) st = agree;
-    if (!st && bad > 0)
-        st = zero__error(ZERO_ERR_IO, "another rank could not %s",
-                         cfg->resume[0] ? "resume from the checkpoint" : "import the weights");
-    if (st) goto done;
-    if (cfg->resume[0] && !ckpt_path[0])
-        say(&r, "no checkpoint in %s yet: starting from step 0\n", cfg->save_dir);
-    else if (cfg->resume[0])
-        say(&r, "resumed from %s at step %lld (optimizer step %lld)\n", ckpt_path,
-            (long long)pos.step, (long long)zero_engine_step_count(r.eng));
-    else if (cfg->init_from[0])
-        say(&r, "weights initialised from %s\n", cfg->init_from);
-    const int start = (int)pos.step;
-    if (ckpt_path[0]) {
-        zero_loss_scaler_state_t lst;
-        zero_loss_scaler_get_state(zero_engine_loss_scaler(r.eng), &lst);
-        r.elapsed_base = pos.elapsed_s;
-        r.skipped_base = lst.skipped_steps;
-    }
-    if (ckpt_path[0] && cfg->steps <= start && rank == 0) {
-        zero__log(ZERO_LOG_WARN, -1, 0,
-                  "train.steps = %d is not above the step of checkpoint %s, %d: nothing to "
-                  "train (train.steps is the total to reach, not the steps to add); the run "
-                  "evaluates the checkpoint's weights and reports 0 steps trained",
-                  cfg->steps, ckpt_path, start);
-        say(&r, "nothing to train: train.steps = %d, the checkpoint is at step %d\n", cfg->steps,
-            start);
-    }
-    /* Before step 1: the checkpoint the run will save is built and checked (a layout or
-     * manifest error shows now, not after the last step), and the metrics log is opened,
-     * keeping a resumed run's records up to its checkpoint. */
-    if (cfg->save_dir[0]) st = zero__train_ckpt_save_check(cfg, r.eng, r.comm, &pos);
-    if (!st && rank == 0 && job->io->metrics_path)
-        st = zero__train_metrics_open(job->io->metrics_path, ckpt_path[0] ? pos.step : 0,
-                                      &r.metrics);
-    st = agree_status(&r, st, "prepare the checkpoint or the metrics log");
-    if (st) goto done;
-
-    st = evaluate(&r, 0, &rep->init_val_loss);
-    if (st) goto done;
-    say(&r, "step %5d | val loss %.4f\n", start, (double)rep->init_val_loss);
-    rep->final_val_loss = rep->init_val_loss;
-
-    uint64_t rng = pos.data_rng;
-    double train_s = 0.0;
-    double smooth = -1.0;
-    const double tokens_per_step = (double)B * T * cfg->grad_accum * W;
-    int64_t saved_step = ckpt_path[0] ? pos.step : -1; /* a checkpoint of this step exists */
-    int end_step = cfg->steps, stop_signal = 0;
-    for (int step = start; step < cfg->steps; step++) {
-        double t0 = zero_time_now();
-        double loss_sum = 0.0, sums[STEP_SUM_COUNT] = {0};
-        for (int micro = 0; micro < cfg->grad_accum; micro++) {
-            zero__data_train_batch_shard(&job->data, &rng, B, T, rank, W, r.x, r.y);
-            float l = 0.0f;
-            st = zero__gpt_forward(r.gpt, r.x, r.y, B, T, &l);
-            if (!st) st = zero__gpt_backward(r.gpt);
-            if (st) goto done;
-            loss_sum += l;
-        }
-        zero_step_stats_t ss;
-        st = zero_engine_step(r.eng, &ss);
-        sums[STEP_LOSS] = loss_sum;
-        step_requests(&r, sums);
-        if (!st) st = sum_ranks(&r, sums, STEP_SUM_COUNT);
-        if (!st) st = zero__train_replica_check(cfg, r.eng, step + 1, step + 1 == cfg->steps);
-        if (st) goto done;
-        loss_sum = sums[STEP_LOSS];
-        stop_signal = agreed_stop(sums);
-        const int save_asked = sums[STEP_SAVE] > 0;
-        r.skipped_steps += ss.skipped;
-        rep->skipped_steps = r.skipped_steps;
-        rep->loss_scale = zero_engine_loss_scale(r.eng);
-        double step_s = zero_time_now() - t0;
-        train_s += step_s;
-        float loss = (float)(loss_sum / ((double)cfg->grad_accum * W));
-        rep->last_step_loss = loss;
-        smooth = smooth < 0 ? loss : 0.9 * smooth + 0.1 * loss;
-        rep->tokens += tokens_per_step;
-        double tok_s = rep->tokens / train_s;
-        double eta = train_s / (step + 1 - start) * (cfg->steps - step - 1);
-        int last = step + 1 == cfg->steps || stop_signal;
-        if (job->io->tty || (step + 1) % cfg->steps_per_print == 0 || step == start || last ||
-            ss.skipped)
-            progress(&r, step + 1, cfg->steps, (float)smooth, tok_s, eta, &ss);
-        float val = NAN;
-        if ((cfg->eval_interval > 0 && (step + 1) % cfg->eval_interval == 0) || last) {
-            st = evaluate(&r, 0, &rep->final_val_loss);
-            if (st) goto done;
-            val = rep->final_val_loss;
-            if (job->io->tty) say(&r, "\r\033[K");
-            say(&r, "step %5d | val loss %.4f | train loss %.4f | %.1fk tok/s\n", step + 1,
-                (double)rep->final_val_loss, smooth, tok_s / 1e3);
-        }
-        st = metrics_line(&r, step + 1, loss, &ss, pos.tokens + rep->tokens, tok_s, step_s, val);
-        if (job->io->metrics_path) st = agree_status(&r, st, "write the metrics log");
-        if (st) goto done;
-        /* Periodic checkpoints, requested ones, and always one after the last step. */
-        if (cfg->save_dir[0] &&
-            ((cfg->save_every > 0 && (step + 1) % cfg->save_every == 0) || last || save_asked)) {
-            zero_train_position_t now = position_at(&r, &pos, step + 1, rng, rep->tokens);
-            st = zero__train_ckpt_save(cfg, r.eng, r.comm, &now, ckpt_path, sizeof ckpt_path);
-            if (st) goto done;
-            saved_step = step + 1;
-            if (job->io->tty) say(&r, "\r\033[K");
-            say(&r, "step %5d | checkpoint saved to %s%s\n", step + 1, ckpt_path,
-                save_asked ? " (requested)" : "");
-        } else if (save_asked) {
-            if (job->io->tty) say(&r, "\r\033[K");
-            say(&r, "step %5d | checkpoint requested, but train.save_dir is not set: none saved\n",
-                step + 1);
-        }
-        if (stop_signal) {
-            end_step = step + 1;
-            if (job->io->tty) say(&r, "\r\033[K");
-            say(&r, "step %5d | stopped by %s (signal %d)%s\n", end_step, signal_name(stop_signal),
-                stop_signal,
-                cfg->save_dir[0] ? ": checkpoint saved" : ": no train.save_dir, no checkpoint");
-            break;
-        }
-    }
-    /* A run that took no step still leaves a checkpoint, unless it resumed from one (which holds
-     * this very state already). */
-    if (!stop_signal && cfg->save_dir[0] && saved_step != (int64_t)ZERO_MAX(start, cfg->steps)) {
-        zero_train_position_t now =
-            position_at(&r, &pos, ZERO_MAX(start, cfg->steps), rng, rep->tokens);
-        st = zero__train_ckpt_save(cfg, r.eng, r.comm, &now, ckpt_path, sizeof ckpt_path);
-        if (st) goto done;
-        say(&r, "checkpoint saved to %s\n", ckpt_path);
-    }
-    if (r.metrics) {
-        st = zero__train_metrics_flush(r.metrics, job->io->metrics_path, 1);
-        r.metrics = NULL;
-    }
-    if (job->io->metrics_path) st = agree_status(&r, st, "close the metrics log");
-    if (st) goto done;
-    rep->steps = ZERO_MAX(end_step - start, 0); /* trained by this invocation */
-    rep->stop_signal = stop_signal;
-    rep->start_step = start;
-    rep->train_s = train_s;
-    st = evaluate(&r, 1, &rep->final_train_loss);
-    if (st) goto done;
-    rep->tokens_per_s = train_s > 0 ? rep->tokens / train_s : 0.0;
-    rep->flops_per_s = rep->tokens_per_s * rep->flops_per_token;
-    rep->mfu = rep->peak_flops_per_s > 0 ? rep->flops_per_s / rep->peak_flops_per_s : 0.0;
-
-    if (!stop_signal) st = samples(&r); /* a stopping run leaves promptly */
-    if (!st) st = zero_engine_fingerprint(r.eng, &rep->weights_fingerprint);
-    if (st) goto done;
-    zero_mem_get_stats(zero_engine_mem(r.eng), &rep->mem);
-
-    /* Gather every rank's figures on every rank (a fixed-size struct as bytes). */
-    zero_train_rank_report_t mine;
-    rank_report(&r, &mine);
-    mine.peak_flops_per_s = my_peak;
-    st = gather_reports(&r, &mine, &all);
-    if (st) goto done;
-    rep->elapsed_s = zero_time_now() - job->t_start;
-
-    say(&r, "report: train loss %.4f, val loss %.4f (start %.4f, unigram %.4f, ln V %.4f)\n",
-        (double)rep->final_train_loss, (double)rep->final_val_loss, (double)rep->init_val_loss,
-        rep->unigram_entropy, rep->ln_vocab);
-    say(&r, "report: %.0f tokens in %.1f s: %.1fk tok/s, %.2f GFLOP/s", rep->tokens, rep->train_s,
-        rep->tokens_per_s / 1e3, rep->flops_per_s / 1e9);
-    if (rep->peak_flops_per_s > 0)
-        say(&r, " = %.1f%% of the %.1f GFLOP/s matmul peak (MFU)%s", 100.0 * rep->mfu,
-            rep->peak_flops_per_s / 1e9,
-            rep->mfu > 1.0 ? "; above 100%: the start-up peak was measured while other work ran"
-                           : "");
-    say(&r, "\n");
-    if (rank == 0) print_tables(&r, all);
-    if (stop_signal)
-        say(&r, "report: stopped early by %s (signal %d) after step %d of %d\n",
-            signal_name(stop_signal), stop_signal, end_step, cfg->steps);
-    say(&r, "report: weights fingerprint %016llx; %.1f s in all\n",
-        (unsigned long long)rep->weights_fingerprint, rep->elapsed_s);
-    if (rank == 0) {
-        rep->ranks = all;
-        all = NULL;
-    }
-done:
-    free(all);
+    zero_status_t st = rank_setup(&r, rep);
+    if (!st) st = rank_loop(&r, rep);
+    if (!st) st = rank_finish(&r, rep);
     if (r.metrics) fclose(r.metrics);
     free(r.x);
     free(r.y);
