@@ -216,6 +216,18 @@ static zero_status_t post_direct(zero_engine_t *eng, zero__unit_t *un) {
     return advance(eng);
 }
 
+/* Unit un's working buffer has been consumed (added into the accumulator or copied into a
+ * bucket): with shard_grads it goes back to the gradient pool; otherwise it stays the unit's,
+ * zeroed for the next micro-step unless the consuming pass already zeroed it. */
+static void work_done(zero_engine_t *eng, zero__unit_t *un, int zeroed) {
+    if (eng->pol.shard_grads) {
+        zero__pool_give(&eng->grad_pool, un->work);
+        un->work = NULL;
+    } else if (!zeroed) {
+        zero__zero(un->work, un->padded_count * eng->ce / sizeof(float), eng->params.threads);
+    }
+}
+
 zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
     zero__unit_t *un = &eng->units[u];
     zero__schedule_event(eng, -(int32_t)u - 1);
@@ -265,14 +277,11 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
             return ZERO_OK;
         }
         /* One pass: add (widening a 16-bit gradient; into a zero fp32 accumulator a plain
-         * store) and, stages 0-1, zero the working buffer for the next micro-step. */
+         * store) and, without shard_grads, zero the working buffer for the next micro-step. */
         zero__acc_add(eng, un->acc, eng->params.grad_accum_dtype, un->work,
                       eng->params.compute_dtype, S,
                       fresh && eng->params.grad_accum_dtype == ZERO_DTYPE_FP32, own);
-        if (!own) {
-            zero__pool_give(&eng->grad_pool, un->work);
-            un->work = NULL;
-        }
+        work_done(eng, un, own);
         return ZERO_OK;
     } else {
         const size_t stride = eng->bucket_cap / (size_t)eng->world;
@@ -292,12 +301,7 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
     }
     eng->rs_elems += S;
     un->acc_used = 1;
-    if (!eng->pol.shard_grads) {
-        zero__zero(un->work, un->padded_count * eng->ce / sizeof(float), eng->params.threads);
-    } else {
-        zero__pool_give(&eng->grad_pool, un->work);
-        un->work = NULL;
-    }
+    work_done(eng, un, 0);
     un->dirty = 0;
     return ZERO_OK;
 }
