@@ -19,6 +19,10 @@ void zero__set_error_message(const char *message);
 
 void zero__log(zero_log_level_t level, int rank, int world, const char *fmt, ...) ZERO_PRINTF(4, 5);
 
+/* A fast non-cryptographic hash of `bytes` bytes at data, continuing from h (src/core/hash.c):
+ * equal inputs give equal hashes on every rank and machine of the same endianness. */
+uint64_t zero__hash_bytes(uint64_t h, const void *data, size_t bytes);
+
 /* Account `bytes` of memory the library obtained outside zero_mem_alloc (a shared mapping) to
  * `category` of mem (NULL: nothing), or give them back. */
 void zero__mem_track(zero_mem_t *mem, zero_mem_category_t category, size_t bytes);

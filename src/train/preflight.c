@@ -33,22 +33,6 @@ static int is_per_rank(const char *name) {
     return 0;
 }
 
-static uint64_t hash_bytes(uint64_t h, const void *data, size_t bytes) {
-    const unsigned char *p = data;
-    size_t i = 0;
-    for (; i + 8 <= bytes; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h = (h ^ w) * 0x9e3779b97f4a7c15ull;
-        h ^= h >> 29;
-    }
-    for (; i < bytes; i++) {
-        h = (h ^ p[i]) * 0x100000001b3ull;
-        h ^= h >> 29;
-    }
-    return h;
-}
-
 #define SEED_HASH 0xcbf29ce484222325ull
 #define VALUE_MAX 256
 
@@ -59,7 +43,7 @@ static void value_of(const zero_train_config_t *cfg, const zero_dataset_t *data,
         zero__train_config_value_str(cfg, i, buf, n);
         return;
     }
-    uint64_t h = hash_bytes(SEED_HASH, data->tokens, data->count * sizeof *data->tokens);
+    uint64_t h = zero__hash_bytes(SEED_HASH, data->tokens, data->count * sizeof *data->tokens);
     /* The file name only in messages: the same data may live at another path on another
      * machine. */
     snprintf(buf, n, "%zu tokens with content hash %016llx%s%.160s%s", data->count,
@@ -84,7 +68,7 @@ zero_status_t zero__train_agree(const zero_train_config_t *cfg, const zero_datas
     for (int i = 0; i < n; i++) {
         if (i < keys && is_per_rank(zero__train_config_key_name(i))) continue;
         value_of(cfg, data, i, keys, 0, buf, sizeof buf);
-        mine[i] = hash_bytes(SEED_HASH, buf, strlen(buf)) | 1;
+        mine[i] = zero__hash_bytes(SEED_HASH, buf, strlen(buf)) | 1;
     }
     zero_status_t st =
         zero_comm_all_gather(mine, all, (size_t)n * sizeof *mine, ZERO_DTYPE_UINT8, comm);

@@ -14,32 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A word-at-a-time multiplicative hash: about one multiply per 8 bytes, so a check over the
- * parameters costs far less than a step; not cryptographic (it detects drift, not tampering). */
-static uint64_t hash_words(uint64_t h, const void *data, size_t bytes) {
-    const unsigned char *p = data;
-    size_t i = 0;
-    for (; i + 8 <= bytes; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h = (h ^ w) * 0x9e3779b97f4a7c15ull;
-        h ^= h >> 29;
-    }
-    for (; i < bytes; i++) {
-        h = (h ^ p[i]) * 0x100000001b3ull;
-        h ^= h >> 29;
-    }
-    return h;
-}
-
 /* The replicated bytes of unit un on this rank hashed, or 0 when this rank holds no replica of it
  * (stage 3, not persistent). */
 static uint64_t unit_hash(const zero_engine_t *eng, const zero__unit_t *un) {
     if (eng->pol.shard_params && !un->persistent) return 0;
     uint64_t h = 0xcbf29ce484222325ull;
-    h = hash_words(h, un->full, un->padded_count * eng->ce);
+    h = zero__hash_bytes(h, un->full, un->padded_count * eng->ce);
     if (un->master && !eng->pol.shard_optim)
-        h = hash_words(h, un->master, un->padded_count * sizeof(float));
+        h = zero__hash_bytes(h, un->master, un->padded_count * sizeof(float));
     return h | 1; /* never 0, the "no replica" mark */
 }
 
@@ -55,7 +37,7 @@ zero_status_t zero_engine_check_replicas(zero_engine_t *eng) {
     uint64_t all_units = 0xcbf29ce484222325ull;
     for (size_t u = 0; u < n; u++) {
         mine[u] = unit_hash(eng, &eng->units[u]);
-        all_units = hash_words(all_units, &mine[u], sizeof mine[u]);
+        all_units = zero__hash_bytes(all_units, &mine[u], sizeof mine[u]);
     }
     /* First a constant-size agreement: the maximum of each 16-bit quarter of the hash and of
      * its negation is the same everywhere iff every rank has the same hash. The table of all
