@@ -12,8 +12,8 @@
 #   a CASE is a config file name under configs/ (without .json), optionally with train flags
 #   joined by commas: "gpt-85m" "main" "main,--steps,30" (default: "gpt-85m main,--steps,30")
 # Example (the commit before a change, built apart, against this build):
-#   git archive REV | tar -x -C /tmp/old && cmake -S /tmp/old -B /tmp/old/build &&
-#   cmake --build /tmp/old/build --target zero_cli && bench/bench_ab.sh -a /tmp/old/build/zero -b build/zero
+#   old=$(mktemp -d) && git archive REV | tar -x -C "$old" && cmake -S "$old" -B "$old/build" &&
+#   cmake --build "$old/build" --target zero_cli && bench/bench_ab.sh -a "$old/build/zero" -b build/zero
 set -euo pipefail
 cd "$(dirname "$0")/.."
 a="" b="" rounds=3 cases="gpt-85m main,--steps,30"
