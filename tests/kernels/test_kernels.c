@@ -841,11 +841,13 @@ int main(int argc, char **argv) {
                              o[2], loss);
     }
     {
-        /* the MFU denominator: a sane positive rate (0.1 GFLOP/s .. 100 TFLOP/s), quickly */
+        /* the MFU denominator: a sane positive rate (0.1 GFLOP/s .. 100 TFLOP/s); how long the
+         * measurement took is printed, not asserted (timings are benchmarks, and a loaded machine
+         * stretches it; CTest's timeout catches a hang) */
         double t0 = omp_get_wtime();
         double peak = zero__matmul_peak_flops(1);
         double dt = omp_get_wtime() - t0;
-        if (peak > 1e8 && peak < 1e14 && dt < 5.0)
+        if (peak > 1e8 && peak < 1e14)
             n_pass++;
         else
             n_fail++, printf("FAIL matmul_peak_flops(1) = %g FLOP/s in %.2f s\n", peak, dt);
