@@ -97,6 +97,16 @@ zero_status_t zero__mkdir_p(const char *path) {
     return ZERO_OK;
 }
 
+void zero__dir_of(const char *path, char *dir, size_t n) {
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, n, ".");
+    else if (slash == path)
+        snprintf(dir, n, "/");
+    else
+        snprintf(dir, n, "%.*s", (int)(slash - path), path);
+}
+
 zero_status_t zero__dir_writable(const char *path) {
     static _Atomic unsigned counter;
     char probe[4096 + 64];

@@ -16,6 +16,8 @@ zero_status_t zero__pwrite_all(int fd, const void *buf, size_t bytes, int64_t of
 zero_status_t zero__pread_all(int fd, void *buf, size_t bytes, int64_t offset, const char *path);
 zero_status_t zero__fsync_path(const char *path); /* file or directory */
 zero_status_t zero__mkdir_p(const char *path);
+/* The directory part of path into dir[n]: "." for a bare name, "/" for "/x". */
+void zero__dir_of(const char *path, char *dir, size_t n);
 /* Whether files can be created in an existing directory: a probe file is created and removed
  * (root ignores permission bits, so access(2) alone would not tell a read-only mount). */
 zero_status_t zero__dir_writable(const char *path);

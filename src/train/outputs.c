@@ -19,17 +19,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The directory part of path ("." for a bare name, "/" for "/x"). */
-static void dir_of(const char *path, char *dir, size_t n) {
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, n, ".");
-    else if (slash == path)
-        snprintf(dir, n, "/");
-    else
-        snprintf(dir, n, "%.*s", (int)(slash - path), path);
-}
-
 /* A file the run will create or replace: its directory must exist and take new files. */
 static zero_status_t check_new_file(const char *what, const char *path) {
     char dir[4096];
@@ -37,7 +26,7 @@ static zero_status_t check_new_file(const char *what, const char *path) {
     if (!path[0] || path[strlen(path) - 1] == '/' || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)))
         return zero__error(ZERO_ERR_IO, "%s '%s' is a directory (expected a file name)", what,
                            path);
-    dir_of(path, dir, sizeof dir);
+    zero__dir_of(path, dir, sizeof dir);
     if (stat(dir, &sb) != 0)
         return zero__error(ZERO_ERR_IO,
                            "%s '%s': directory %s: %s (expected an existing directory)", what, path,

@@ -1048,12 +1048,7 @@ zero_status_t zero__train_report_write(const zero_train_report_t *rep,
     if (!st && !(line = malloc(n + 1)))
         st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "report: out of memory");
     if (!st) {
-        if (!slash)
-            snprintf(dir, sizeof dir, ".");
-        else if (dlen == 0)
-            snprintf(dir, sizeof dir, "/");
-        else
-            snprintf(dir, sizeof dir, "%.*s", (int)dlen, path);
+        zero__dir_of(path, dir, sizeof dir);
         memcpy(line, text, n);
         line[n] = '\n';
         st = zero__write_file_atomic(dir, name, line, n + 1);
