@@ -22,54 +22,11 @@ import sys
 import tempfile
 import time
 
+import proc_checks
+from proc_checks import check, rank_pids, read
+
 TIMEOUT_S = 5
 SLACK_S = 15
-
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures += 1
-
-
-def rank_pids(root_pid, rank):
-    """Processes under root_pid (any depth) whose environment says OMPI_COMM_WORLD_RANK=rank."""
-    children = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(d))
-    found, todo = [], [root_pid]
-    while todo:
-        p = todo.pop()
-        for c in children.get(p, []):
-            todo.append(c)
-            try:
-                with open(f"/proc/{c}/environ", "rb") as f:
-                    env = f.read().split(b"\0")
-                with open(f"/proc/{c}/cmdline", "rb") as f:
-                    cmd = f.read()
-            except OSError:
-                continue
-            if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env and b"train" in cmd:
-                found.append(c)
-    return found
-
-
-def read(path):
-    try:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 def test_hang(zero, mpiexec, tmp):
@@ -174,8 +131,8 @@ def main():
         test_precedence(zero, tmp)
         if len(sys.argv) > 2:
             test_hang(zero, sys.argv[2], tmp)
-    print(f"{failures} failed")
-    return 1 if failures else 0
+    print(f"{proc_checks.failures} failed")
+    return 1 if proc_checks.failures else 0
 
 
 if __name__ == "__main__":

@@ -41,7 +41,8 @@ import sys
 import tempfile
 import time
 
-failures = 0
+import proc_checks
+from proc_checks import check, rank_pids, read
 
 # A tiny model: each step takes about a millisecond, so a run of a million steps is still
 # training when the signal comes. The schedule's length is fixed so that runs of any
@@ -51,22 +52,6 @@ MODEL = ["--no-peak", "--set", "model.layers=1", "--set", "model.dim=32", "--set
          "--set", "train.eval_interval=0", "--set", "data.builtin_bytes=65536",
          "--set", "scheduler.params.total_num_steps=100000", "--stage", "2"]
 MANY = "1000000"
-
-
-def check(cond, what):
-    global failures
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures += 1
-    return cond
-
-
-def read(path):
-    try:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 def load_json(path):
@@ -284,32 +269,6 @@ def test_threads(zero, tmp):
         run.kill()
 
 
-def rank_pids(root_pid, rank):
-    """Processes under root_pid whose environment says OMPI_COMM_WORLD_RANK=rank."""
-    children = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(d))
-    found, todo = [], [root_pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            todo.append(c)
-            try:
-                with open(f"/proc/{c}/environ", "rb") as f:
-                    env = f.read().split(b"\0")
-            except OSError:
-                continue
-            if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
-                found.append(c)
-    return found
-
-
 def test_mpi(zero, mpiexec, tmp):
     base = [mpiexec, "--allow-run-as-root", "--oversubscribe", "-np", "2", zero, "train",
             "--steps", MANY,
@@ -370,8 +329,8 @@ def main():
             test_threads(sys.argv[2], tmp)
         else:
             test_mpi(sys.argv[2], sys.argv[3], tmp)
-    print(f"{failures} failed")
-    return 1 if failures else 0
+    print(f"{proc_checks.failures} failed")
+    return 1 if proc_checks.failures else 0
 
 
 if __name__ == "__main__":
