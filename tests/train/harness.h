@@ -18,6 +18,12 @@ static inline int train_cli(const char *const *args) {
     return zero__cli_train(argc, argv);
 }
 
+/* train_cli arguments after "train" for one step of a tiny model (1 layer, dim 32, 2 heads,
+ * seq 16), quiet and without the start-up peak measurement. */
+#define TINY_RUN_ARGS                                                                              \
+    "-q", "--no-peak", "--steps", "1", "--set", "model.layers=1", "--set", "model.dim=32",         \
+        "--set", "model.heads=2", "--set", "model.seq=16"
+
 /* The first MiB of a file as a NUL-terminated string (malloc'd), or NULL. */
 static inline char *slurp(const char *path) {
     FILE *f = fopen(path, "rb");

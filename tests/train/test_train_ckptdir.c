@@ -162,27 +162,11 @@ static void test_shared_dir(void) {
     free(after);
     free(before);
     /* --overwrite on the command line sets train.overwrite */
-    const char *cli[] = {"train",
-                         "-q",
-                         "--no-peak",
-                         "--steps",
-                         "1",
-                         "--set",
-                         "model.layers=1",
-                         "--set",
-                         "model.dim=32",
-                         "--set",
-                         "model.heads=2",
-                         "--set",
-                         "model.seq=16",
-                         "--set",
-                         "train.samples=0",
-                         "--set",
-                         "data.builtin_bytes=65536",
-                         "--save-dir",
-                         save,
-                         NULL,
-                         NULL};
+    const char *cli[] = {"train",      TINY_RUN_ARGS,
+                         "--set",      "train.samples=0",
+                         "--set",      "data.builtin_bytes=65536",
+                         "--save-dir", save,
+                         NULL,         NULL};
     CHECK(train_cli(cli) == 1 && strstr(zero_last_error(), "already holds checkpoints"),
           "CLI without --overwrite: '%s'", zero_last_error());
     cli[19] = "--overwrite";

@@ -120,26 +120,9 @@ static void test_full(void) {
     fill(0);
     snprintf(report, sizeof report, "%s/report.json", full);
     snprintf(tmp_report, sizeof tmp_report, "%s/.report.json.tmp", full);
-    const char *cli[] = {"train",
-                         "-q",
-                         "--no-peak",
-                         "--steps",
-                         "1",
-                         "--set",
-                         "model.layers=1",
-                         "--set",
-                         "model.dim=32",
-                         "--set",
-                         "model.heads=2",
-                         "--set",
-                         "model.seq=16",
-                         "--set",
-                         "train.samples=0",
-                         "--set",
-                         "data.builtin_bytes=65536",
-                         "--json-report",
-                         report,
-                         NULL};
+    const char *cli[] = {"train",           TINY_RUN_ARGS, "--set",
+                         "train.samples=0", "--set",       "data.builtin_bytes=65536",
+                         "--json-report",   report,        NULL};
     CHECK(train_cli(cli) == 1 && strstr(zero_last_error(), "report.json") &&
               strstr(zero_last_error(), "No space left"),
           "report on a full disk: '%s'", zero_last_error());

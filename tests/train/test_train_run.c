@@ -80,22 +80,7 @@ int main(void) {
     /* the report is written atomically: an unwritable place fails, naming it */
     char bad_report[600];
     snprintf(bad_report, sizeof bad_report, "%s/missing-dir/report.json", dir);
-    const char *tiny[] = {"train",
-                          "-q",
-                          "--no-peak",
-                          "--steps",
-                          "1",
-                          "--set",
-                          "model.layers=1",
-                          "--set",
-                          "model.dim=32",
-                          "--set",
-                          "model.heads=2",
-                          "--set",
-                          "model.seq=16",
-                          "--json-report",
-                          bad_report,
-                          NULL};
+    const char *tiny[] = {"train", TINY_RUN_ARGS, "--json-report", bad_report, NULL};
     CHECK(train_cli(tiny) == 1, "report into a missing directory");
     CHECK(strstr(zero_last_error(), "missing-dir") != NULL, "message: '%s'", zero_last_error());
     snprintf(bad_report, sizeof bad_report, "%s/", dir);
