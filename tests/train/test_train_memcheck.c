@@ -46,14 +46,19 @@ static void tiny(zero_train_config_t *c) {
           "tiny config");
 }
 
+/* The tiny config with a 175B-parameter model's shape (GPT-3: 96 layers, dim 12288). */
+static void huge(zero_train_config_t *c) {
+    tiny(c);
+    c->model.dim = 12288;
+    c->model.heads = 96;
+    c->model.layers = 96;
+    c->model.vocab = 50257;
+    c->model.seq = 2048;
+}
+
 static void test_huge(void) {
     zero_train_config_t c;
-    tiny(&c);
-    c.model.dim = 12288;
-    c.model.heads = 96;
-    c.model.layers = 96;
-    c.model.vocab = 50257;
-    c.model.seq = 2048;
+    huge(&c);
     c.micro_batch = 1;
     double t0 = zero_time_now();
     zero_status_t st = zero__train_run(&c, NULL, NULL);
@@ -118,12 +123,7 @@ static void accuracy_case(int ranks, int stage, int bf16, int ckpt, int overlap)
 
 static void test_override(void) {
     zero_train_config_t c;
-    tiny(&c);
-    c.model.dim = 12288;
-    c.model.heads = 96;
-    c.model.layers = 96;
-    c.model.vocab = 50257;
-    c.model.seq = 2048;
+    huge(&c);
     c.steps = 0;
     c.memory_check = 0;
     c.data_path[0] = 0;
