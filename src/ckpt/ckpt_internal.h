@@ -7,6 +7,7 @@
 #ifndef ZERO_CKPT_INTERNAL_H
 #define ZERO_CKPT_INTERNAL_H
 
+#include "core/crc32c.h"
 #include "core/fileio.h"
 #include "zero/ckpt.h"
 
@@ -24,10 +25,6 @@
 #define ZERO__CKPT_MAX_WORLD 1000000u
 
 enum { ZERO__CKPT_KIND_PARAMS = 1, ZERO__CKPT_KIND_OPTIM = 2 };
-
-uint32_t zero__crc32c(uint32_t crc, const void *data, size_t bytes);
-/* The byte-table implementation (tests compare the fast path with it). */
-uint32_t zero__crc32c_reference(uint32_t crc, const void *data, size_t bytes);
 
 static inline void zero__put_u32(unsigned char *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));

@@ -720,29 +720,6 @@ static void test_save_check(void) {
     h_free(&h);
 }
 
-/* CRC32C: the standard check value, and the interleaved fast path against the byte table on
- * random lengths, alignments and seeds. */
-static void test_crc32c(void) {
-    CHECK(zero__crc32c(0, "123456789", 9) == 0xE3069283u, "crc32c check value");
-    CHECK(zero__crc32c_reference(0, "123456789", 9) == 0xE3069283u, "reference check value");
-    size_t n = 1 << 16;
-    unsigned char *b = malloc(n);
-    unsigned seed = 3;
-    for (size_t i = 0; i < n; i++) b[i] = (unsigned char)rand_r(&seed);
-    int bad = 0;
-    for (int it = 0; it < 500; it++) {
-        size_t off = (size_t)rand_r(&seed) % 64, len = (size_t)rand_r(&seed) % (n - 64);
-        uint32_t c0 = (uint32_t)rand_r(&seed);
-        bad += zero__crc32c(c0, b + off, len) != zero__crc32c_reference(c0, b + off, len);
-        /* chaining: crc(A || B) from crc(A) */
-        size_t cut = len / 3;
-        bad += zero__crc32c(zero__crc32c(0, b + off, cut), b + off + cut, len - cut) !=
-               zero__crc32c(0, b + off, len);
-    }
-    CHECK(bad == 0, "crc32c fast path: %d mismatches", bad);
-    free(b);
-}
-
 int main(int argc, char **argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : DEFAULT_KILL_ROUNDS;
     const char *tmp = getenv("TMPDIR");
@@ -753,7 +730,6 @@ int main(int argc, char **argv) {
     }
     zero_log_set_level(ZERO_LOG_WARN);
     double t0 = zero_time_now();
-    test_crc32c();
     test_roundtrip();
     test_meta_and_ranges();
     test_latest_keep_last();

@@ -1,4 +1,5 @@
-/* crc32c.c — CRC32C (Castagnoli), the checksum of checkpoint chunks and headers.
+/* crc32c.c — CRC32C (Castagnoli), the checksum of checkpoint chunks and headers (src/ckpt) and
+ * of swap-file blocks (src/io).
  *
  * With SSE4.2 (the crc32 instruction) a buffer is cut into three parts whose CRCs run
  * interleaved (the instruction has a latency of 3 cycles and a throughput of 1, so one stream
@@ -6,12 +7,13 @@
  * crc(A || B) = crc(A) * x^(8|B|) mod P xor crc(B) (as zlib's crc32_combine). Without SSE4.2 a
  * byte table is used. The SSE4.2 path is compiled with a target attribute and chosen at run time
  * (__builtin_cpu_supports), so a build for plain x86-64 still uses it. Both give the standard
- * CRC32C (initial ~0, final xor ~0): "123456789" -> 0xE3069283; tests/ckpt checks the fast path
- * against the table.
+ * CRC32C (initial ~0, final xor ~0): "123456789" -> 0xE3069283; tests/core/test_crc32c checks the
+ * fast path against the table.
  */
-#include "ckpt/ckpt_internal.h"
+#include "core/crc32c.h"
 
 #include <pthread.h>
+#include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <nmmintrin.h>
