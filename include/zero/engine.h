@@ -371,18 +371,26 @@ ZERO_API zero_status_t zero_engine_check_replicas(zero_engine_t *eng);
  *           them only in zero_engine_free. gather_pool_bytes reports it, gather_pool_idle_bytes
  *           the part not lent now (the rest are the units gathered now).
  * Communication (bytes SENT by this rank in the last completed optimizer step, every collective
- * the engine issued; N = world, M = micro-steps (grads_done rounds) of that step, control = one
- * all-gather of 32 bytes per rank per step (norm partial, schedule hash, inf/NaN flag)):
- *   stage 0-2: (N-1) * cS * M (reduce-scatter per micro-step) + (N-1) * aS (stage 0: all-gather
- *              of the reduced gradient) or (N-1) * cS (stages 1, 2: of the params) + (N-1) * 32
- *   stage 3:   (N-1) * cS * M + sum over non-persistent units u of G_u * (N-1) * c S_u, where G_u
- *              is the number of fetch windows of u in the step (fetches with u not held: twice
- *              per micro-step for a forward + backward use), + (N-1) * c S_pers (persistent
- *              units all-gathered after the step) + (N-1) * 32. Prefetch changes when a
- *              window's gather is posted, not how many: it follows a confirmed fetch sequence
- *              only while the calls match it, so no gather is dropped unused (if one ever is, the
- *              engine logs a warning and the step sends that much more than this theory).
- * Before the first step the theory assumes M = grad_accum_steps and G_u = 2M. */
+ * the engine issued), by kind beside the theory of src/zero/xfer.c (zero__xfer_theory): with
+ * N = world, M = micro-steps of the step, S = P / N, c and a as above:
+ *   grads    (N-1) cS per micro-step (the reduce-scatters) + stage 0: (N-1) aS (the reduced
+ *            gradient all-gathered)
+ *   params   stage 3: (N-1) c S_u per fetch window of each non-persistent unit u (a fetch with
+ *            u not held: twice per micro-step for a forward + backward use) + (N-1) c S_pers
+ *            (persistent units gathered after the step); stages 1-2: (N-1) cS (after the step)
+ *   control  (N-1) x 32 (one record per rank per step: norm partial, schedule hash, inf/NaN flag)
+ * Prefetch changes when a window's gather is posted, not how many (if a prefetched gather is
+ * ever dropped unused, the engine logs a warning and the step sends that much more). Before the
+ * first step the theory assumes M = grad_accum_steps and two windows per micro-step. */
+typedef enum zero_xfer_kind {
+    ZERO_XFER_PARAMS,  /* parameter all-gathers */
+    ZERO_XFER_GRADS,   /* gradient reductions */
+    ZERO_XFER_CONTROL, /* the step's agreement record */
+    ZERO_XFER_KIND_COUNT
+} zero_xfer_kind_t;
+
+ZERO_API const char *zero_xfer_kind_name(zero_xfer_kind_t kind); /* "params", "grads", "control" */
+
 typedef struct zero_engine_report {
     size_t memory_bytes[ZERO_MEM_CATEGORY_COUNT];
     size_t memory_peak_bytes[ZERO_MEM_CATEGORY_COUNT];
@@ -390,6 +398,8 @@ typedef struct zero_engine_report {
     uint64_t comm_bytes_per_step;
     uint64_t comm_theory_bytes_per_step;
     uint64_t comm_sent_bytes_per_step_by_coll[ZERO_COLL_COUNT];
+    uint64_t comm_sent_bytes_per_step_by_kind[ZERO_XFER_KIND_COUNT];
+    uint64_t comm_theory_bytes_per_step_by_kind[ZERO_XFER_KIND_COUNT];
     size_t param_count;        /* unpadded */
     size_t padded_param_count; /* P */
     int stage, world_size, rank;

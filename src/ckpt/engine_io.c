@@ -54,6 +54,7 @@ zero_status_t zero_ckpt_engine_layout_init(zero_ckpt_engine_layout_t *out,
         return zero__error(ZERO_ERR_OUT_OF_MEMORY, "checkpoint layout: out of memory");
     }
     size_t k = 0;
+    size_t ranks0 = 0; /* ranks the first unit is sharded over */
     for (int u = 0; u < nu; u++) {
         zero_ckpt_unit_t *U = &out->units[u];
         U->name = zero_engine_unit_name(eng, u);
@@ -79,6 +80,18 @@ zero_status_t zero_ckpt_engine_layout_init(zero_ckpt_engine_layout_t *out,
                                "its tensors end at %zu (expected round_up(%zu, world x %d))",
                                u, padded, engine_extent(eng, u), engine_extent(eng, u),
                                ZERO_CKPT_ALIGN_ELEMS);
+        }
+        /* Every unit sharded over the same ranks (the world): a unit of a smaller partition
+         * group (an expert) holds different parameters in each group, which one set of shard
+         * files per rank cannot say yet. */
+        if (u == 0) ranks0 = padded / sc;
+        if (padded / sc != ranks0) {
+            zero_ckpt_engine_layout_free(out);
+            return zero__error(ZERO_ERR_UNSUPPORTED,
+                               "checkpoint layout: unit %d '%s' is sharded over %zu ranks, unit 0 "
+                               "over %zu: checkpoints of units in partition groups smaller than "
+                               "the world are not supported",
+                               u, zero_engine_unit_name(eng, u), padded / sc, ranks0);
         }
     }
     out->layout.unit_count = nu;

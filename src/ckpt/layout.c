@@ -2,9 +2,9 @@
  * sizes, rank ranges, layout validation, state names.
  *
  * Kept apart from ckpt.c (which needs the communicator) so that the readers and the fuzz target
- * link without the rest of the library. Invariant: padded = round_up(param_count, world * 16),
- * rank r owns [r * padded / world, (r + 1) * padded / world), as in the engine (ARCHITECTURE.md
- * section 3).
+ * link without the rest of the library. Invariant: padded = zero__padded_count (core: the rule
+ * the engine uses), rank r owns [r * padded / world, (r + 1) * padded / world), as in the engine
+ * (ARCHITECTURE.md section 3).
  */
 #include "ckpt/ckpt_internal.h"
 #include "core/core_internal.h"
@@ -16,9 +16,11 @@ const char *zero_ckpt_state_name(zero_ckpt_state_t state) {
     return (unsigned)state < ZERO_CKPT_STATE_COUNT ? state_names[state] : "?";
 }
 
+_Static_assert(ZERO_CKPT_ALIGN_ELEMS == ZERO__ALIGN_ELEMS,
+               "the checkpoint's alignment is the engine's");
+
 size_t zero_ckpt_padded_count(size_t param_count, int world) {
-    size_t a = (size_t)(world < 1 ? 1 : world) * ZERO_CKPT_ALIGN_ELEMS;
-    return (param_count + a - 1) / a * a;
+    return zero__padded_count(param_count, world);
 }
 
 void zero_ckpt_shard_range(size_t param_count, int world, int rank, size_t *offset, size_t *count) {

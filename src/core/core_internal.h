@@ -23,6 +23,22 @@ void zero__log(zero_log_level_t level, int rank, int world, const char *fmt, ...
  * equal inputs give equal hashes on every rank and machine of the same endianness. */
 uint64_t zero__hash_bytes(uint64_t h, const void *data, size_t bytes);
 
+/* The layout rule the engine and the checkpoints share (ARCHITECTURE.md section 3): every tensor
+ * of a unit starts at a multiple of ZERO__ALIGN_ELEMS elements, and a unit sharded over n ranks
+ * is padded to a multiple of n x ZERO__ALIGN_ELEMS, so every shard starts 64-byte aligned. */
+#define ZERO__ALIGN_ELEMS 16
+static inline size_t zero__align_up(size_t count, size_t quantum) {
+    return (count + quantum - 1) / quantum * quantum;
+}
+/* A tensor of `count` elements occupies this many of its unit (the next one starts after). */
+static inline size_t zero__tensor_span(size_t count) {
+    return zero__align_up(count, ZERO__ALIGN_ELEMS);
+}
+/* A unit whose tensors end at `extent`, sharded over n ranks: its padded element count. */
+static inline size_t zero__padded_count(size_t extent, int n) {
+    return zero__align_up(extent, (size_t)(n < 1 ? 1 : n) * ZERO__ALIGN_ELEMS);
+}
+
 /* Account `bytes` of memory the library obtained outside zero_mem_alloc (a shared mapping) to
  * `category` of mem (NULL: nothing), or give them back. */
 void zero__mem_track(zero_mem_t *mem, zero_mem_category_t category, size_t bytes);

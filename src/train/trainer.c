@@ -243,6 +243,10 @@ static void rank_report(run_t *r, zero_train_rank_report_t *rr) {
     rr->comm_theory_bytes_per_step = er.comm_theory_bytes_per_step;
     for (int c = 0; c < ZERO_COLL_COUNT; c++)
         rr->comm_sent_bytes_per_step_by_coll[c] = er.comm_sent_bytes_per_step_by_coll[c];
+    for (int k = 0; k < ZERO_XFER_KIND_COUNT; k++) {
+        rr->comm_sent_bytes_per_step_by_kind[k] = er.comm_sent_bytes_per_step_by_kind[k];
+        rr->comm_theory_bytes_per_step_by_kind[k] = er.comm_theory_bytes_per_step_by_kind[k];
+    }
     rr->padded_params = er.padded_param_count;
     for (int k = 0; k < 3; k++) {
         rr->model_state_bytes[k] = er.model_state_bytes[k];
@@ -296,19 +300,23 @@ static void print_tables(const run_t *r, const zero_train_rank_report_t *all) {
             all[k].model_state_theory_bytes[2] / MiB, m / MiB, t / MiB,
             all[k].grad_pool_bytes / MiB, all[k].gather_pool_bytes / MiB);
     }
-    say(r, "report: communication per rank per step, measured / theory\n");
+    say(r, "report: communication per rank per step in MiB, measured / theory, by kind\n");
     for (int k = 0; k < r->world; k++) {
-        say(r, "  rank %d: %.3f / %.3f MiB", (int)all[k].rank,
-            (double)all[k].comm_bytes_per_step / MiB,
+        say(r, "  rank %d: %.3f / %.3f", (int)all[k].rank, (double)all[k].comm_bytes_per_step / MiB,
             (double)all[k].comm_theory_bytes_per_step / MiB);
+        for (int x = 0; x < ZERO_XFER_KIND_COUNT; x++)
+            say(r, "%s%s %.3f / %.3f", x ? ", " : " (", zero_xfer_kind_name((zero_xfer_kind_t)x),
+                (double)all[k].comm_sent_bytes_per_step_by_kind[x] / MiB,
+                (double)all[k].comm_theory_bytes_per_step_by_kind[x] / MiB);
         int any = 0;
         for (int c = 0; c < ZERO_COLL_COUNT; c++)
             if (all[k].comm_sent_bytes_per_step_by_coll[c]) {
-                say(r, "%s%s %.3f", any ? ", " : " (sent: ", zero_coll_name((zero_coll_t)c),
+                say(r, "%s%s %.3f",
+                    any ? ", " : "; by collective: ", zero_coll_name((zero_coll_t)c),
                     (double)all[k].comm_sent_bytes_per_step_by_coll[c] / MiB);
                 any = 1;
             }
-        say(r, "%s\n", any ? ")" : "");
+        say(r, ")\n");
     }
 }
 
@@ -999,6 +1007,13 @@ zero_status_t zero__train_report_write(const zero_train_report_t *rep,
         for (int c = 0; bc && c < ZERO_COLL_COUNT; c++)
             cJSON_AddNumberToObject(bc, zero_coll_name((zero_coll_t)c),
                                     (double)rr->comm_sent_bytes_per_step_by_coll[c]);
+        cJSON *bk = cJSON_AddObjectToObject(o, "comm_sent_bytes_per_step_by_kind");
+        cJSON *tk = cJSON_AddObjectToObject(o, "comm_theory_bytes_per_step_by_kind");
+        for (int x = 0; bk && tk && x < ZERO_XFER_KIND_COUNT; x++) {
+            const char *name = zero_xfer_kind_name((zero_xfer_kind_t)x);
+            cJSON_AddNumberToObject(bk, name, (double)rr->comm_sent_bytes_per_step_by_kind[x]);
+            cJSON_AddNumberToObject(tk, name, (double)rr->comm_theory_bytes_per_step_by_kind[x]);
+        }
         cJSON_AddNumberToObject(o, "padded_params", (double)rr->padded_params);
         /* The paper's breakdown of model states, measured and theory, transient pools apart. */
         static const char *const ms_names[3] = {"parameters", "gradients", "optimizer_states"};

@@ -25,6 +25,8 @@ typedef struct zero_train_rank_report {
     uint64_t peak_rss_bytes; /* of the process (shared by the ranks of the threads backend) */
     uint64_t comm_bytes_per_step, comm_theory_bytes_per_step;
     uint64_t comm_sent_bytes_per_step_by_coll[ZERO_COLL_COUNT];
+    uint64_t comm_sent_bytes_per_step_by_kind[ZERO_XFER_KIND_COUNT];
+    uint64_t comm_theory_bytes_per_step_by_kind[ZERO_XFER_KIND_COUNT];
     uint64_t padded_params;
     /* The ZeRO paper's breakdown (zero_engine_report_t): parameters, gradients, optimizer
      * states; and the transient pools beside them. */

@@ -1,10 +1,10 @@
 /* accounting.c — the weights fingerprint and the per-rank report: memory by category beside the
- * theory of this engine's padded layout, and the bytes this rank sent in the last step beside the
- * formula (both documented in engine.h).
+ * theory of this engine's padded layout (engine.h), and the bytes this rank sent in the last step
+ * by kind beside the formula of xfer.c.
  *
  * Not here: the allocations themselves (every engine allocation carries its category where it
- * is made). Invariants: the comm counters are the engine's private communicator's, so they hold
- * only the engine's collectives; a fingerprint's traffic is moved out of the step's window.
+ * is made), the counting of what is sent (xfer.c). Invariants: the fingerprint's gathers are
+ * checks, not part of any step's traffic.
  */
 #include "engine_internal.h"
 
@@ -12,30 +12,6 @@
 
 #define FNV_OFFSET 0xcbf29ce484222325ull
 #define FNV_PRIME 0x100000001b3ull
-
-/* The control all-gather of each step (step.c's step_record_t). */
-#define CONTROL_BYTES 32u
-
-void zero__comm_sent(const zero_engine_t *eng, uint64_t out[ZERO_COLL_COUNT]) {
-    memset(out, 0, ZERO_COLL_COUNT * sizeof *out);
-    if (!eng->comm) return;
-    zero_comm_stats_t s;
-    zero_comm_get_stats(eng->comm, &s);
-    memcpy(out, s.sent_bytes, ZERO_COLL_COUNT * sizeof *out);
-}
-
-void zero__accounting_end_step(zero_engine_t *eng) {
-    uint64_t now[ZERO_COLL_COUNT];
-    zero__comm_sent(eng, now);
-    for (int c = 0; c < ZERO_COLL_COUNT; c++) {
-        eng->last_sent[c] = now[c] - eng->sent_base[c];
-        eng->sent_base[c] = now[c];
-    }
-    eng->last_rs_elems = eng->rs_elems;
-    eng->last_gather_elems = eng->gather_elems;
-    eng->rs_elems = eng->gather_elems = 0;
-    eng->have_last = 1;
-}
 
 static uint64_t fnv_bytes(uint64_t h, const void *data, size_t n) {
     const unsigned char *p = data;
@@ -46,59 +22,51 @@ static uint64_t fnv_bytes(uint64_t h, const void *data, size_t n) {
     return h;
 }
 
+/* The fp32 weights of unit u whole: what this rank holds of the optimizer's master (through the
+ * residency: with fp32 compute the parameters), all-gathered over the unit's group when that is
+ * a shard. The hash reads each tensor, padding apart. */
+static zero_status_t hash_unit(zero_engine_t *eng, int u, uint64_t *h) {
+    const zero__unit_t *un = &eng->units[u];
+    const zero__optim_residency_t *res = &eng->residency;
+    size_t lo, n;
+    zero__optim_held_range(eng, un, ZERO_ENGINE_STATE_MASTER, &lo, &n);
+    void *held = NULL;
+    zero_status_t st = res->map(res->ctx, u, ZERO_ENGINE_STATE_MASTER, lo, n, &held);
+    if (st) return st;
+    const float *w = held;
+    float *whole = NULL, *pooled = NULL;
+    if (n < un->padded_count) {
+        /* An idle gather buffer if the pool has one (after a step at stage 3 it has): a fresh
+         * allocation would raise the peak resident size by a unit at the end of a run. */
+        const size_t bytes = un->padded_count * sizeof(float);
+        whole = pooled = zero__pool_take_idle(&eng->pool, bytes);
+        if (!whole) whole = zero_mem_alloc(eng->mem, ZERO_MEM_COMM, bytes, 64);
+        if (!whole)
+            st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "no memory to gather unit '%s' (%zu bytes)",
+                             un->name, bytes);
+        else
+            st = zero__xfer_gather(eng, un->grp, ZERO__XFER_CHECK, held, whole, n, ZERO_DTYPE_FP32,
+                                   NULL);
+        w = whole;
+    }
+    if (!st)
+        for (int t = 0; t < un->tensor_count; t++)
+            *h = fnv_bytes(*h, w + un->offsets[t], un->counts[t] * sizeof(float));
+    if (pooled)
+        zero__pool_give(&eng->pool, pooled);
+    else
+        zero_mem_free(whole);
+    zero_status_t st2 = res->unmap(res->ctx, u, ZERO_ENGINE_STATE_MASTER, held, lo, n, 0);
+    return st ? st : st2;
+}
+
 zero_status_t zero_engine_fingerprint(zero_engine_t *eng, uint64_t *out) {
     if (!eng || !out)
         return zero__error(ZERO_ERR_INVALID_ARG, "zero_engine_fingerprint: NULL argument");
     if (eng->failure) return zero__error(eng->failure, "%s", eng->failure_msg);
-    uint64_t before[ZERO_COLL_COUNT];
-    zero__comm_sent(eng, before);
     uint64_t h = FNV_OFFSET;
     zero_status_t st = ZERO_OK;
-    for (int i = 0; i < eng->unit_count && !st; i++) {
-        zero__unit_t *u = &eng->units[i];
-        const float *w = u->full;
-        float *tmp = NULL, *pooled = NULL;
-        if (eng->lowp) {
-            /* The fp32 master: whole at stage 0 or with one rank, else the owned shard. */
-            w = u->master;
-            if (eng->pol.shard_optim && eng->world > 1) {
-                tmp = zero_mem_alloc(eng->mem, ZERO_MEM_COMM, u->padded_count * sizeof(float), 64);
-                if (!tmp)
-                    return zero__error(ZERO_ERR_OUT_OF_MEMORY,
-                                       "fingerprint: no memory to gather unit '%s'", u->name);
-                st = zero_comm_all_gather(u->master, tmp, u->shard_count, ZERO_DTYPE_FP32,
-                                          eng->comm);
-                w = tmp;
-            }
-        } else if (u->shard) { /* shard_params: this rank holds a shard; gather a private copy */
-            if (eng->world == 1) {
-                w = u->shard;
-            } else {
-                /* An idle gather buffer if the pool has one (after a step it has): a fresh
-                 * allocation would raise the peak resident size by a unit at the end of a run. */
-                tmp = pooled = zero__pool_take_idle(&eng->pool, u->padded_count * sizeof(float));
-                if (!tmp)
-                    tmp = zero_mem_alloc(eng->mem, ZERO_MEM_COMM, u->padded_count * sizeof(float),
-                                         64);
-                if (!tmp)
-                    return zero__error(ZERO_ERR_OUT_OF_MEMORY,
-                                       "fingerprint: no memory to gather unit '%s'", u->name);
-                st =
-                    zero_comm_all_gather(u->shard, tmp, u->shard_count, ZERO_DTYPE_FP32, eng->comm);
-                w = tmp;
-            }
-        }
-        if (!st)
-            for (int t = 0; t < u->tensor_count; t++)
-                h = fnv_bytes(h, w + u->offsets[t], u->counts[t] * sizeof(float));
-        if (pooled)
-            zero__pool_give(&eng->pool, pooled);
-        else
-            zero_mem_free(tmp);
-    }
-    uint64_t after[ZERO_COLL_COUNT];
-    zero__comm_sent(eng, after);
-    for (int c = 0; c < ZERO_COLL_COUNT; c++) eng->sent_base[c] += after[c] - before[c];
+    for (int i = 0; i < eng->unit_count && !st; i++) st = hash_unit(eng, i, &h);
     if (st) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", zero_last_error());
@@ -116,8 +84,7 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
     memcpy(out->memory_bytes, ms.live_bytes, sizeof out->memory_bytes);
     memcpy(out->memory_peak_bytes, ms.peak_bytes, sizeof out->memory_peak_bytes);
     const zero__stage_policy_t pol = eng->pol;
-    const uint64_t N = (uint64_t)eng->world;
-    uint64_t P = 0, S = 0, S_np = 0, P_pers = 0, S_pers = 0;
+    uint64_t P = 0, S = 0, S_np = 0, P_pers = 0;
     for (int i = 0; i < eng->unit_count; i++) {
         const zero__unit_t *u = &eng->units[i];
         P += u->padded_count;
@@ -125,7 +92,6 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
         out->param_count += u->param_count;
         if (u->persistent) {
             P_pers += u->padded_count;
-            S_pers += u->shard_count;
         } else {
             S_np += u->shard_count;
         }
@@ -166,22 +132,14 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
     out->compute_dtype = eng->params.compute_dtype;
     out->grad_accum_dtype = eng->params.grad_accum_dtype;
 
-    uint64_t rs, ag;
-    if (eng->have_last) {
-        rs = eng->last_rs_elems;
-        ag = eng->last_gather_elems;
-    } else {
-        rs = (uint64_t)eng->params.grad_accum_steps * S;
-        ag = pol.shard_params ? 2 * (uint64_t)eng->params.grad_accum_steps * S_np : 0;
+    zero__xfer_theory(eng, out->comm_theory_bytes_per_step_by_kind);
+    for (int k = 0; k < ZERO_XFER_KIND_COUNT; k++) {
+        out->comm_sent_bytes_per_step_by_kind[k] = eng->xfer.last_sent[k];
+        out->comm_bytes_per_step += eng->xfer.last_sent[k];
+        out->comm_theory_bytes_per_step += out->comm_theory_bytes_per_step_by_kind[k];
     }
-    /* After the step: the reduced gradient (0, accumulator dtype), params (1-2), persistent
-     * units (3), in the compute dtype. */
-    const uint64_t after = !pol.shard_optim ? a * S : c * (pol.shard_params ? S_pers : S);
-    out->comm_theory_bytes_per_step = N > 1 ? (N - 1) * (c * (rs + ag) + after + CONTROL_BYTES) : 0;
-    for (int k = 0; k < ZERO_COLL_COUNT; k++) {
-        out->comm_sent_bytes_per_step_by_coll[k] = eng->last_sent[k];
-        out->comm_bytes_per_step += eng->last_sent[k];
-    }
+    memcpy(out->comm_sent_bytes_per_step_by_coll, eng->xfer.last_sent_coll,
+           sizeof out->comm_sent_bytes_per_step_by_coll);
     out->stage = eng->params.stage;
     out->world_size = eng->world;
     out->rank = eng->rank;

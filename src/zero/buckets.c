@@ -69,7 +69,7 @@ void *zero_unit_grads(zero_engine_t *eng, int u) {
  * working buffers back (stages 2-3: to the pool; 0-1: zeroed for the next micro-step). */
 static zero_status_t wait_bucket(zero_engine_t *eng, zero__bucket_t *b) {
     if (!b->req) return ZERO_OK;
-    zero_status_t st = zero_comm_wait(b->req);
+    zero_status_t st = zero__xfer_wait(b->req);
     b->req = NULL;
     char msg[512] = "";
     if (st) snprintf(msg, sizeof msg, "%s", zero_last_error());
@@ -105,22 +105,25 @@ static zero_status_t wait_bucket(zero_engine_t *eng, zero__bucket_t *b) {
 
 /* Bucket sizes, fixed at the first reduction: the packed send buffer is the configured size
  * (rounded down to 16 x world elements, capped at the model) and units of more than half of it
- * go direct; recv holds one packed bucket's shard. */
+ * go direct; recv holds one packed bucket's shard (of the smallest group: the largest shard). A
+ * bucket packs units of one partition group; a group of n ranks packs n blocks of cap / n. */
 static zero_status_t alloc_buckets(zero_engine_t *eng) {
-    const size_t N = (size_t)eng->world, q = N * ZERO__TENSOR_ALIGN_COUNT;
+    const size_t q = (size_t)eng->world * ZERO__ALIGN_ELEMS;
     size_t cap = eng->params.reduce_bucket_bytes / sizeof(float) / q * q;
     size_t total = 0, max_direct = 0;
+    int min_group = eng->world;
     for (int i = 0; i < eng->unit_count; i++) total += eng->units[i].padded_count;
     /* No bucket bigger than the model needs (DeepSpeed's default is 2 GB of fp32). */
     if (cap > total) cap = total;
     for (int i = 0; i < eng->unit_count; i++) {
         zero__unit_t *un = &eng->units[i];
         un->direct = 2 * un->padded_count > cap;
-        if (un->direct && un->padded_count > max_direct) max_direct = un->padded_count;
+        if (un->direct && un->shard_count > max_direct) max_direct = un->shard_count;
+        if (!un->direct && un->grp->size < min_group) min_group = un->grp->size;
     }
     eng->bucket_cap = cap;
-    eng->recv_cap = cap / N;
-    eng->direct_recv_count = max_direct / N;
+    eng->recv_cap = cap / (size_t)min_group;
+    eng->direct_recv_count = max_direct;
     eng->buckets_ready = 1;
     for (int s = 0; s < ZERO__BUCKET_SLOTS && cap > 0; s++) {
         zero__bucket_t *b = &eng->buckets[s];
@@ -182,16 +185,16 @@ static zero_status_t advance(zero_engine_t *eng) {
 static zero_status_t flush(zero_engine_t *eng) {
     zero__bucket_t *b = &eng->buckets[eng->bucket_cur];
     if (b->entry_count == 0) return ZERO_OK;
-    const size_t stride = eng->bucket_cap / (size_t)eng->world, B = b->block;
+    const size_t stride = eng->bucket_cap / (size_t)b->grp->size, B = b->block;
     /* Blocks were packed at a fixed stride; the collective wants them contiguous. Moving block r
      * from r*stride down to r*B in increasing r never overwrites a block not yet moved. */
     const size_t ce = eng->ce;
     if (B < stride)
-        for (int r = 1; r < eng->world; r++)
+        for (int r = 1; r < b->grp->size; r++)
             memmove(zero__elem(b->send, (size_t)r * B, ce),
                     zero__elem(b->send, (size_t)r * stride, ce), B * ce);
-    zero_status_t st = zero_comm_reduce_scatter_post(b->send, b->recv, B, eng->params.compute_dtype,
-                                                     ZERO_OP_SUM, eng->comm, &b->req);
+    zero_status_t st = zero__xfer_reduce_scatter(eng, b->grp, ZERO_XFER_GRADS, b->send, b->recv, B,
+                                                 eng->params.compute_dtype, &b->req);
     if (st) return post_fail(eng, b, st);
     return advance(eng);
 }
@@ -210,8 +213,9 @@ static zero_status_t post_direct(zero_engine_t *eng, zero__unit_t *un) {
         recv = b->drecv;
     }
     if ((st = add_entry(b, e))) return st;
-    st = zero_comm_reduce_scatter_post(un->work, recv, un->shard_count, eng->params.compute_dtype,
-                                       ZERO_OP_SUM, eng->comm, &b->req);
+    b->grp = un->grp;
+    st = zero__xfer_reduce_scatter(eng, un->grp, ZERO_XFER_GRADS, un->work, recv, un->shard_count,
+                                   eng->params.compute_dtype, &b->req);
     if (st) return post_fail(eng, b, st);
     return advance(eng);
 }
@@ -236,14 +240,15 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
         if (st) return st;
     }
     const size_t S = un->shard_count;
+    const int N = un->grp->size;
+    eng->xfer.rs_elems += (uint64_t)(N - 1) * S;
     if (eng->world > 1 && !eng->buckets_ready) {
         zero_status_t st = alloc_buckets(eng);
         if (st) return st;
     }
-    if (eng->world > 1 && un->direct) {
+    if (N > 1 && un->direct) {
         zero_status_t st = post_direct(eng, un);
         if (st) return st;
-        eng->rs_elems += S;
         un->acc_used = 1;
         un->dirty = 0;
         if (eng->pol.shard_grads)
@@ -254,10 +259,9 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
          * the pool growing a second one (post_direct flushed the packed units before it). */
         return eng->params.overlap_comm ? ZERO_OK : zero__buckets_drain(eng);
     }
-    if (eng->world == 1) {
+    if (N == 1) {
         if (un->pending) zero__flush_pending(eng, un); /* handed back without being asked for */
         const int fresh = !un->acc_used, own = !eng->pol.shard_grads;
-        eng->rs_elems += S;
         un->acc_used = 1;
         un->dirty = 0;
         if (fresh && own && eng->ae == eng->ce) {
@@ -284,22 +288,22 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
         work_done(eng, un, own);
         return ZERO_OK;
     } else {
-        const size_t stride = eng->bucket_cap / (size_t)eng->world;
+        const size_t stride = eng->bucket_cap / (size_t)N;
         zero__bucket_t *b = &eng->buckets[eng->bucket_cur];
-        if (b->block + S > stride) {
+        if (b->entry_count && (b->grp != un->grp || b->block + S > stride)) {
             zero_status_t st = flush(eng);
             if (st) return st;
             b = &eng->buckets[eng->bucket_cur];
         }
+        b->grp = un->grp;
         zero_status_t st = add_entry(b, (zero__bucket_entry_t){u, b->block, NULL, 0});
         if (st) return st;
         const size_t ce = eng->ce;
-        for (int r = 0; r < eng->world; r++)
+        for (int r = 0; r < N; r++)
             memcpy(zero__elem(b->send, (size_t)r * stride + b->block, ce),
                    zero__elem(un->work, (size_t)r * S, ce), S * ce);
         b->block += S;
     }
-    eng->rs_elems += S;
     un->acc_used = 1;
     work_done(eng, un, 0);
     un->dirty = 0;
@@ -339,7 +343,7 @@ zero_status_t zero__buckets_drain(zero_engine_t *eng) {
 void zero__buckets_free(zero_engine_t *eng) {
     for (int s = 0; s < ZERO__BUCKET_SLOTS; s++) {
         zero__bucket_t *b = &eng->buckets[s];
-        if (b->req) (void)zero_comm_wait(b->req);
+        if (b->req) (void)zero__xfer_wait(b->req);
         zero_mem_free(b->send);
         zero_mem_free(b->recv);
         zero_mem_free(b->drecv);

@@ -2,8 +2,8 @@
  *
  * Not here: the layout (layout.c), gradients (buckets.c), fetch (fetch.c), the step (step.c),
  * reports (accounting.c).
- * Invariants: with world > 1 the engine owns a communicator split from the caller's, so the
- * collectives it posts run in its own queue and its traffic counters are its own.
+ * Invariants: with world > 1 the engine owns a communicator split from the caller's (xfer.c),
+ * so the collectives it posts run in its own queue.
  */
 #include "engine_internal.h"
 
@@ -202,14 +202,7 @@ zero_status_t zero_engine_init(zero_engine_t **out, const zero_engine_params_t *
             goto fail_mem;
         }
     }
-    if (p.comm && zero_comm_size(p.comm) > 1) {
-        /* A private communicator: our posted reduce-scatters and gathers queue behind nobody
-         * else's collectives, and its counters are the engine's traffic alone. */
-        st = zero_comm_split(p.comm, 0, zero_comm_rank(p.comm), &eng->comm);
-        if (st) goto fail_mem;
-        eng->world = zero_comm_size(eng->comm);
-        eng->rank = zero_comm_rank(eng->comm);
-    }
+    if ((st = zero__xfer_world_init(eng, p.comm))) goto fail_mem;
     eng->pol = zero__stage_policy(p.stage, eng->world);
     *out = eng;
     return ZERO_OK;
@@ -236,7 +229,7 @@ void zero_engine_free(zero_engine_t *eng) {
     /* Requests in flight borrow our buffers: let them land before freeing anything. */
     zero__buckets_free(eng);
     for (int i = 0; i < eng->unit_count; i++) {
-        if (eng->units[i].gather) (void)zero_comm_wait(eng->units[i].gather);
+        if (eng->units[i].gather) (void)zero__xfer_wait(eng->units[i].gather);
         if (eng->units[i].shard) eng->units[i].full = NULL;  /* lent by the pool, freed below */
         if (eng->pol.shard_grads) eng->units[i].work = NULL; /* lent by the gradient pool */
         zero__unit_free_buffers(&eng->units[i]);
@@ -247,7 +240,7 @@ void zero_engine_free(zero_engine_t *eng) {
     free(eng->events);
     free(eng->ref_fetches);
     free(eng->prev_fetches);
-    zero_comm_free(eng->comm);
+    zero__xfer_groups_free(eng);
     zero_mem_free(eng->scratch);
     if (eng->owns_mem) zero_mem_free_domain(eng->mem);
     zero_loss_scaler_free(eng->scaler);

@@ -7,18 +7,21 @@
  *               buffers), schedule recording
  * pool.c        pools of reusable buffers (stage-3 gathers, stage-2/3 gradient work)
  * step.c        optimizer step: norm, schedule check, clip, AdamW on shards, all-gathers
+ * xfer.c        every collective the engine posts, over a partition group, counted by
+ *               kind; the formula of what a step sends
  * accounting.c  fingerprint and the memory / communication report
  *
  * lowp.c       16-bit helpers: widen/round ranges, accumulate, the master -> params rounding
  *
- * Invariants: every unit is padded to a multiple of world x 16 elements; rank r owns
- * [r*S, (r+1)*S). Padding elements of parameters, gradients and moments stay zero forever.
- * Buffers of the compute dtype (params, working gradients, buckets, gathers) are void * with
- * eng->ce bytes per element; the accumulator has eng->ae; master, m and v are fp32. With fp32
- * compute the master is the parameter buffer itself (un->master == NULL): that path is the
- * pre-mixed-precision code, bit for bit.
- * Collectives are posted in the order the model calls the engine, which is the same on every
- * rank as long as the schedules agree (checked at every step).
+ * Invariants: every unit is sharded over its partition group (the world unless declared
+ * otherwise) and padded by the rule of zero__padded_count (core) to a multiple of group size x
+ * 16 elements; the rank of group rank r owns [r*S, (r+1)*S). Padding elements of parameters,
+ * gradients and moments stay zero forever. Buffers of the compute dtype (params, working gradients,
+ * buckets, gathers) are void * with eng->ce bytes per element; the accumulator has eng->ae; master,
+ * m and v are fp32. With fp32 compute the master is the parameter buffer itself (un->master ==
+ * NULL): that path is the pre-mixed-precision code, bit for bit. Collectives are posted in the
+ * order the model calls the engine, which is the same on every rank as long as the schedules agree
+ * (checked at every step).
  */
 #ifndef ZERO_ENGINE_INTERNAL_H
 #define ZERO_ENGINE_INTERNAL_H
@@ -30,22 +33,34 @@
 
 #include <stdint.h>
 
-#define ZERO__TENSOR_ALIGN_COUNT 16
 #define ZERO__NAME_MAX_LEN 64
 #define ZERO__BUCKET_SLOTS 2
 #define ZERO__SCRATCH_COUNT 65536
+#define ZERO__GROUP_MAX 8
+/* The step's control record (step.c), sent by every rank to every other once per step. */
+#define ZERO__CONTROL_BYTES 32u
+
+/* A partition group: the ranks a unit is sharded over (and its gradient averaged over). Group
+ * 0 is the engine's world; others are splits of it chosen when a unit is declared (an expert's
+ * data-parallel group, a node). Ranks with the same color form one group. */
+typedef struct zero__group {
+    zero_comm_t *comm; /* owned; NULL with one rank */
+    int size, rank;
+    int color;
+} zero__group_t;
 
 typedef struct zero__unit {
     char name[ZERO__NAME_MAX_LEN];
     int tensor_count;
     zero_tensor_desc_t *tensors; /* owned; names point into tensor_names */
     char (*tensor_names)[ZERO__NAME_MAX_LEN];
-    size_t *offsets;     /* element offset of each tensor */
-    size_t *counts;      /* elements of each tensor */
-    size_t param_count;  /* without padding */
-    size_t padded_count; /* P_u: multiple of world x 16 */
-    size_t shard_count;  /* S_u = P_u / world */
-    int persistent;      /* stage 3: kept full (param_count <= persistence threshold) */
+    size_t *offsets;          /* element offset of each tensor */
+    size_t *counts;           /* elements of each tensor */
+    size_t param_count;       /* without padding */
+    size_t padded_count;      /* P_u: multiple of world x 16 */
+    size_t shard_count;       /* S_u = P_u / group size */
+    const zero__group_t *grp; /* the ranks it is sharded over: an entry of eng->groups */
+    int persistent;           /* stage 3: kept full (param_count <= persistence threshold) */
 
     /* Parameters (compute dtype). full: P_u elements (stages 0-2 and persistent stage-3 units:
      * always; other stage-3 units: only while gathered). shard: S_u elements (non-persistent
@@ -95,8 +110,9 @@ typedef struct zero__bucket_entry {
 } zero__bucket_entry_t;
 
 typedef struct zero__bucket {
-    void *send;   /* world x block elements (compute dtype), rank-major blocks (ZERO_MEM_COMM) */
-    void *recv;   /* block elements */
+    const zero__group_t *grp; /* of every unit in it */
+    void *send; /* group size x block elements (compute dtype), rank-major blocks (ZERO_MEM_COMM) */
+    void *recv; /* block elements */
     void *drecv;  /* direct units whose accumulator holds a sum already (accumulation):
                    * direct_recv_count elements, allocated at the first such use */
     size_t block; /* elements per rank block filled so far */
@@ -132,13 +148,24 @@ typedef struct {
 /* engine.c: the policy of stage `stage` (0..3) over `world` ranks. */
 zero__stage_policy_t zero__stage_policy(int stage, int world);
 
+/* What the engine sent (xfer.c): this step so far and the last completed step, in bytes by
+ * kind and by collective; and, for the theory, (group size - 1) x shard elements of every
+ * grads_done (reduce-scatter) and of every stage-3 fetch window (all-gather). */
+typedef struct zero__xfer_counts {
+    uint64_t sent[ZERO_XFER_KIND_COUNT], last_sent[ZERO_XFER_KIND_COUNT];
+    uint64_t sent_coll[ZERO_COLL_COUNT], last_sent_coll[ZERO_COLL_COUNT];
+    uint64_t rs_elems, gather_elems, last_rs_elems, last_gather_elems;
+    int have_last;
+} zero__xfer_counts_t;
+
 struct zero_engine {
     zero_engine_params_t params;
     zero__stage_policy_t pol; /* decided at create from params.stage and world */
     zero_mem_t *mem;
     int owns_mem;
-    zero_comm_t *comm; /* owned: a split of params.comm; NULL with one rank */
-    int world, rank;
+    zero__group_t groups[ZERO__GROUP_MAX]; /* [0]: the world (xfer.c) */
+    int group_count;
+    int world, rank;       /* groups[0]'s size and rank */
     zero_status_t failure; /* sticky: the first collective failure */
     char failure_msg[1024];
     /* Precision: element bytes of the compute dtype and of the accumulator; lowp = 16-bit
@@ -159,7 +186,7 @@ struct zero_engine {
      * happen in posting order; the slot being filled never has a request in flight. Units of
      * more than half of bucket_cap go direct (reduce-scattered from their working buffer). */
     size_t bucket_cap;        /* packed units' send buffer (elements) */
-    size_t recv_cap;          /* packed units' recv buffer: bucket_cap / world */
+    size_t recv_cap;          /* packed units' recv buffer: bucket_cap / smallest group */
     size_t direct_recv_count; /* largest direct unit's shard */
     int buckets_ready;        /* sizes fixed and buffers allocated (first reduction, N > 1) */
     zero__bucket_t buckets[ZERO__BUCKET_SLOTS];
@@ -185,18 +212,17 @@ struct zero_engine {
     zero__pool_t pool;      /* stage 3: gather buffers (ZERO_MEM_COMM), kept until free */
     zero__pool_t grad_pool; /* stage 2-3: gradient working buffers (ZERO_MEM_GRADS), same */
 
-    /* Per-step counters for the communication theory (elements this rank contributes): shards
-     * of every grads_done (reduce-scatter), shards of every stage-3 fetch window (all-gather). */
-    uint64_t rs_elems, gather_elems;
-    uint64_t last_rs_elems, last_gather_elems;
-    uint64_t bucket_seq;                 /* posting order of bucket reduce-scatters */
-    uint64_t sent_base[ZERO_COLL_COUNT]; /* comm counters at the end of the previous step */
-    uint64_t last_sent[ZERO_COLL_COUNT]; /* sent during the last completed step */
-    int have_last;
+    uint64_t bucket_seq; /* posting order of bucket reduce-scatters */
+    zero__xfer_counts_t xfer;
 };
 
 /* layout.c */
 zero__unit_t *zero__engine_unit(const zero_engine_t *eng, int u);
+/* zero_engine_add_unit with the unit sharded over partition group `group` (0: the world; others
+ * from zero__xfer_group_split). Its gradient is averaged over the group's ranks, which hold the
+ * same parameters; ranks of different groups hold different ones (an expert each). */
+zero_status_t zero__engine_add_unit_in(zero_engine_t *eng, int group, const char *name,
+                                       const zero_tensor_desc_t *tensors, int count, int *unit_out);
 /* 16-bit compute, [offset, offset + count) of unit un, held in this rank's parameters. Write
  * (out NULL): round `in` into the parameters and copy it exactly into the fp32 master where
  * the master covers it (stage 0: the whole unit; stages 1-3: the owned shard). Read (in NULL):
@@ -248,16 +274,45 @@ void zero__acc_add(zero_engine_t *eng, void *acc, zero_dtype_t acc_dt, void *src
 /* Sum of squares (float64) of n elements of dtype dt (fp32: zero__sumsq itself). */
 double zero__sumsq_dt(zero_engine_t *eng, const void *x, size_t n, zero_dtype_t dt);
 
-/* state.c. The residency that keeps the optimizer's states in the units' buffers (map: base +
+/* state.c. [*lo, *lo + *n): the range of `state` of unit un this rank holds (whatever the
+ * residency): the fp32 master with 16-bit compute: stage 0 the whole unit, else the owned shard;
+ * with fp32 compute (the parameters): stage 3's shard, else the whole unit. m, v: stage 0 the
+ * whole unit, else the owned shard. */
+void zero__optim_held_range(const zero_engine_t *eng, const zero__unit_t *un,
+                            zero_engine_state_t state, size_t *lo, size_t *n);
+/* The residency that keeps the optimizer's states in the units' buffers (map: base +
  * offset, unmap: nothing). */
 zero__optim_residency_t zero__state_residency_ram(zero_engine_t *eng);
 /* Replace where the optimizer's states live (tests; an offload residency). Only between steps,
  * with no tile mapped; the new residency must hold the states' current values. */
 void zero__engine_set_residency(zero_engine_t *eng, const zero__optim_residency_t *res);
 
-/* accounting.c */
-void zero__accounting_end_step(zero_engine_t *eng);
-/* Comm counters snapshot; used to exclude traffic not belonging to a step. */
-void zero__comm_sent(const zero_engine_t *eng, uint64_t out[ZERO_COLL_COUNT]);
+/* The first element of unit un this rank owns (of its group's shards). */
+static inline size_t zero__shard_lo(const zero__unit_t *un) {
+    return (size_t)un->grp->rank * un->shard_count;
+}
+
+/* xfer.c: the only caller of the comm API in the engine. Kinds are the public ones plus checks
+ * (fingerprint, replicas), which run between steps and are not counted in one. */
+typedef int zero__xfer_kind_t; /* a zero_xfer_kind_t or ZERO__XFER_CHECK */
+#define ZERO__XFER_CHECK ZERO_XFER_KIND_COUNT
+/* Group 0 from the caller's communicator (NULL or one rank: a world of one). */
+zero_status_t zero__xfer_world_init(zero_engine_t *eng, zero_comm_t *parent);
+/* Collective over the world: a new group of the ranks calling with the same color. */
+zero_status_t zero__xfer_group_split(zero_engine_t *eng, int color, int *group_out);
+void zero__xfer_groups_free(zero_engine_t *eng);
+/* All-gather / reduce-scatter (sum) of n elements per rank over group g: posted when req is
+ * given, else blocking (all-gather only). */
+zero_status_t zero__xfer_gather(zero_engine_t *eng, const zero__group_t *g, zero__xfer_kind_t kind,
+                                const void *send, void *recv, size_t n, zero_dtype_t dt,
+                                zero_comm_request_t **req);
+zero_status_t zero__xfer_reduce_scatter(zero_engine_t *eng, const zero__group_t *g,
+                                        zero__xfer_kind_t kind, const void *send, void *recv,
+                                        size_t n, zero_dtype_t dt, zero_comm_request_t **req);
+/* In-place maximum of n int32 over group g (checks). */
+zero_status_t zero__xfer_max(zero_engine_t *eng, const zero__group_t *g, int32_t *buf, size_t n);
+zero_status_t zero__xfer_wait(zero_comm_request_t *req);
+void zero__xfer_end_step(zero_engine_t *eng); /* the step's counts become the last step's */
+void zero__xfer_theory(const zero_engine_t *eng, uint64_t out[ZERO_XFER_KIND_COUNT]);
 
 #endif /* ZERO_ENGINE_INTERNAL_H */

@@ -63,7 +63,7 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
         return zero__error(ZERO_ERR_INVALID_ARG, "zero_engine_estimate_memory: invalid dtype");
     const int lowp = p->compute_dtype != ZERO_DTYPE_FP32;
     const zero__stage_policy_t pol = zero__stage_policy(p->stage, world);
-    const uint64_t N = (uint64_t)world, f = sizeof(float), q = N * ZERO__TENSOR_ALIGN_COUNT;
+    const uint64_t N = (uint64_t)world, f = sizeof(float), q = N * ZERO__ALIGN_ELEMS;
     int total_units = 0;
     for (int i = 0; i < unit_count; i++) total_units += units[i].repeat > 0 ? units[i].repeat : 1;
     /* Padded sizes per unit (all, and the non-persistent ones of stage 3). */
@@ -86,10 +86,9 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
             uint64_t e = 1;
             for (int k = 0; k < units[i].tensors[t].ndim; k++) e *= units[i].tensors[t].shape[k];
             count += e;
-            off += (e + ZERO__TENSOR_ALIGN_COUNT - 1) / ZERO__TENSOR_ALIGN_COUNT *
-                   ZERO__TENSOR_ALIGN_COUNT;
+            off += zero__tensor_span(e);
         }
-        const uint64_t Pu = (off + q - 1) / q * q, Su = Pu / N;
+        const uint64_t Pu = zero__padded_count(off, world), Su = Pu / N;
         const int persistent = pol.shard_params && (int64_t)count <= p->persistence_threshold_elems;
         const int reps = units[i].repeat > 0 ? units[i].repeat : 1;
         for (int r = 0; r < reps; r++) {

@@ -104,12 +104,12 @@ static zero_status_t start_gather(zero_engine_t *eng, zero__unit_t *un) {
                                  "step %lld: no memory to gather unit '%s' (%zu bytes)",
                                  (long long)eng->step, un->name, P * eng->ce);
     eng->live_elems += (int64_t)P;
-    if (eng->world == 1) {
+    if (un->grp->size == 1) {
         memcpy(un->full, un->shard, P * eng->ce);
         return ZERO_OK;
     }
-    zero_status_t st = zero_comm_all_gather_post(un->shard, un->full, un->shard_count,
-                                                 eng->params.compute_dtype, eng->comm, &un->gather);
+    zero_status_t st = zero__xfer_gather(eng, un->grp, ZERO_XFER_PARAMS, un->shard, un->full,
+                                         un->shard_count, eng->params.compute_dtype, &un->gather);
     if (st) return gather_fail(eng, un, st, "posting the all-gather");
     return ZERO_OK;
 }
@@ -169,10 +169,11 @@ const void *zero_unit_fetch(zero_engine_t *eng, int u) {
     eng->fetch_index++;
     if (!eng->pol.shard_params || un->persistent) return un->full;
     if (un->refs == 0) {
-        eng->gather_elems += un->shard_count; /* a new fetch window: one gather */
+        /* a new fetch window: one gather */
+        eng->xfer.gather_elems += (uint64_t)(un->grp->size - 1) * un->shard_count;
         if (!un->full && start_gather(eng, un)) return NULL;
         if (un->gather) {
-            zero_status_t st = zero_comm_wait(un->gather);
+            zero_status_t st = zero__xfer_wait(un->gather);
             un->gather = NULL;
             if (st) {
                 gather_fail(eng, un, st, "the all-gather");
@@ -201,7 +202,7 @@ zero_status_t zero__fetch_drop_all(zero_engine_t *eng) {
         zero__unit_t *un = &eng->units[i];
         if (un->persistent || !un->shard) continue;
         if (un->gather) {
-            zero_status_t s = zero_comm_wait(un->gather);
+            zero_status_t s = zero__xfer_wait(un->gather);
             un->gather = NULL;
             if (s && !st) st = gather_fail(eng, un, s, "the prefetch all-gather");
         }

@@ -2,8 +2,9 @@
  * the read/write paths for checkpoints and tests.
  *
  * Not here: anything that communicates (buckets.c, fetch.c, step.c).
- * Invariants: tensor offsets are multiples of 16 elements; a unit's padded length is a multiple
- * of world x 16, so every shard starts 64-byte aligned; padding stays zero. Initial values depend
+ * Invariants: the layout rule of core (zero__padded_count): tensor offsets are multiples of 16
+ * elements; a unit's padded length is a multiple of its group's size x 16, so every shard starts
+ * 64-byte aligned; padding stays zero. Initial values depend
  * only on (seed, unit, tensor, element), never on the stage or world size.
  */
 #include "engine_internal.h"
@@ -104,20 +105,12 @@ static zero_status_t check_tensors(const char *name, const zero_tensor_desc_t *t
     return ZERO_OK;
 }
 
-/* 16-bit compute: the range [*lo, *lo + *n) of unit un the fp32 master holds (stage 0: the
- * whole unit; stages 1-3: the owned shard). */
-static void master_range(const zero_engine_t *eng, const zero__unit_t *un, size_t *lo, size_t *n) {
-    const int whole = !eng->pol.shard_optim;
-    *lo = whole ? 0 : (size_t)eng->rank * un->shard_count;
-    *n = whole ? un->padded_count : un->shard_count;
-}
-
 zero_status_t zero__master_io(const zero_engine_t *eng, const zero__unit_t *un, size_t offset,
                               size_t count, float *out, const float *in) {
-    const size_t plo = un->shard ? (size_t)eng->rank * un->shard_count : 0;
+    const size_t plo = un->shard ? zero__shard_lo(un) : 0;
     void *params = zero__elem(un->shard ? un->shard : un->full, offset - plo, eng->ce);
     size_t mlo, mn;
-    master_range(eng, un, &mlo, &mn);
+    zero__optim_held_range(eng, un, ZERO_ENGINE_STATE_MASTER, &mlo, &mn);
     size_t a = ZERO_MAX(offset, mlo), b = ZERO_MIN(offset + count, mlo + mn);
     if (out)
         zero__widen(out, params, count, eng->params.compute_dtype);
@@ -142,7 +135,7 @@ zero_status_t zero__master_io(const zero_engine_t *eng, const zero__unit_t *un, 
  * fp32 master where the master range (a subrange: stage 0 full, else the owned shard) covers
  * them. Chunks keep the bits of a whole-tensor fill (init_tensor_range). */
 static zero_status_t init_lowp(zero_engine_t *eng, zero__unit_t *u, int index) {
-    const size_t P = u->padded_count, S = u->shard_count, lo = (size_t)eng->rank * S;
+    const size_t P = u->padded_count, S = u->shard_count, lo = zero__shard_lo(u);
     const size_t plo = u->shard ? lo : 0, pn = u->shard ? S : P;
     for (int t = 0; t < u->tensor_count; t++) {
         size_t a0 = ZERO_MAX(u->offsets[t], plo);
@@ -192,7 +185,7 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
          * glibc raise its mmap threshold and keep later freed memory resident. */
         u->shard = zero_mem_calloc(mem, ZERO_MEM_PARAMS, S * f, 64);
         if (!u->shard) goto fail;
-        const size_t lo = (size_t)eng->rank * S;
+        const size_t lo = zero__shard_lo(u);
         for (int t = 0; t < u->tensor_count; t++) {
             size_t a = ZERO_MAX(u->offsets[t], lo);
             size_t b = ZERO_MIN(u->offsets[t] + u->counts[t], lo + S);
@@ -221,6 +214,16 @@ fail:
 
 zero_status_t zero_engine_add_unit(zero_engine_t *eng, const char *name,
                                    const zero_tensor_desc_t *tensors, int count, int *unit_out) {
+    return zero__engine_add_unit_in(eng, 0, name, tensors, count, unit_out);
+}
+
+zero_status_t zero__engine_add_unit_in(zero_engine_t *eng, int group, const char *name,
+                                       const zero_tensor_desc_t *tensors, int count,
+                                       int *unit_out) {
+    if (eng && (group < 0 || group >= eng->group_count))
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "unit '%s': partition group %d does not exist (the engine has %d)",
+                           name ? name : "(null)", group, eng->group_count);
     if (!eng || !name || !tensors || count < 1)
         return zero__error(ZERO_ERR_INVALID_ARG,
                            "zero_engine_add_unit: engine, name and at least one tensor are "
@@ -265,13 +268,12 @@ zero_status_t zero_engine_add_unit(zero_engine_t *eng, const char *name,
         u.offsets[t] = off;
         u.counts[t] = n;
         u.param_count += n;
-        off += (n + ZERO__TENSOR_ALIGN_COUNT - 1) / ZERO__TENSOR_ALIGN_COUNT *
-               ZERO__TENSOR_ALIGN_COUNT;
+        off += zero__tensor_span(n);
     }
-    /* Layout rule of ARCHITECTURE.md section 3: pad to world x 16 elements. */
-    size_t q = (size_t)eng->world * ZERO__TENSOR_ALIGN_COUNT;
-    u.padded_count = (off + q - 1) / q * q;
-    u.shard_count = u.padded_count / (size_t)eng->world;
+    /* Layout rule of ARCHITECTURE.md section 3, over the unit's partition group. */
+    u.grp = &eng->groups[group];
+    u.padded_count = zero__padded_count(off, u.grp->size);
+    u.shard_count = u.padded_count / (size_t)u.grp->size;
     /* Allocated in its slot (not counted yet): the initial fill of a 16-bit master reaches it
      * through the residency of the optimizer's states, which finds units by index. */
     int index = eng->unit_count;
@@ -330,7 +332,7 @@ zero_status_t zero_engine_shard_range(const zero_engine_t *eng, int u, size_t *o
                                       size_t *count) {
     const zero__unit_t *un = zero__engine_unit(eng, u);
     if (!un) return ZERO_ERR_INVALID_ARG;
-    if (offset) *offset = (size_t)eng->rank * un->shard_count;
+    if (offset) *offset = zero__shard_lo(un);
     if (count) *count = un->shard_count;
     return ZERO_OK;
 }
@@ -346,7 +348,7 @@ static zero_status_t param_range(const zero_engine_t *eng, int u, size_t offset,
                            "range [%zu, %zu) leaves unit %d '%s' of %zu elements", offset,
                            offset + count, u, un->name, un->padded_count);
     if (un->shard) {
-        size_t lo = (size_t)eng->rank * un->shard_count;
+        size_t lo = zero__shard_lo(un);
         if (offset < lo || offset + count > lo + un->shard_count)
             return zero__error(ZERO_ERR_INVALID_ARG,
                                "range [%zu, %zu) of unit %d '%s' is not on rank %d under stage 3 "
@@ -384,7 +386,7 @@ zero_status_t zero_engine_grads_read(zero_engine_t *eng, int u, size_t offset, s
                                      float *out) {
     zero__unit_t *un = zero__engine_unit(eng, u);
     if (!un) return ZERO_ERR_INVALID_ARG;
-    size_t lo = (size_t)eng->rank * un->shard_count;
+    size_t lo = zero__shard_lo(un);
     if (offset < lo || offset > lo + un->shard_count || count > lo + un->shard_count - offset)
         return zero__error(ZERO_ERR_INVALID_ARG,
                            "gradient range [%zu, %zu) of unit %d '%s' is not on rank %d (it owns "

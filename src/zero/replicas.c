@@ -25,19 +25,27 @@ static uint64_t unit_hash(const zero_engine_t *eng, const zero__unit_t *un) {
     return h | 1; /* never 0, the "no replica" mark */
 }
 
-zero_status_t zero_engine_check_replicas(zero_engine_t *eng) {
-    if (!eng) return zero__error(ZERO_ERR_INVALID_ARG, "zero_engine_check_replicas: NULL engine");
-    if (eng->failure) return zero__error(eng->failure, "%s", eng->failure_msg);
-    if (eng->world == 1 || eng->unit_count == 0) return ZERO_OK;
-    const size_t n = (size_t)eng->unit_count, W = (size_t)eng->world;
-    uint64_t *mine = malloc(n * sizeof *mine), *all = NULL;
-    if (!mine)
-        return zero__error(ZERO_ERR_OUT_OF_MEMORY, "replica check: out of memory for %zu hashes",
-                           n);
+/* Compare the hashes of the units of group g (ranks outside it hold other parameters). */
+static zero_status_t check_group(zero_engine_t *eng, const zero__group_t *g) {
+    if (g->size == 1) return ZERO_OK;
+    int n = 0;
+    for (int u = 0; u < eng->unit_count; u++) n += eng->units[u].grp == g;
+    if (n == 0) return ZERO_OK;
+    const size_t W = (size_t)g->size;
+    uint64_t *mine = malloc((size_t)n * sizeof *mine), *all = NULL;
+    int *unit_of = malloc((size_t)n * sizeof *unit_of);
+    if (!mine || !unit_of) {
+        free(mine);
+        free(unit_of);
+        return zero__error(ZERO_ERR_OUT_OF_MEMORY, "replica check: out of memory for %d hashes", n);
+    }
     uint64_t all_units = 0xcbf29ce484222325ull;
-    for (size_t u = 0; u < n; u++) {
-        mine[u] = unit_hash(eng, &eng->units[u]);
-        all_units = zero__hash_bytes(all_units, &mine[u], sizeof mine[u]);
+    for (int u = 0, k = 0; u < eng->unit_count; u++) {
+        if (eng->units[u].grp != g) continue;
+        unit_of[k] = u;
+        mine[k] = unit_hash(eng, &eng->units[u]);
+        all_units = zero__hash_bytes(all_units, &mine[k], sizeof mine[k]);
+        k++;
     }
     /* First a constant-size agreement: the maximum of each 16-bit quarter of the hash and of
      * its negation is the same everywhere iff every rank has the same hash. The table of all
@@ -48,36 +56,37 @@ zero_status_t zero_engine_check_replicas(zero_engine_t *eng) {
         q[k] = (int32_t)((all_units >> (16 * k)) & 0xffff);
         q[4 + k] = -q[k];
     }
-    uint64_t before[ZERO_COLL_COUNT], after[ZERO_COLL_COUNT];
-    zero__comm_sent(eng, before);
-    zero_status_t st = zero_comm_all_reduce(q, q, 8, ZERO_DTYPE_INT32, ZERO_OP_MAX, eng->comm);
+    zero_status_t st = zero__xfer_max(eng, g, q, 8);
     int same = 1;
     for (int k = 0; k < 4; k++) same &= q[k] == -q[4 + k];
     if (!st && !same) {
-        if (!(all = malloc(n * W * sizeof *all)))
+        if (!(all = malloc((size_t)n * W * sizeof *all)))
             st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "replica check: out of memory for %zu hashes",
-                             n * W);
+                             (size_t)n * W);
         else
-            st = zero_comm_all_gather(mine, all, n * sizeof *mine, ZERO_DTYPE_UINT8, eng->comm);
+            st = zero__xfer_gather(eng, g, ZERO__XFER_CHECK, mine, all, (size_t)n * sizeof *mine,
+                                   ZERO_DTYPE_UINT8, NULL);
     }
-    zero__comm_sent(eng, after);
-    for (int c = 0; c < ZERO_COLL_COUNT; c++) eng->sent_base[c] += after[c] - before[c];
     free(mine);
     if (st) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", zero_last_error());
         free(all);
+        free(unit_of);
         return zero__engine_fail(eng, st, "replica check: exchanging the hashes failed: %s", msg);
     }
-    if (same) return ZERO_OK;
+    if (same) {
+        free(unit_of);
+        return ZERO_OK;
+    }
     /* Every rank reads the same table, so every rank reaches the same verdict and message. */
     char ranks[256] = "";
     size_t len = 0;
     int bad = 0, first_unit = -1, first_rank = -1;
     for (size_t r = 1; r < W; r++) {
         int unit = -1;
-        for (size_t u = 0; u < n && unit < 0; u++)
-            if (all[r * n + u] != all[u]) unit = (int)u;
+        for (int k = 0; k < n && unit < 0; k++)
+            if (all[r * (size_t)n + (size_t)k] != all[k]) unit = k;
         if (unit < 0) continue;
         if (bad++ == 0) {
             first_unit = unit;
@@ -89,14 +98,24 @@ zero_status_t zero_engine_check_replicas(zero_engine_t *eng) {
             len += (size_t)snprintf(ranks + len, sizeof ranks - len, ", ...");
     }
     uint64_t h0 = first_unit >= 0 ? all[first_unit] : 0;
-    uint64_t hr = first_unit >= 0 ? all[(size_t)first_rank * n + (size_t)first_unit] : 0;
+    uint64_t hr = first_unit >= 0 ? all[(size_t)first_rank * (size_t)n + (size_t)first_unit] : 0;
+    const char *unit_name = first_unit >= 0 ? eng->units[unit_of[first_unit]].name : "?";
     free(all);
+    free(unit_of);
     if (!bad) return ZERO_OK;
     return zero__error(ZERO_ERR_MISMATCH,
                        "replica check after step %lld: the replicated parameters of rank%s %s "
                        "differ from rank 0's (first in unit '%s': hash %016llx on rank %d, "
                        "%016llx on rank 0; expected the same bits on every rank: the ranks "
                        "train different models)",
-                       (long long)eng->step, bad > 1 ? "s" : "", ranks, eng->units[first_unit].name,
+                       (long long)eng->step, bad > 1 ? "s" : "", ranks, unit_name,
                        (unsigned long long)hr, first_rank, (unsigned long long)h0);
+}
+
+zero_status_t zero_engine_check_replicas(zero_engine_t *eng) {
+    if (!eng) return zero__error(ZERO_ERR_INVALID_ARG, "zero_engine_check_replicas: NULL engine");
+    if (eng->failure) return zero__error(eng->failure, "%s", eng->failure_msg);
+    zero_status_t st = ZERO_OK;
+    for (int g = 0; g < eng->group_count && !st; g++) st = check_group(eng, &eng->groups[g]);
+    return st;
 }

@@ -22,23 +22,23 @@ const char *zero_engine_state_name(zero_engine_state_t state) {
     return info ? info->name : "?";
 }
 
-/* The RAM residency of the optimizer's states (optim/adamw.h): [*lo, *lo + *n) of unit un is
- * the range of `state` held in its buffer, whose element 0 is element *lo of the unit. The fp32
- * master: with 16-bit compute its own buffer (stage 0: the whole unit, else the owned shard);
- * with fp32 compute the parameters (stage 3's shard, else the full buffer). m, v: stage 0 the
- * whole unit, else the owned shard. */
+void zero__optim_held_range(const zero_engine_t *eng, const zero__unit_t *un,
+                            zero_engine_state_t state, size_t *lo, size_t *n) {
+    int whole = !eng->pol.shard_optim;
+    if (state == ZERO_ENGINE_STATE_MASTER && !eng->lowp) whole = un->shard == NULL;
+    *lo = whole ? 0 : zero__shard_lo(un);
+    *n = whole ? un->padded_count : un->shard_count;
+}
+
+/* The RAM residency of the optimizer's states (optim/adamw.h): the buffer holding what this
+ * rank holds of `state` of unit un (zero__optim_held_range), element 0 at the range's start.
+ * The fp32 master: with 16-bit compute its own buffer; with fp32 compute the parameters (stage
+ * 3's shard, else the full buffer). */
 static float *ram_buffer(const zero_engine_t *eng, const zero__unit_t *un,
                          zero_engine_state_t state, size_t *lo, size_t *n) {
-    const size_t S = un->shard_count, own = (size_t)eng->rank * S;
-    int whole = !eng->pol.shard_optim;
-    float *base = state == ZERO_ENGINE_STATE_ADAM_M ? un->m : un->v;
-    if (state == ZERO_ENGINE_STATE_MASTER) {
-        if (!eng->lowp) whole = un->shard == NULL;
-        base = eng->lowp ? un->master : un->shard ? (float *)un->shard : (float *)un->full;
-    }
-    *lo = whole ? 0 : own;
-    *n = whole ? un->padded_count : S;
-    return base;
+    zero__optim_held_range(eng, un, state, lo, n);
+    if (state != ZERO_ENGINE_STATE_MASTER) return state == ZERO_ENGINE_STATE_ADAM_M ? un->m : un->v;
+    return eng->lowp ? un->master : un->shard ? (float *)un->shard : (float *)un->full;
 }
 
 /* map: base + offset, after checking (assert) that the range is inside the buffer. */
@@ -83,7 +83,7 @@ zero_status_t zero_engine_state_range(const zero_engine_t *eng, int u, zero_engi
     /* Whole units: every stage's master outside stage 3 and stage 3's persistent units (their
      * full buffer is the one updated and used); stage 0's moments. Otherwise the owned shard. */
     int whole = state == ZERO_ENGINE_STATE_MASTER ? un->shard == NULL : !eng->pol.shard_optim;
-    size_t lo = whole ? 0 : (size_t)eng->rank * un->shard_count;
+    size_t lo = whole ? 0 : zero__shard_lo(un);
     size_t n = whole ? un->padded_count : un->shard_count;
     if (offset) *offset = lo;
     if (count) *count = n;

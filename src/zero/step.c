@@ -34,7 +34,7 @@ typedef struct step_record {
     int32_t overflow; /* 1: an accumulator shard of this rank holds inf or NaN */
     uint64_t step;
 } step_record_t;
-_Static_assert(sizeof(step_record_t) == 32, "the comm theory counts a 32-byte control record");
+_Static_assert(sizeof(step_record_t) == ZERO__CONTROL_BYTES, "the comm theory's control record");
 
 static void describe_event(const zero_engine_t *eng, int32_t ev, char *buf, size_t n) {
     if (ev == INT32_MIN) {
@@ -64,8 +64,8 @@ static zero_status_t schedule_mismatch(zero_engine_t *eng, const step_record_t *
     }
     for (uint64_t i = 0; i < maxn; i++)
         mine[i] = i < (uint64_t)eng->event_count ? eng->events[i] : INT32_MIN;
-    zero_status_t st =
-        zero_comm_all_gather(mine, every, maxn * sizeof *mine, ZERO_DTYPE_UINT8, eng->comm);
+    zero_status_t st = zero__xfer_gather(eng, &eng->groups[0], ZERO_XFER_CONTROL, mine, every,
+                                         maxn * sizeof *mine, ZERO_DTYPE_UINT8, NULL);
     char msg[768] = "";
     if (!st) {
         for (uint64_t i = 0; i < maxn && !msg[0]; i++)
@@ -98,7 +98,8 @@ static zero_status_t comm_fail(zero_engine_t *eng, zero_status_t st, const char 
     return zero__engine_fail(eng, st, "step %lld: %s failed: %s", (long long)eng->step, what, msg);
 }
 
-/* All-gather each listed unit's owned range in place (full buffers), all posted then waited. */
+/* All-gather each listed unit's owned range in place (full buffers) over its group, all posted
+ * then waited. */
 static zero_status_t gather_params(zero_engine_t *eng, int persistent_only) {
     zero_status_t st = ZERO_OK;
     zero_comm_request_t **reqs = calloc((size_t)eng->unit_count, sizeof *reqs);
@@ -106,13 +107,14 @@ static zero_status_t gather_params(zero_engine_t *eng, int persistent_only) {
     for (int i = 0; i < eng->unit_count && !st; i++) {
         zero__unit_t *un = &eng->units[i];
         if (persistent_only && !un->persistent) continue;
-        size_t S = un->shard_count;
-        st = zero_comm_all_gather_post(zero__elem(un->full, (size_t)eng->rank * S, eng->ce),
-                                       un->full, S, eng->params.compute_dtype, eng->comm, &reqs[i]);
+        if (un->grp->size == 1) continue;
+        st = zero__xfer_gather(eng, un->grp, ZERO_XFER_PARAMS,
+                               zero__elem(un->full, zero__shard_lo(un), eng->ce), un->full,
+                               un->shard_count, eng->params.compute_dtype, &reqs[i]);
     }
     for (int i = 0; i < eng->unit_count; i++)
         if (reqs[i]) {
-            zero_status_t s = zero_comm_wait(reqs[i]);
+            zero_status_t s = zero__xfer_wait(reqs[i]);
             if (!st) st = s;
         }
     free(reqs);
@@ -139,14 +141,17 @@ static zero_status_t pass_gap(const zero_engine_t *eng, int unit, size_t base, v
 
 /* AdamW on what this rank updates of unit `unit` (stage 0: everything), in one fused pass per
  * tensor, the tile of the optimizer's states (optim/adamw.h) mapped through the residency: the
- * gradient scaled by gscale, m, v and the fp32 master updated, with 16-bit compute the master
+ * gradient scaled by `scale` (the world's; a unit of a smaller group averages over its group
+ * instead), m, v and the fp32 master updated, with 16-bit compute the master
  * rounded into the parameters, and the gradient zeroed. Sets *acc_cleared when that gradient
  * was the accumulator itself (so the step need not zero it again). */
-static zero_status_t update_unit(zero_engine_t *eng, int unit, float gscale, float lr,
+static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, float lr,
                                  int *acc_cleared) {
     zero__unit_t *u = &eng->units[unit];
     const zero_engine_params_t *p = &eng->params;
-    const size_t S = u->shard_count, lo = (size_t)eng->rank * S;
+    const size_t S = u->shard_count, lo = zero__shard_lo(u);
+    const int N = u->grp->size;
+    const float gscale = (float)(N == eng->world ? scale : scale * eng->world / N);
     /* the gradient: the accumulator, or (one rank, pending) the 16-bit working buffer */
     void *g = u->pending ? u->work : u->acc, *pooled = NULL;
     zero_dtype_t gdt = u->pending ? p->compute_dtype : p->grad_accum_dtype;
@@ -159,7 +164,7 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, float gscale, flo
         /* Stage 0 keeps whole moments: gather the reduced gradient and update all. fp32 uses the
          * model's working buffer (zeroed by the pass); 16-bit compute a pooled
          * accumulator-dtype one. The accumulator itself is then zeroed at the end of the step. */
-        if (eng->world > 1) {
+        if (N > 1) {
             void *dst = u->work;
             if (eng->lowp) {
                 dst = pooled = zero__pool_take(eng, &eng->grad_pool, ZERO_MEM_GRADS,
@@ -171,7 +176,8 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, float gscale, flo
                                              (long long)eng->step, u->name,
                                              u->padded_count * eng->ae);
             }
-            zero_status_t st = zero_comm_all_gather(u->acc, dst, S, p->grad_accum_dtype, eng->comm);
+            zero_status_t st = zero__xfer_gather(eng, u->grp, ZERO_XFER_GRADS, u->acc, dst, S,
+                                                 p->grad_accum_dtype, NULL);
             if (st) {
                 if (pooled) zero__pool_give(&eng->grad_pool, pooled);
                 return comm_fail(eng, st, "the gradient all-gather");
@@ -226,7 +232,7 @@ static void end_step(zero_engine_t *eng, int acc_cleared) {
         u->acc_used = 0;
     }
     zero__schedule_end_step(eng);
-    zero__accounting_end_step(eng);
+    zero__xfer_end_step(eng);
 }
 
 zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
@@ -242,16 +248,23 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
     if ((st = zero__buckets_drain(eng))) return st;
     if (eng->pol.shard_params && (st = zero__fetch_drop_all(eng))) return st;
 
-    /* This rank's partial sum of squares over its shards, and its inf/NaN flag. */
+    /* This rank's partial sum of squares over its shards, and its inf/NaN flag. A unit of a
+     * group of n < N ranks sums over n ranks, not N: weighted by (N / n)^2, its share of the
+     * world's norm is that of its group's mean gradient. */
     double mine = 0.0;
     int overflow = 0;
     for (int i = 0; i < eng->unit_count; i++) {
         const zero__unit_t *u = &eng->units[i];
         /* pending: the accumulator would hold exactly the widened working buffer, and the
          * sum over one chunk of all of it is zero__sumsq of the widened values, same bits */
-        mine += u->pending ? zero__sumsq_lp(u->work, p->compute_dtype, u->shard_count,
-                                            ZERO_MAX(u->shard_count, (size_t)1), p->threads)
-                           : zero__sumsq_dt(eng, u->acc, u->shard_count, p->grad_accum_dtype);
+        double part = u->pending ? zero__sumsq_lp(u->work, p->compute_dtype, u->shard_count,
+                                                  ZERO_MAX(u->shard_count, (size_t)1), p->threads)
+                                 : zero__sumsq_dt(eng, u->acc, u->shard_count, p->grad_accum_dtype);
+        if (u->grp->size != eng->world) {
+            const double w = (double)eng->world / u->grp->size;
+            part *= w * w;
+        }
+        mine += part;
     }
     /* The sum of squares is the non-finite check too, with no pass of its own. A finite fp32,
      * bf16 or fp16 value squares to at most 3.4e38^2 = 1.2e77 in float64, so a float64 sum of
@@ -271,7 +284,8 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
         rec.schedule_calls = (uint32_t)eng->event_count;
         rec.overflow = overflow;
         rec.step = (uint64_t)eng->step;
-        st = zero_comm_all_gather(&rec, all, sizeof rec, ZERO_DTYPE_UINT8, eng->comm);
+        st = zero__xfer_gather(eng, &eng->groups[0], ZERO_XFER_CONTROL, &rec, all, sizeof rec,
+                               ZERO_DTYPE_UINT8, NULL);
         if (st) {
             free(all);
             return comm_fail(eng, st, "the gradient-norm and schedule all-gather");
@@ -335,10 +349,9 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
             scale *= p->grad_clip / norm;
             ss.clipped = 1;
         }
-        const float gscale = (float)scale;
         eng->step++;
         for (int i = 0; i < eng->unit_count; i++)
-            if ((st = update_unit(eng, i, gscale, ss.lr, &acc_cleared))) return st;
+            if ((st = update_unit(eng, i, scale, ss.lr, &acc_cleared))) return st;
         if (eng->pol.gather_after_step && (st = gather_params(eng, eng->pol.shard_params)))
             return st;
     }

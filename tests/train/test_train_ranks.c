@@ -214,6 +214,18 @@ static void check_report_fields(const cJSON *root, int ranks, int stage) {
             CHECK(num(r, "comm_bytes_per_step") == want,
                   "stage %d rank %d sends %.0f bytes per step, closed form %.0f", stage, k,
                   num(r, "comm_bytes_per_step"), want);
+            /* by kind: the reduce-scatters (and stage 0's gradient all-gather) are gradients,
+             * stages 1-2's all-gather parameters, the record control */
+            double shard = (N - 1) * 4 * P / N;
+            double grads = shard * M + (stage == 0 ? shard : 0), gathered = stage == 0 ? 0 : shard;
+            const char *kinds[3] = {"grads", "params", "control"};
+            double kind_want[3] = {grads, gathered, (N - 1) * 32};
+            for (int x = 0; x < 3; x++)
+                CHECK(cat(r, "comm_sent_bytes_per_step_by_kind", kinds[x]) == kind_want[x] &&
+                          cat(r, "comm_theory_bytes_per_step_by_kind", kinds[x]) == kind_want[x],
+                      "stage %d rank %d %s: sent %.0f, theory %.0f, closed form %.0f", stage, k,
+                      kinds[x], cat(r, "comm_sent_bytes_per_step_by_kind", kinds[x]),
+                      cat(r, "comm_theory_bytes_per_step_by_kind", kinds[x]), kind_want[x]);
         }
         if (stage == 0)
             CHECK(cat(r, "memory_bytes", "parameters") == 4 * P &&

@@ -1,0 +1,160 @@
+/* xfer.c — every collective the engine posts, and the formula of what a step should send.
+ *
+ * The rest of src/zero never calls the comm API: parameter gathers (stage-3 fetch windows, the
+ * after-step gather), gradient reductions (bucketed and direct reduce-scatters, stage 0's
+ * gradient all-gather), the step's control exchange and the checks (fingerprint, replicas) all
+ * come through here, over a partition group (engine_internal.h). That makes this file the one
+ * place that counts what the engine sends, by kind and by collective, and the place where a
+ * quantized or hierarchical variant of a collective plugs in.
+ *
+ * Counting: bytes this rank sends, as the comm layer counts them: (n - 1) x count x element
+ * size for a reduce-scatter or all-gather over n ranks. Counted when posted; a step that fails
+ * is not reported. Checks (ZERO__XFER_CHECK) run between steps and are not part of a step.
+ *
+ * Not here: what is sent when (buckets.c, fetch.c, step.c), and the buffers.
+ * Invariants: group 0 is the engine's world, a private split of the caller's communicator, so
+ * the engine's collectives queue behind nobody else's; every other group is a split of it.
+ */
+#include "engine_internal.h"
+
+#include <string.h>
+
+static const char *const kind_names[] = {"params", "grads", "control"};
+_Static_assert(ZERO_ARRAY_LEN(kind_names) == ZERO_XFER_KIND_COUNT, "xfer kind name table");
+
+const char *zero_xfer_kind_name(zero_xfer_kind_t kind) {
+    return (unsigned)kind < ZERO_XFER_KIND_COUNT ? kind_names[kind] : "?";
+}
+
+/* ------------------------------------------------------------------------------ groups */
+
+zero_status_t zero__xfer_world_init(zero_engine_t *eng, zero_comm_t *parent) {
+    zero__group_t *g = &eng->groups[0];
+    memset(g, 0, sizeof *g);
+    g->size = 1;
+    eng->group_count = 1;
+    if (parent && zero_comm_size(parent) > 1) {
+        /* A private communicator: our posted reduce-scatters and gathers queue behind nobody
+         * else's collectives. */
+        zero_status_t st = zero_comm_split(parent, 0, zero_comm_rank(parent), &g->comm);
+        if (st) return st;
+        g->size = zero_comm_size(g->comm);
+        g->rank = zero_comm_rank(g->comm);
+    }
+    eng->world = g->size;
+    eng->rank = g->rank;
+    return ZERO_OK;
+}
+
+zero_status_t zero__xfer_group_split(zero_engine_t *eng, int color, int *group_out) {
+    if (eng->group_count == ZERO__GROUP_MAX)
+        return zero__error(ZERO_ERR_INVALID_ARG, "engine: at most %d partition groups",
+                           ZERO__GROUP_MAX);
+    if (color < 0)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "engine: partition group color %d is invalid (expected >= 0)", color);
+    zero__group_t g;
+    memset(&g, 0, sizeof g);
+    g.size = 1;
+    g.color = color;
+    if (eng->groups[0].comm) {
+        zero_status_t st = zero_comm_split(eng->groups[0].comm, color, eng->rank, &g.comm);
+        if (st) return st;
+        g.size = zero_comm_size(g.comm);
+        g.rank = zero_comm_rank(g.comm);
+    }
+    eng->groups[eng->group_count] = g;
+    *group_out = eng->group_count++;
+    return ZERO_OK;
+}
+
+void zero__xfer_groups_free(zero_engine_t *eng) {
+    for (int i = 0; i < eng->group_count; i++) zero_comm_free(eng->groups[i].comm);
+    eng->group_count = 0;
+}
+
+/* ------------------------------------------------------------------------------ collectives */
+
+static void count(zero_engine_t *eng, const zero__group_t *g, zero__xfer_kind_t kind,
+                  zero_coll_t coll, size_t n, zero_dtype_t dt) {
+    if (kind == ZERO__XFER_CHECK) return;
+    const uint64_t bytes = (uint64_t)(g->size - 1) * n * zero_dtype_size(dt);
+    eng->xfer.sent[kind] += bytes;
+    eng->xfer.sent_coll[coll] += bytes;
+}
+
+zero_status_t zero__xfer_gather(zero_engine_t *eng, const zero__group_t *g, zero__xfer_kind_t kind,
+                                const void *send, void *recv, size_t n, zero_dtype_t dt,
+                                zero_comm_request_t **req) {
+    count(eng, g, kind, ZERO_COLL_ALL_GATHER, n, dt);
+    if (req) return zero_comm_all_gather_post(send, recv, n, dt, g->comm, req);
+    return zero_comm_all_gather(send, recv, n, dt, g->comm);
+}
+
+zero_status_t zero__xfer_reduce_scatter(zero_engine_t *eng, const zero__group_t *g,
+                                        zero__xfer_kind_t kind, const void *send, void *recv,
+                                        size_t n, zero_dtype_t dt, zero_comm_request_t **req) {
+    count(eng, g, kind, ZERO_COLL_REDUCE_SCATTER, n, dt);
+    return zero_comm_reduce_scatter_post(send, recv, n, dt, ZERO_OP_SUM, g->comm, req);
+}
+
+zero_status_t zero__xfer_max(zero_engine_t *eng, const zero__group_t *g, int32_t *buf, size_t n) {
+    (void)eng; /* checks only: not counted */
+    return zero_comm_all_reduce(buf, buf, n, ZERO_DTYPE_INT32, ZERO_OP_MAX, g->comm);
+}
+
+zero_status_t zero__xfer_wait(zero_comm_request_t *req) { return zero_comm_wait(req); }
+
+/* ------------------------------------------------------------------------------ the step */
+
+void zero__xfer_end_step(zero_engine_t *eng) {
+    zero__xfer_counts_t *x = &eng->xfer;
+    memcpy(x->last_sent, x->sent, sizeof x->sent);
+    memcpy(x->last_sent_coll, x->sent_coll, sizeof x->sent_coll);
+    memset(x->sent, 0, sizeof x->sent);
+    memset(x->sent_coll, 0, sizeof x->sent_coll);
+    x->last_rs_elems = x->rs_elems;
+    x->last_gather_elems = x->gather_elems;
+    x->rs_elems = x->gather_elems = 0;
+    x->have_last = 1;
+}
+
+/* The control record of step.c: norm partial, schedule hash and length, overflow flag, step. */
+#define CONTROL_BYTES 32u
+
+/* What the last completed step should have sent, per kind (bytes from this rank). Each unit u
+ * of group size n_u, shard S_u, c = bytes per compute element, a = per accumulator element:
+ *   grads    (n_u - 1) c S_u per grads_done (one reduce-scatter of the unit's gradient per
+ *            micro-step), + stage 0: (n_u - 1) a S_u (the reduced gradient all-gathered)
+ *   params   stage 3: (n_u - 1) c S_u per fetch window of a non-persistent unit (a fetch with
+ *            the unit not held: twice per micro-step for a forward + backward use), + (n_u - 1)
+ *            c S_u for each unit gathered after the step (stages 1-2: every unit; stage 3: the
+ *            persistent ones)
+ *   control  (N - 1) x 32 over the world of N ranks (one record per rank per step)
+ * Prefetch changes when a window's gather is posted, not how many: it follows a confirmed fetch
+ * sequence only while the calls match it, so no gather is dropped unused (if one ever is,
+ * fetch.c logs a warning and the step sends that much more than this). The windows and
+ * micro-steps are the last step's (counted as they happen, in elements of (n_u - 1) S_u);
+ * before the first step, M = grad_accum_steps micro-steps and 2M windows per unit. */
+void zero__xfer_theory(const zero_engine_t *eng, uint64_t out[ZERO_XFER_KIND_COUNT]) {
+    const zero__stage_policy_t pol = eng->pol;
+    const uint64_t c = eng->ce, a = eng->ae, M = (uint64_t)eng->params.grad_accum_steps;
+    uint64_t rs = 0, ag = 0, after = 0;
+    for (int i = 0; i < eng->unit_count; i++) {
+        const zero__unit_t *u = &eng->units[i];
+        const uint64_t peers = (uint64_t)(u->grp->size - 1) * u->shard_count;
+        rs += M * peers;
+        if (pol.shard_params && !u->persistent) ag += 2 * M * peers;
+        if (!pol.shard_optim)
+            after += a * peers;
+        else if (!pol.shard_params || u->persistent)
+            after += c * peers;
+    }
+    if (eng->xfer.have_last) {
+        rs = eng->xfer.last_rs_elems;
+        ag = eng->xfer.last_gather_elems;
+    }
+    out[ZERO_XFER_GRADS] = c * rs + (pol.shard_optim ? 0 : after);
+    out[ZERO_XFER_PARAMS] = c * ag + (pol.shard_optim ? after : 0);
+    out[ZERO_XFER_CONTROL] = (uint64_t)(eng->world - 1) * CONTROL_BYTES;
+}
