@@ -118,6 +118,43 @@ __attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t crc, const 
 }
 #endif
 
+#ifdef HAVE_X86
+/* Three pages at a time, each its own stream: the three interleaved streams of crc_sse42 without
+ * the combine, which costs about as much as a 4 KiB page's CRC. */
+__attribute__((target("sse4.2"))) static void pages_sse42(uint32_t *out, const unsigned char *p,
+                                                          size_t page_bytes, size_t pages) {
+    size_t i = 0;
+    for (; i + 3 <= pages && page_bytes % 8 == 0; i += 3) {
+        const unsigned char *a = p + i * page_bytes, *b = a + page_bytes, *c = b + page_bytes;
+        uint64_t ca = 0xFFFFFFFFu, cb = 0xFFFFFFFFu, cc = 0xFFFFFFFFu;
+        for (size_t k = 0; k < page_bytes; k += 8) {
+            uint64_t va, vb, vc;
+            memcpy(&va, a + k, 8);
+            memcpy(&vb, b + k, 8);
+            memcpy(&vc, c + k, 8);
+            ca = _mm_crc32_u64(ca, va);
+            cb = _mm_crc32_u64(cb, vb);
+            cc = _mm_crc32_u64(cc, vc);
+        }
+        out[i] = ~(uint32_t)ca;
+        out[i + 1] = ~(uint32_t)cb;
+        out[i + 2] = ~(uint32_t)cc;
+    }
+    for (; i < pages; i++) out[i] = crc_sse42(0, p + i * page_bytes, page_bytes);
+}
+#endif
+
+void zero__crc32c_pages(uint32_t *out, const void *data, size_t page_bytes, size_t pages) {
+    const unsigned char *p = data;
+#ifdef HAVE_X86
+    if (__builtin_cpu_supports("sse4.2")) {
+        pages_sse42(out, p, page_bytes, pages);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < pages; i++) out[i] = crc_table_bytes(0, p + i * page_bytes, page_bytes);
+}
+
 uint32_t zero__crc32c(uint32_t crc, const void *data, size_t bytes) {
 #ifdef HAVE_X86
     /* __builtin_cpu_supports reads a table filled before main: cheap, and no race */

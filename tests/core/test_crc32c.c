@@ -24,6 +24,20 @@ int main(void) {
                zero__crc32c(0, b + off, len);
     }
     CHECK(bad == 0, "crc32c fast path: %d mismatches", bad);
+    /* per-page checksums: every page count (multiples of three and not) and page size */
+    bad = 0;
+    uint32_t crcs[16];
+    const size_t page_sizes[] = {4096, 512, 8, 12, 1};
+    for (size_t s = 0; s < sizeof page_sizes / sizeof page_sizes[0]; s++) {
+        for (size_t pages = 0; pages <= 10; pages++) {
+            size_t off = (size_t)rand_r(&seed) % 64;
+            zero__crc32c_pages(crcs, b + off, page_sizes[s], pages);
+            for (size_t i = 0; i < pages; i++)
+                bad += crcs[i] !=
+                       zero__crc32c_reference(0, b + off + i * page_sizes[s], page_sizes[s]);
+        }
+    }
+    CHECK(bad == 0, "crc32c per-page: %d mismatches", bad);
     free(b);
     return check_report();
 }
