@@ -14,7 +14,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -24,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "check.h"
+#include "thread_ranks.h"
 
 /* SIGKILL rounds: 20 in the optimised build; sanitizers make every save several times slower,
  * so fewer there to keep the suite's time budget. */
@@ -489,20 +489,19 @@ static void test_sigkill(int rounds) {
 /* ------------------------------------------------------------------------------ collective */
 
 typedef struct {
-    zero_comm_t *comm;
     harness_t *h; /* per rank */
     const char *dir;
     int save;
     zero_status_t st;
 } rank_arg_t;
 
-static void *rank_main(void *p) {
-    rank_arg_t *a = p;
+static void rank_main(zero_comm_t *comm, int rank, void *p) {
+    rank_arg_t *a = (rank_arg_t *)p + rank; /* p: one argument per rank */
     zero_ckpt_shard_io_t io = h_io(a->h);
     if (a->save) {
         zero_ckpt_save_params_t sp = zero_ckpt_save_params_default();
         sp.save_dir = a->dir;
-        sp.comm = a->comm;
+        sp.comm = comm;
         sp.world = 0;
         zero_ckpt_meta_t m = meta_of(a->h->step);
         a->st = zero_ckpt_save(&sp, &a->h->layout, &m, &io, NULL, 0);
@@ -510,13 +509,12 @@ static void *rank_main(void *p) {
         zero_ckpt_t *c = NULL;
         a->st = zero_ckpt_open(&c, a->dir);
         zero_ckpt_load_params_t lp = zero_ckpt_load_params_default();
-        lp.comm = a->comm;
+        lp.comm = comm;
         lp.world = 0;
         /* Every rank must reach the collective, even after a failed open. */
         if (a->st == ZERO_OK) a->st = zero_ckpt_load(c, &lp, &a->h->layout, &io);
         zero_ckpt_close(c);
     }
-    return NULL;
 }
 
 static void run_ranks(int n, const char *dir, int save_mode, harness_t *hs) {
@@ -525,13 +523,9 @@ static void run_ranks(int n, const char *dir, int save_mode, harness_t *hs) {
         CHECK(0, "threads communicator");
         return;
     }
-    pthread_t th[8];
     rank_arg_t args[8];
-    for (int r = 0; r < n; r++) {
-        args[r] = (rank_arg_t){comms[r], &hs[r], dir, save_mode, ZERO_OK};
-        pthread_create(&th[r], NULL, rank_main, &args[r]);
-    }
-    for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < n; r++) args[r] = (rank_arg_t){&hs[r], dir, save_mode, ZERO_OK};
+    thread_ranks_run(n, comms, rank_main, args);
     for (int r = 0; r < n; r++) {
         CHECK(args[r].st == ZERO_OK, "rank %d of %d %s: status %d", r, n,
               save_mode ? "save" : "load", (int)args[r].st);
@@ -569,17 +563,15 @@ static void test_collective(void) {
     /* A rank whose state callback fails: every rank reports failure, `latest` stays at 77. */
     zero_comm_t *comms[3];
     if (zero_comm_threads_init_all(3, comms, NULL) == ZERO_OK) {
-        pthread_t th[3];
         rank_arg_t args[3];
         for (int r = 0; r < 3; r++) {
             h_init(&hs[r], NU, sizes, 78);
             hs[r].fail_get_after = r == 1 ? 3 : 0;
-            args[r] = (rank_arg_t){comms[r], &hs[r], dir, 1, ZERO_OK};
-            pthread_create(&th[r], NULL, rank_main, &args[r]);
+            args[r] = (rank_arg_t){&hs[r], dir, 1, ZERO_OK};
         }
+        thread_ranks_run(3, comms, rank_main, args);
         int all_failed = 1;
         for (int r = 0; r < 3; r++) {
-            pthread_join(th[r], NULL);
             all_failed &= args[r].st != ZERO_OK;
             zero_comm_free(comms[r]);
             h_free(&hs[r]);

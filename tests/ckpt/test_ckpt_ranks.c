@@ -11,16 +11,15 @@
 #include "model/gpt.h"
 #include "zero/zero.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "check.h"
+#include "thread_ranks.h"
 
 static const zero_gpt_config_t cfg = {2, 4, 32, 96, 16};
 
 typedef struct {
-    zero_comm_t *comm;
     int stage, save;
     const char *dir;
     zero_status_t st;
@@ -34,17 +33,17 @@ static float weight(int unit, size_t i) {
     return ((float)(x & 0xFFFF) - 32768.0f) / 65536.0f;
 }
 
-static void *rank_main(void *arg) {
-    rank_t *r = arg;
+static void rank_main(zero_comm_t *comm, int rank, void *arg) {
+    rank_t *r = (rank_t *)arg + rank; /* arg: one rank_t per rank */
     zero_engine_t *eng = NULL;
     zero_gpt_t *gpt = NULL;
     zero_ckpt_engine_layout_t L = {0};
     zero_ckpt_t *c = NULL;
     float *buf = NULL;
-    int world = zero_comm_size(r->comm);
+    int world = zero_comm_size(comm);
     zero_engine_params_t p = zero_engine_params_default();
     p.stage = r->stage;
-    p.comm = world > 1 ? r->comm : NULL;
+    p.comm = world > 1 ? comm : NULL;
     p.persistence_threshold_elems = 0; /* every unit sharded in stage 3 */
     zero_status_t st = zero_engine_init(&eng, &p);
     if (st == ZERO_OK) st = zero__gpt_init(&gpt, &cfg, eng, 1, 0, 1);
@@ -63,7 +62,7 @@ static void *rank_main(void *arg) {
         zero_ckpt_save_params_t sp = zero_ckpt_save_params_default();
         sp.save_dir = r->dir;
         sp.with_optim = 0;
-        sp.comm = r->comm;
+        sp.comm = comm;
         sp.world = 0;
         zero_ckpt_meta_t meta = {.step = 11, .stage = r->stage};
         if (st == ZERO_OK) st = zero_ckpt_save(&sp, &L.layout, &meta, &io, NULL, 0);
@@ -72,7 +71,7 @@ static void *rank_main(void *arg) {
         zero_ckpt_load_params_t lp = zero_ckpt_load_params_default();
         lp.with_optim = 0;
         if (r->stage == 3) {
-            lp.comm = r->comm;
+            lp.comm = comm;
             lp.world = 0;
         }
         /* stage 3 loads are collective: a rank whose open failed still calls (with NULL) */
@@ -90,25 +89,21 @@ static void *rank_main(void *arg) {
     zero_ckpt_engine_layout_free(&L);
     zero__gpt_free(gpt);
     zero_engine_free(eng);
-    return NULL;
 }
 
 /* Run `world` ranks at `stage`; returns rank 0's fingerprints. */
 static int run(int world, int stage, int save, const char *dir, uint64_t *fresh, uint64_t *after) {
     zero_comm_t *comms[8];
     rank_t r[8];
-    pthread_t th[8];
     if (zero_comm_threads_init_all(world, comms, NULL) != ZERO_OK) return 0;
     for (int i = 0; i < world; i++) {
         memset(&r[i], 0, sizeof r[i]);
-        r[i].comm = comms[i];
         r[i].stage = stage;
         r[i].save = save;
         r[i].dir = dir;
-        pthread_create(&th[i], NULL, rank_main, &r[i]);
     }
+    thread_ranks_run(world, comms, rank_main, r);
     int ok = 1;
-    for (int i = 0; i < world; i++) pthread_join(th[i], NULL);
     for (int i = 0; i < world; i++) {
         if (r[i].st != ZERO_OK) {
             fprintf(stderr, "rank %d of %d (stage %d, %s): %s\n", i, world, stage,

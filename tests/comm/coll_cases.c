@@ -13,7 +13,7 @@
  */
 #include "coll_cases.h"
 
-#include <pthread.h>
+#include <ctype.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,6 +201,17 @@ void coll_ref_reduce(void *out, size_t count, zero_dtype_t dtype, zero_op_t op, 
                      const int *members, int n, uint64_t first_idx) {
     for (size_t i = 0; i < count; i++)
         store_bits(out, i, dtype, ref_element(dtype, op, seed, members, n, first_idx + i));
+}
+
+int coll_has_number(const char *msg, long value) {
+    for (const char *p = msg; *p; p++) {
+        if (!isdigit((unsigned char)*p) || (p > msg && isdigit((unsigned char)p[-1]))) continue;
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (v == value && (p == msg || p[-1] != '-')) return 1;
+        p = end - 1;
+    }
+    return 0;
 }
 
 uint64_t coll_hash_bytes(const void *data, size_t bytes, uint64_t h) {
@@ -712,46 +723,4 @@ void coll_run_matrix(zero_comm_t *comm, const coll_opts_t *opts, coll_tally_t *t
     tally->cases += ncases;
     free(cases);
     free(R.members);
-}
-
-/* ------------------------------------------------------------------------------ cliques */
-
-typedef struct clique_rank {
-    zero_comm_t *comm;
-    int rank;
-    coll_rank_fn fn;
-    void *arg;
-} clique_rank_t;
-
-static void *clique_main(void *p) {
-    clique_rank_t *cr = p;
-    cr->fn(cr->comm, cr->rank, cr->arg);
-    return NULL;
-}
-
-int coll_run_clique(int n, double timeout_s, coll_rank_fn fn, void *arg) {
-    zero_comm_t **comms = calloc((size_t)n, sizeof *comms);
-    clique_rank_t *cr = calloc((size_t)n, sizeof *cr);
-    pthread_t *th = calloc((size_t)n, sizeof *th);
-    zero_comm_params_t p = zero_comm_params_default();
-    p.timeout_s = timeout_s;
-    zero_status_t st = zero_comm_threads_init_all(n, comms, &p);
-    if (st != ZERO_OK) {
-        fprintf(stderr, "FAIL zero_comm_threads_init_all(%d): %s: %s\n", n, zero_status_str(st),
-                zero_last_error());
-        free(comms);
-        free(cr);
-        free(th);
-        return -1;
-    }
-    for (int r = 0; r < n; r++) {
-        cr[r] = (clique_rank_t){comms[r], r, fn, arg};
-        pthread_create(&th[r], NULL, clique_main, &cr[r]);
-    }
-    for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
-    for (int r = 0; r < n; r++) zero_comm_free(comms[r]);
-    free(comms);
-    free(cr);
-    free(th);
-    return 0;
 }

@@ -10,6 +10,7 @@
  * recomputed here without calling the library.
  *
  * Not here: argument errors, timeouts, split (see test_comm_errors.c and test_comm_split.c).
+ * Threads cliques to run it on: tests/thread_ranks.h.
  */
 #ifndef ZERO_TESTS_COLL_CASES_H
 #define ZERO_TESTS_COLL_CASES_H
@@ -49,13 +50,9 @@ size_t coll_case_count(int n, const coll_opts_t *opts);
  * Adds this rank's checks to *tally. Failures are printed to stderr. */
 void coll_run_matrix(zero_comm_t *comm, const coll_opts_t *opts, coll_tally_t *tally);
 
-/* Run fn(comm, rank, arg) on n threads, one per rank of a fresh threads clique with the given
- * timeout, then free the communicators. Returns 0, or -1 (after printing why) if the clique
- * could not be created. */
-typedef void (*coll_rank_fn)(zero_comm_t *comm, int rank, void *arg);
-int coll_run_clique(int n, double timeout_s, coll_rank_fn fn, void *arg);
-
 /* Helpers shared by the other comm tests. */
+/* True when msg contains the decimal number `value` as a whole token (not inside 1009, not -5). */
+int coll_has_number(const char *msg, long value);
 uint64_t coll_hash_bytes(const void *data, size_t bytes, uint64_t h);
 /* The raw bits of input element idx of `rank` for a case seed (a pure function). */
 uint64_t coll_gen_bits(zero_dtype_t dtype, uint64_t seed, int rank, uint64_t idx);

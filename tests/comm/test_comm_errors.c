@@ -12,42 +12,17 @@
  *    post + test, and on a sub-communicator, which must inherit the parent's timeout.
  * Messages are checked by substrings (facts), never whole strings.
  */
+#include "check.h"
 #include "comm/coll_cases.h"
+#include "thread_ranks.h"
+#include "thread_ranks.h"
 #include "zero/core.h"
 
-#include <ctype.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static atomic_long passed, failed;
-static const char *cur = "";
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            atomic_fetch_add(&passed, 1);                                                          \
-        } else {                                                                                   \
-            atomic_fetch_add(&failed, 1);                                                          \
-            fprintf(stderr, "FAIL [%s] %s:%d: ", cur, __FILE__, __LINE__);                         \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-        }                                                                                          \
-    } while (0)
-
-/* True when msg contains the decimal number `value` as a whole token (not inside 1009). */
-static int has_number(const char *msg, long value) {
-    for (const char *p = msg; *p; p++) {
-        if (!isdigit((unsigned char)*p) || (p > msg && isdigit((unsigned char)p[-1]))) continue;
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (v == value && (p == msg || p[-1] != '-')) return 1;
-        p = end - 1;
-    }
-    return 0;
-}
 
 static int has(const char *msg, const char *word) { return strstr(msg, word) != NULL; }
 
@@ -74,8 +49,8 @@ static void local_errors(zero_comm_t *comm, int r, void *arg) {
                    "all_reduce(send NULL)", "send", r);
     expect_invalid(zero_comm_all_reduce(a, NULL, C, ZERO_DTYPE_FP32, ZERO_OP_SUM, comm),
                    "all_reduce(recv NULL)", "recv", r);
-    CHECK(has_number(zero_last_error(), C), "rank %d: message '%s' does not give the count %d", r,
-          zero_last_error(), C);
+    CHECK(coll_has_number(zero_last_error(), C), "rank %d: message '%s' does not give the count %d",
+          r, zero_last_error(), C);
     expect_invalid(zero_comm_reduce_scatter(NULL, b, C, ZERO_DTYPE_FP32, ZERO_OP_SUM, comm),
                    "reduce_scatter(send NULL)", "send", r);
     expect_invalid(zero_comm_reduce_scatter(a, NULL, C, ZERO_DTYPE_FP32, ZERO_OP_SUM, comm),
@@ -102,7 +77,7 @@ static void local_errors(zero_comm_t *comm, int r, void *arg) {
     /* Broadcast root out of range: the message gives the root and the size. */
     expect_invalid(zero_comm_broadcast(a, b, C, ZERO_DTYPE_FP32, n, comm), "broadcast(root n)",
                    "root", r);
-    CHECK(has_number(zero_last_error(), n), "rank %d: message '%s' does not give root %d", r,
+    CHECK(coll_has_number(zero_last_error(), n), "rank %d: message '%s' does not give root %d", r,
           zero_last_error(), n);
     expect_invalid(zero_comm_broadcast(a, b, C, ZERO_DTYPE_FP32, -1, comm), "broadcast(root -1)",
                    "root", r);
@@ -208,7 +183,7 @@ static void mismatch(zero_comm_t *comm, int r, void *arg) {
     CHECK(st == ZERO_ERR_MISMATCH, "rank %d: %s mismatch returned %s after %.2f s: %s", r,
           mismatch_names[kind], zero_status_str(st), dt, zero_last_error());
     if (st == ZERO_ERR_MISMATCH && kind == MIS_COUNT)
-        CHECK(has_number(zero_last_error(), 100) && has_number(zero_last_error(), 101),
+        CHECK(coll_has_number(zero_last_error(), 100) && coll_has_number(zero_last_error(), 101),
               "rank %d: count mismatch message '%s' does not give both counts", r,
               zero_last_error());
     st = zero_comm_barrier(comm);
@@ -232,9 +207,9 @@ typedef struct timeout_arg {
 static void check_timeout_message(int r, int missing, const char *op) {
     const char *msg = zero_last_error();
     CHECK(has(msg, op), "rank %d: timeout message '%s' does not name %s", r, msg, op);
-    CHECK(has_number(msg, TIMEOUT_COUNT), "rank %d: timeout message '%s' does not give count %d", r,
-          msg, TIMEOUT_COUNT);
-    CHECK(has(msg, "rank") && has_number(msg, missing),
+    CHECK(coll_has_number(msg, TIMEOUT_COUNT),
+          "rank %d: timeout message '%s' does not give count %d", r, msg, TIMEOUT_COUNT);
+    CHECK(has(msg, "rank") && coll_has_number(msg, missing),
           "rank %d: timeout message '%s' does not name the missing rank %d", r, msg, missing);
 }
 
@@ -332,12 +307,12 @@ static void split_timeout_rank(zero_comm_t *comm, int r, void *arg) {
 
 /* ------------------------------------------------------------------------------ main */
 
-static void run_clique_timed(const char *label, int n, coll_rank_fn fn, void *arg, double limit) {
-    cur = label;
+static void run_clique_timed(const char *label, int n, thread_rank_fn fn, void *arg, double limit) {
+    check_label = label;
     double t0 = zero_time_now();
-    int rc = coll_run_clique(n, 5.0, fn, arg); /* a missed mismatch fails in 5 s */
+    zero_status_t st = thread_ranks_clique(n, 5.0, fn, arg); /* a missed mismatch fails in 5 s */
     double dt = zero_time_now() - t0;
-    CHECK(rc == 0, "%s: clique of %d could not be created", label, n);
+    CHECK(st == ZERO_OK, "%s: clique of %d could not be created", label, n);
     CHECK(dt < limit, "%s: took %.2f s including free (limit %.0f s)", label, dt, limit);
     printf("%-40s %.2f s\n", label, dt);
     fflush(stdout);
@@ -386,6 +361,5 @@ int main(void) {
         run_clique_timed("timeout inherited by split n=6", 6, split_timeout_rank, &ta, 10);
         pthread_barrier_destroy(&ta.done);
     }
-    printf("%ld passed, %ld failed\n", atomic_load(&passed), atomic_load(&failed));
-    return atomic_load(&failed) ? 1 : 0;
+    return check_report();
 }

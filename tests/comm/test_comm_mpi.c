@@ -9,41 +9,22 @@
  *   --quick    the big count only for two cases (sanitizer builds).
  *   --timeout  the last rank never calls all_reduce; the others must get ZERO_ERR_TIMEOUT naming
  *              the operation, the count and that rank, then ZERO_ERR_COMM_FAILED; the job then
- *              ends through MPI_Finalize (or, if that hangs, MPI_Abort from a watchdog with the
- *              test's exit code).
+ *              ends through MPI_Finalize (or, if that hangs, MPI_Abort from the watchdog of
+ *              mpi_harness.h with the test's exit code).
  *   --crash    rank 2 calls abort() while a large all_reduce is in flight; used by
  *              mpi_crash.sh, which checks that mpirun ends, fails, and names the dead rank.
  * Raw MPI calls here (gathers, agreements) run on MPI_COMM_WORLD while no collective of ours is
  * in flight; the backend requires MPI_THREAD_MULTIPLE anyway.
  */
 #include "comm/coll_cases.h"
+#include "thread_ranks.h"
+#include "mpi_harness.h"
 #include "zero/core.h"
 
-#include <mpi.h>
-
-#include <ctype.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
-
-static long passed, failed;
-static int world_rank, world_size;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            passed++;                                                                              \
-        } else {                                                                                   \
-            failed++;                                                                              \
-            fprintf(stderr, "FAIL [mpi rank %d/%d] %s:%d: ", world_rank, world_size, __FILE__,     \
-                    __LINE__);                                                                     \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-        }                                                                                          \
-    } while (0)
 
 /* Wait for the other ranks without spinning a core (ranks outnumber cores here). */
 static void sleepy_barrier(void) {
@@ -54,17 +35,6 @@ static void sleepy_barrier(void) {
         MPI_Test(&req, &done, MPI_STATUS_IGNORE);
         if (!done) nanosleep(&(struct timespec){0, 2000000}, NULL);
     }
-}
-
-static int has_number(const char *msg, long value) {
-    for (const char *p = msg; *p; p++) {
-        if (!isdigit((unsigned char)*p) || (p > msg && isdigit((unsigned char)p[-1]))) continue;
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (v == value) return 1;
-        p = end - 1;
-    }
-    return 0;
 }
 
 /* ------------------------------------------------------------------------------ matrix */
@@ -80,7 +50,7 @@ static void threads_rank(zero_comm_t *comm, int rank, void *arg) {
 }
 
 static int run_matrix(zero_comm_t *comm, int quick) {
-    int n = world_size, r = world_rank;
+    int n = mpi_size, r = mpi_rank;
     char label[32];
     snprintf(label, sizeof label, "mpi n=%d", n);
     coll_opts_t o = {.quick = quick, .big = 1, .label = label};
@@ -91,8 +61,7 @@ static int run_matrix(zero_comm_t *comm, int quick) {
     double t0 = zero_time_now();
     coll_run_matrix(comm, &o, &t);
     double t_mpi = zero_time_now() - t0;
-    passed += t.passed;
-    failed += t.failed;
+    check_add(t.passed, t.failed);
 
     /* Every rank's hashes to rank 0. */
     uint64_t *all = r == 0 ? calloc(ncases * (size_t)n, sizeof *all) : NULL;
@@ -113,11 +82,10 @@ static int run_matrix(zero_comm_t *comm, int quick) {
             tr->opts[k].hashes = th + (size_t)k * ncases;
         }
         t0 = zero_time_now();
-        CHECK(coll_run_clique(n, 60.0, threads_rank, tr) == 0, "threads clique of %d", n);
+        CHECK(thread_ranks_clique(n, 60.0, threads_rank, tr) == ZERO_OK, "threads clique of %d", n);
         long tp = 0, tf = 0;
         for (int k = 0; k < n; k++) tp += tr->tally[k].passed, tf += tr->tally[k].failed;
-        passed += tp;
-        failed += tf;
+        check_add(tp, tf);
         size_t differ = 0, shown = 0;
         for (int k = 0; k < n; k++)
             for (size_t i = 0; i < ncases; i++) {
@@ -150,17 +118,8 @@ static int run_matrix(zero_comm_t *comm, int quick) {
 #define TIMEOUT_S 1.5
 #define TIMEOUT_COUNT 1009
 
-static void *watchdog(void *arg) {
-    int *code = arg;
-    sleep(20);
-    fprintf(stderr, "[mpi rank %d] MPI_Finalize did not return within 20 s: MPI_Abort(%d)\n",
-            world_rank, *code);
-    MPI_Abort(MPI_COMM_WORLD, *code);
-    return NULL;
-}
-
 static void run_timeout(zero_comm_t *comm) {
-    int n = world_size, r = world_rank, missing = n - 1;
+    int n = mpi_size, r = mpi_rank, missing = n - 1;
     zero_comm_set_timeout(comm, TIMEOUT_S);
     if (r != missing) {
         float *send = calloc(TIMEOUT_COUNT, sizeof(float)), *recv = calloc(TIMEOUT_COUNT, 4);
@@ -174,8 +133,8 @@ static void run_timeout(zero_comm_t *comm) {
         CHECK(dt >= TIMEOUT_S * 0.9 && dt < TIMEOUT_S + 4.0, "the timeout came after %.2f s", dt);
         if (st == ZERO_ERR_TIMEOUT) {
             CHECK(strstr(msg, "all_reduce") != NULL, "message '%s' does not name all_reduce", msg);
-            CHECK(has_number(msg, TIMEOUT_COUNT), "message '%s' does not give the count", msg);
-            CHECK(strstr(msg, "rank") && has_number(msg, missing),
+            CHECK(coll_has_number(msg, TIMEOUT_COUNT), "message '%s' does not give the count", msg);
+            CHECK(strstr(msg, "rank") && coll_has_number(msg, missing),
                   "message '%s' does not name the missing rank %d", msg, missing);
             if (r == 0) printf("timeout message: %s\n", msg);
         }
@@ -194,7 +153,7 @@ static void run_crash(zero_comm_t *comm) {
     const size_t count = (size_t)32 << 20;
     float *send = calloc(count, sizeof(float)), *recv = calloc(count, sizeof(float));
     zero_comm_set_timeout(comm, 20);
-    if (world_rank == 2) {
+    if (mpi_rank == 2) {
         zero_comm_request_t *req = NULL;
         zero_comm_all_reduce_post(send, recv, count, ZERO_DTYPE_FP32, ZERO_OP_SUM, comm, &req);
         nanosleep(&(struct timespec){0, 20000000}, NULL); /* the collective is under way */
@@ -204,7 +163,7 @@ static void run_crash(zero_comm_t *comm) {
     zero_status_t st = zero_comm_all_reduce(send, recv, count, ZERO_DTYPE_FP32, ZERO_OP_SUM, comm);
     /* mpirun normally ends the job first. If not, report and stay alive: ending the job is
      * mpirun's duty, and exiting here would hide whether it noticed rank 2. */
-    fprintf(stderr, "[mpi rank %d] all_reduce with a dead peer returned %s: %s\n", world_rank,
+    fprintf(stderr, "[mpi rank %d] all_reduce with a dead peer returned %s: %s\n", mpi_rank,
             zero_status_str(st), zero_last_error());
     sleep(120);
     free(send);
@@ -232,24 +191,18 @@ int main(int argc, char **argv) {
     zero_mem_t *mem = NULL;
     zero_mem_init(&mem, NULL);
     params.mem = mem; /* scratch buffers are accounted under ZERO_MEM_COMM */
-    zero_comm_t *comm = NULL;
-    zero_status_t st = zero_comm_mpi_init(&comm, &params);
-    if (st != ZERO_OK) {
-        fprintf(stderr, "FAIL zero_comm_mpi_init: %s: %s\n", zero_status_str(st),
-                zero_last_error());
-        return 1;
-    }
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    CHECK(zero_comm_rank(comm) == world_rank && zero_comm_size(comm) == world_size,
+    zero_comm_t *comm = mpi_harness_init(&params);
+    if (!comm) return 1;
+    /* mpi_rank and mpi_size: MPI_Comm_rank and MPI_Comm_size of MPI_COMM_WORLD */
+    CHECK(zero_comm_rank(comm) == mpi_rank && zero_comm_size(comm) == mpi_size,
           "communicator rank %d/%d, MPI says %d/%d", zero_comm_rank(comm), zero_comm_size(comm),
-          world_rank, world_size);
+          mpi_rank, mpi_size);
     CHECK(zero_comm_backend(comm) == ZERO_BACKEND_MPI, "backend is %s",
           zero_backend_name(zero_comm_backend(comm)));
     CHECK(zero_comm_mpi_available() && zero_comm_mpi_launched(), "mpi available and launched");
 
     if (mode == 2) {
-        if (world_size < 3) {
+        if (mpi_size < 3) {
             fprintf(stderr, "--crash needs 3 ranks\n");
             return 2;
         }
@@ -257,7 +210,7 @@ int main(int argc, char **argv) {
         return 1; /* reaching here means nobody stopped the job: mpi_crash.sh checks */
     }
     if (mode == 1) {
-        if (world_size < 2) {
+        if (mpi_size < 2) {
             fprintf(stderr, "--timeout needs at least 2 ranks\n");
             return 2;
         }
@@ -277,23 +230,11 @@ int main(int argc, char **argv) {
         CHECK(ms.live_total_bytes == 0 && ms.peak_bytes[ZERO_MEM_COMM] >= ms.peak_total_bytes,
               "memory: %zu bytes live after free, %zu peak bytes outside comm_buffers",
               ms.live_total_bytes, other);
-        if (world_rank == 0)
+        if (mpi_rank == 0)
             printf("mpi comm scratch peak on rank 0: %zu bytes\n", ms.peak_bytes[ZERO_MEM_COMM]);
     }
     /* Agree on the result; every rank exits with it. */
-    long local[2] = {passed, failed}, total[2] = {0, 0};
-    MPI_Allreduce(local, total, 2, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-    static int code;
-    code = total[1] ? 1 : 0;
-    if (world_rank == 0) {
-        printf("%ld passed, %ld failed\n", total[0], total[1]);
-        fflush(stdout);
-    }
-    pthread_t wd;
-    pthread_create(&wd, NULL, watchdog, &code);
-    pthread_detach(wd);
-    zero_comm_free(comm);
-    zero_comm_mpi_finalize();
+    int code = mpi_harness_finish(comm);
     if (mode == 0)
         zero_mem_free_domain(mem); /* after --timeout, leaked scratch still points here */
     return code;

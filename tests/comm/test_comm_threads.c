@@ -5,7 +5,9 @@
  *   --quick  the big count (1048579) only for two cases (sanitizer builds)
  *   --ranks  run only these rank counts (repeatable)
  */
+#include "check.h"
 #include "comm/coll_cases.h"
+#include "thread_ranks.h"
 #include "zero/core.h"
 
 #include <stdio.h>
@@ -26,19 +28,17 @@ static void rank_main(zero_comm_t *comm, int rank, void *arg) {
 
 /* After the communicators are freed no scratch is left, and none was accounted under another
  * category. Returns 1 when the rank's domain is clean. */
-static int check_memory(zero_mem_t *mem, int n, int r, size_t *comm_peak) {
+static void check_memory(zero_mem_t *mem, int n, int r, size_t *comm_peak) {
     zero_mem_stats_t ms;
     zero_mem_get_stats(mem, &ms);
     size_t other = 0;
     for (int c = 0; c < ZERO_MEM_CATEGORY_COUNT; c++)
         if (c != ZERO_MEM_COMM) other += ms.peak_bytes[c];
     if (ms.peak_bytes[ZERO_MEM_COMM] > *comm_peak) *comm_peak = ms.peak_bytes[ZERO_MEM_COMM];
-    if (ms.live_total_bytes == 0 && other == 0) return 1;
-    fprintf(stderr,
-            "FAIL [threads n=%d rank %d] memory: %zu bytes live after free, %zu peak bytes "
-            "outside comm_buffers\n",
-            n, r, ms.live_total_bytes, other);
-    return 0;
+    CHECK(ms.live_total_bytes == 0 && other == 0,
+          "threads n=%d rank %d memory: %zu bytes live after free, %zu peak bytes outside "
+          "comm_buffers",
+          n, r, ms.live_total_bytes, other);
 }
 
 int main(int argc, char **argv) {
@@ -57,7 +57,6 @@ int main(int argc, char **argv) {
         const int all[] = {1, 2, 3, 4, 7, 8};
         for (int i = 0; i < 6; i++) ranks[nranks++] = all[i];
     }
-    long passed = 0, failed = 0;
     for (int i = 0; i < nranks; i++) {
         int n = ranks[i];
         atomic_int arrivals = 0;
@@ -68,28 +67,23 @@ int main(int argc, char **argv) {
             .tallies = calloc((size_t)n, sizeof(coll_tally_t)),
             .mems = calloc((size_t)n, sizeof(zero_mem_t *))};
         for (int r = 0; r < n; r++) zero_mem_init(&run.mems[r], NULL);
+        long p = atomic_load(&passed), f = atomic_load(&failed);
         double t0 = zero_time_now();
-        if (coll_run_clique(n, 60.0, rank_main, &run) != 0) failed++;
-        long p = 0, f = 0;
+        CHECK(thread_ranks_clique(n, 60.0, rank_main, &run) == ZERO_OK, "clique of %d", n);
         size_t comm_peak = 0;
         for (int r = 0; r < n; r++) {
-            p += run.tallies[r].passed;
-            f += run.tallies[r].failed;
-            if (check_memory(run.mems[r], n, r, &comm_peak))
-                p++;
-            else
-                f++;
+            check_add(run.tallies[r].passed, run.tallies[r].failed);
+            check_memory(run.mems[r], n, r, &comm_peak);
             zero_mem_free_domain(run.mems[r]);
         }
+        p = atomic_load(&passed) - p;
+        f = atomic_load(&failed) - f;
         printf("threads n=%d: %zu cases per rank, %ld checks passed, %ld failed, comm scratch "
                "peak %zu bytes per rank (%.2f s)\n",
                n, coll_case_count(n, &run.opts), p, f, comm_peak, zero_time_now() - t0);
         fflush(stdout);
-        passed += p;
-        failed += f;
         free(run.tallies);
         free(run.mems);
     }
-    printf("%ld passed, %ld failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_report();
 }

@@ -8,6 +8,7 @@
  * named in ZERO_ERR_TIMEOUT on the others, and a failed communicator refuses further work.
  * The full multi-backend suite lives in tests/comm.
  */
+#include "mpi_harness.h"
 #include "zero/zero.h"
 
 #include <math.h>
@@ -15,21 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static int passed, failed;
-static int g_rank, g_size;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            passed++;                                                                              \
-        } else {                                                                                   \
-            failed++;                                                                              \
-            fprintf(stderr, "[rank %d/%d] FAIL %s:%d: ", g_rank, g_size, __FILE__, __LINE__);      \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-        }                                                                                          \
-    } while (0)
 
 /* ------------------------------------------------------------------------------ data */
 
@@ -441,18 +427,11 @@ static void test_timeout(void) {
 }
 
 int main(void) {
-    zero_comm_t *comm;
     zero_comm_params_t p = zero_comm_params_default();
     p.timeout_s = 60;
-    zero_status_t st = zero_comm_mpi_init(&comm, &p);
-    if (st) {
-        fprintf(stderr, "mpi_init: %s: %s\n0 passed, 1 failed\n", zero_status_str(st),
-                zero_last_error());
-        return 1;
-    }
-    g_rank = zero_comm_rank(comm);
-    g_size = zero_comm_size(comm);
-    int n = g_size;
+    zero_comm_t *comm = mpi_harness_init(&p);
+    if (!comm) return 1;
+    int n = zero_comm_size(comm);
 
     const zero_dtype_t floats[] = {ZERO_DTYPE_FP32, ZERO_DTYPE_FP16, ZERO_DTYPE_BF16};
     /* 600001 fp32 per block: three 1 MiB segments with a ragged end. */
@@ -478,7 +457,7 @@ int main(void) {
     test_all_reduce(comm, ZERO_DTYPE_INT32, ZERO_OP_SUM, 1001, 1);
     test_all_reduce(comm, ZERO_DTYPE_INT8, ZERO_OP_MAX, 1001, 0);
     test_reduce_scatter(comm, ZERO_DTYPE_INT8, ZERO_OP_SUM, 100, 0);
-    st = zero_comm_barrier(comm);
+    zero_status_t st = zero_comm_barrier(comm);
     CHECK(st == ZERO_OK, "barrier: %s", zero_status_str(st));
     test_nonblocking(comm);
     test_many_segments(comm, 1);
@@ -494,14 +473,5 @@ int main(void) {
         test_timeout();
     }
 
-    /* Every rank's verdict, over the healthy communicator. */
-    int32_t bad = failed, total_bad = 0;
-    st = zero_comm_all_reduce(&bad, &total_bad, 1, ZERO_DTYPE_INT32, ZERO_OP_SUM, comm);
-    if (st) total_bad = 1;
-    zero_comm_free(comm);
-    zero_comm_mpi_finalize();
-    if (g_rank == 0)
-        printf("%d passed, %d failed (rank 0; %d failures over all ranks)\n", passed, failed,
-               (int)total_bad);
-    return total_bad ? 1 : 0;
+    return mpi_harness_finish(comm);
 }

@@ -5,58 +5,15 @@
  * fault paths: a rank that never arrives (timeout), ranks that disagree (mismatch), and a split
  * by parity with collectives running concurrently on both halves. The full suite is tests/comm.
  */
+#include "check.h"
+#include "thread_ranks.h"
 #include "zero/comm.h"
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static atomic_int passed, failed;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) {                                                                                \
-            atomic_fetch_add(&passed, 1);                                                          \
-        } else {                                                                                   \
-            atomic_fetch_add(&failed, 1);                                                          \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-        }                                                                                          \
-    } while (0)
-
-/* ------------------------------------------------------------------------------ harness */
-
-typedef void (*rank_fn)(int rank, zero_comm_t *comm, void *ctx);
-typedef struct {
-    int rank;
-    zero_comm_t *comm;
-    rank_fn fn;
-    void *ctx;
-} rank_arg_t;
-
-static void *rank_main(void *p) {
-    rank_arg_t *a = p;
-    a->fn(a->rank, a->comm, a->ctx);
-    return NULL;
-}
-
-/* Run fn on n threads, rank r with comms[r]. */
-static void run_ranks(int n, zero_comm_t **comms, rank_fn fn, void *ctx) {
-    pthread_t threads[16];
-    rank_arg_t args[16];
-    for (int r = 0; r < n; r++) {
-        args[r] = (rank_arg_t){r, comms[r], fn, ctx};
-        if (pthread_create(&threads[r], NULL, rank_main, &args[r]) != 0) {
-            fprintf(stderr, "cannot create thread\n");
-            exit(2);
-        }
-    }
-    for (int r = 0; r < n; r++) pthread_join(threads[r], NULL);
-}
 
 /* ------------------------------------------------------------------------------ data */
 
@@ -221,7 +178,7 @@ static void test_all_to_allv(int r, zero_comm_t *c, int n, zero_dtype_t dt, int 
     free(send), free(recv), free(want);
 }
 
-static void collectives_rank(int r, zero_comm_t *c, void *ctx) {
+static void collectives_rank(zero_comm_t *c, int r, void *ctx) {
     int n = ((coll_ctx_t *)ctx)->n;
     const zero_dtype_t dts[] = {ZERO_DTYPE_FP32, ZERO_DTYPE_FP16};
     const size_t counts[] = {0, 1, 3, 7, 1000, 4099};
@@ -270,7 +227,7 @@ static void test_collectives(int n) {
                   zero_comm_backend(comms[r]) == ZERO_BACKEND_THREADS,
               "rank/size of comm %d", r);
     coll_ctx_t ctx = {n};
-    run_ranks(n, comms, collectives_rank, &ctx);
+    thread_ranks_run(n, comms, collectives_rank, &ctx);
     for (int r = 0; r < n; r++) zero_comm_free(comms[r]);
 }
 
@@ -281,7 +238,7 @@ typedef struct {
     atomic_int returned; /* ranks 0..n-2 that came back from the timed-out call */
 } timeout_ctx_t;
 
-static void timeout_rank(int r, zero_comm_t *c, void *p) {
+static void timeout_rank(zero_comm_t *c, int r, void *p) {
     timeout_ctx_t *t = p;
     float buf[64] = {0};
     char expect[64];
@@ -317,13 +274,13 @@ static void test_timeout(int n) {
     }
     timeout_ctx_t t = {.n = n};
     atomic_init(&t.returned, 0);
-    run_ranks(n, comms, timeout_rank, &t);
+    thread_ranks_run(n, comms, timeout_rank, &t);
     for (int r = n - 1; r >= 0; r--) zero_comm_free(comms[r]);
 }
 
 /* ------------------------------------------------------------------------------ mismatch */
 
-static void mismatch_rank(int r, zero_comm_t *c, void *p) {
+static void mismatch_rank(zero_comm_t *c, int r, void *p) {
     int n = *(int *)p;
     float buf[32] = {0};
     size_t count = r == n - 1 ? 17 : 16;
@@ -335,7 +292,7 @@ static void mismatch_rank(int r, zero_comm_t *c, void *p) {
           r, zero_status_str(st), zero_last_error());
 }
 
-static void a2av_mismatch_rank(int r, zero_comm_t *c, void *p) {
+static void a2av_mismatch_rank(zero_comm_t *c, int r, void *p) {
     int n = *(int *)p;
     size_t sc[16], sd[16], rc[16], rd[16];
     float send[64] = {0}, recv[64];
@@ -348,13 +305,13 @@ static void a2av_mismatch_rank(int r, zero_comm_t *c, void *p) {
           "a2av mismatch rank %d: %s (%s)", r, zero_status_str(st), zero_last_error());
 }
 
-static void test_mismatch(int n, rank_fn fn) {
+static void test_mismatch(int n, thread_rank_fn fn) {
     zero_comm_t *comms[16];
     if (zero_comm_threads_init_all(n, comms, NULL)) {
         CHECK(0, "init_all: %s", zero_last_error());
         return;
     }
-    run_ranks(n, comms, fn, &n);
+    thread_ranks_run(n, comms, fn, &n);
     for (int r = 0; r < n; r++) zero_comm_free(comms[r]);
 }
 
@@ -365,7 +322,7 @@ typedef struct {
     zero_comm_t *subs[16];
 } split_ctx_t;
 
-static void split_rank(int r, zero_comm_t *c, void *p) {
+static void split_rank(zero_comm_t *c, int r, void *p) {
     split_ctx_t *s = p;
     int n = s->n, colour = r % 2, half = (n - colour + 1) / 2;
     zero_comm_t *sub = NULL;
@@ -420,7 +377,7 @@ static void test_split(int n) {
         return;
     }
     split_ctx_t s = {.n = n};
-    run_ranks(n, comms, split_rank, &s);
+    thread_ranks_run(n, comms, split_rank, &s);
     /* Free parents first, then the sub-communicators in a scrambled order: the shared state goes
      * with its last member whichever it is. */
     for (int r = 0; r < n; r++) zero_comm_free(comms[r]);
@@ -428,8 +385,6 @@ static void test_split(int n) {
 }
 
 int main(void) {
-    atomic_init(&passed, 0);
-    atomic_init(&failed, 0);
     CHECK(zero_comm_threads_init_all(0, NULL, NULL) == ZERO_ERR_INVALID_ARG, "init_all(0)");
     const int sizes[] = {1, 2, 3, 4, 5, 7, 8};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) test_collectives(sizes[i]);
@@ -438,6 +393,5 @@ int main(void) {
     test_timeout(4);
     test_split(8);
     test_split(5);
-    printf("%d passed, %d failed\n", atomic_load(&passed), atomic_load(&failed));
-    return atomic_load(&failed) ? 1 : 0;
+    return check_report();
 }

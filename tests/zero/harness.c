@@ -2,10 +2,10 @@
  * the global sample of rank r in micro-step m is m * ranks + r, so (ranks = R, accum = A) and
  * (ranks = 1, accum = R * A) see the same global batch. */
 #include "harness.h"
+#include "thread_ranks.h"
 
 #include "model/gpt.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,35 +157,23 @@ done:
 }
 
 typedef struct job {
-    zero_comm_t *comm;
     const run_cfg_t *cfg;
-    rank_result_t *res;
+    rank_result_t *res; /* one per rank */
 } job_t;
 
-static void *rank_main(void *arg) {
+static void rank_main(zero_comm_t *comm, int rank, void *arg) {
     job_t *j = arg;
-    harness_gpt_rank(j->comm, j->cfg, j->res);
-    return NULL;
+    harness_gpt_rank(comm, j->cfg, &j->res[rank]);
 }
 
 zero_status_t harness_gpt_threads(const run_cfg_t *cfg, rank_result_t *res) {
     int n = cfg->ranks;
-    zero_comm_t *comms[16];
-    zero_comm_params_t cp = zero_comm_params_default();
-    cp.timeout_s = cfg->timeout_s;
-    zero_status_t st = zero_comm_threads_init_all(n, comms, &cp);
+    job_t job = {cfg, res};
+    zero_status_t st = thread_ranks_clique(n, cfg->timeout_s, rank_main, &job);
     if (st) {
         for (int r = 0; r < n; r++) fail(&res[r], st, "threads init");
         return st;
     }
-    pthread_t th[16];
-    job_t jobs[16];
-    for (int r = 0; r < n; r++) {
-        jobs[r] = (job_t){comms[r], cfg, &res[r]};
-        pthread_create(&th[r], NULL, rank_main, &jobs[r]);
-    }
-    for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
-    for (int r = 0; r < n; r++) zero_comm_free(comms[r]);
     for (int r = 0; r < n; r++)
         if (res[r].status) return res[r].status;
     return ZERO_OK;

@@ -5,18 +5,15 @@
  * with bf16 compute (accumulation 3): the 16-bit reduce-scatters sum in fp32 in rank order on
  * both backends, so the fp32 master fingerprints agree too.
  */
-#include "check.h"
 #include "harness.h"
+#include "mpi_harness.h"
 
 #include <string.h>
 
 int main(void) {
-    zero_comm_t *comm = NULL;
-    zero_status_t st = zero_comm_mpi_init(&comm, NULL);
-    if (st) {
-        fprintf(stderr, "MPI init: %s\n", zero_last_error());
-        return 1;
-    }
+    zero_comm_t *comm = mpi_harness_init(NULL);
+    if (!comm) return 1;
+    zero_status_t st;
     const int rank = zero_comm_rank(comm), n = zero_comm_size(comm);
     for (int c = 0; c < 3; c++) {
         const int accum = c == 0 ? 1 : 3;
@@ -51,8 +48,5 @@ int main(void) {
             harness_result_free(&mine);
         }
     }
-    zero_comm_free(comm);
-    zero_comm_mpi_finalize();
-    if (rank != 0) return failed ? 1 : 0;
-    return check_report();
+    return mpi_harness_finish(comm);
 }
