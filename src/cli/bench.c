@@ -7,10 +7,13 @@
 
 /* Defined in bench_comm.c. Declared here rather than in cli.h, which lists subcommands only. */
 int zero__bench_comm(int argc, char **argv);
+int zero__bench_io(int argc, char **argv); /* bench_io.c */
 
 static const zero__cli_command_t benches[] = {
     {"comm", zero__bench_comm,
      "collectives (all_reduce, reduce_scatter, all_gather, all_to_all), like nccl-tests"},
+    {"io", zero__bench_io,
+     "swap-file I/O: O_DIRECT read/write bandwidth over block sizes and queue depths (ds_io)"},
 };
 
 int zero__cli_bench(int argc, char **argv) {

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""test_bench_io.py — end-to-end test of `zero bench io` (run by CTest).
+
+usage: test_bench_io.py ZERO_BINARY
+
+Runs the benchmark on a tiny file in a temporary directory of the working directory (the build
+tree, a real disk) and checks, independently of the program: exit status; that every --json line
+parses; that the rows are exactly the requested engines x queue depths x block sizes x
+{write, read, first_write}, each for the requested byte count, with gbps = bytes / seconds; that
+--tune's aio block is the first io_uring point (queue depth, then block size, ascending) whose
+harmonic mean of read and write bandwidth is within 5% of the best, recomputed here from the rows;
+that the test file is gone afterwards; that the table mode prints the io_uring / threads ratios;
+and that bad flags exit 2 naming the flag and value, a missing directory or too little free
+space exit 1 with a message naming them. Prints `N passed, M failed`, exits 1 if anything failed.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+passed = 0
+failed = 0
+
+
+def ok(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what, flush=True)
+    return cond
+
+
+def run(cmd, timeout=120):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def close(a, b, rel=2e-3):
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-12)
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__)
+        return 2
+    zero = sys.argv[1]
+    d = tempfile.mkdtemp(prefix="zero-bench-io-", dir=os.getcwd())
+    try:
+        size = 8 << 20
+        blocks = [128 << 10, 1 << 20]
+        depths = [1, 4]
+        rc, out, err = run([zero, "bench", "io", "--path", d, "--size", "8M", "--block-sizes",
+                            "128K,1M", "--queue-depths", "1,4", "--json", "--tune"])
+        ok(rc == 0, "json run exit %d: %s" % (rc, err.strip()))
+        rows, tune = [], None
+        for line in out.splitlines():
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                ok(False, "not JSON: %r" % line)
+                continue
+            if "aio" in obj:
+                tune = obj["aio"]
+            else:
+                rows.append(obj)
+        engines = ["io_uring", "threads"]
+        if "only the threads engine" in err:
+            print("io_uring unavailable here: threads rows only")
+            engines = ["threads"]
+        want = sorted((e, op, b, q) for e in engines for q in depths for b in blocks
+                      for op in ("write", "read", "first_write"))
+        got = sorted((r.get("engine"), r.get("op"), r.get("block_size"), r.get("queue_depth"))
+                     for r in rows)
+        ok(got == want, "rows: %r, expected %r" % (got, want))
+        for r in rows:
+            ok(r.get("bench") == "io" and r.get("bytes") == size and r.get("path") == d,
+               "row fields: %r" % r)
+            ok(r["seconds"] > 0 and close(r["gbps"], size / r["seconds"] / 1e9),
+               "gbps = bytes / seconds: %r" % r)
+            ok(r["threads"] == (r["queue_depth"] if r["engine"] == "threads" else 1),
+               "threads of the pool = queue depth: %r" % r)
+        # --tune: recomputed from the rows (from seconds, not the rounded gbps)
+        tune_engine = engines[0]
+        bw = {}
+        for r in rows:
+            if r["engine"] == tune_engine and r["op"] in ("read", "write"):
+                bw.setdefault((r["queue_depth"], r["block_size"]), {})[r["op"]] = \
+                    size / r["seconds"] / 1e9
+        score = {k: 2 / (1 / v["read"] + 1 / v["write"]) for k, v in bw.items()}
+        ok(tune is not None, "--tune printed an aio block")
+        if tune is not None and score:
+            best = max(score.values())
+            order = [(q, b) for q in depths for b in blocks]
+            # rounding of the printed seconds: accept the pick if it is within 5% (+0.5% slack)
+            # and no earlier point is clearly within 5%
+            key = (tune.get("queue_depth") if tune_engine == "io_uring"
+                   else tune.get("intra_op_parallelism"), tune.get("block_size"))
+            ok(key in score and score[key] >= 0.945 * best,
+               "tuned point %r scores %.3f of best %.3f" % (key, score.get(key, 0), best))
+            if key in score:
+                earlier = [k for k in order[:order.index(key)] if score[k] >= 0.955 * best]
+                ok(not earlier, "an earlier point within 5%% of the best: %r" % earlier)
+            ok(tune.get("single_submit") is False and tune.get("overlap_events") is True and
+               set(tune) == {"block_size", "queue_depth", "intra_op_parallelism",
+                             "single_submit", "overlap_events"},
+               "aio block keys: %r" % tune)
+        ok(os.listdir(d) == [], "test file removed: %r" % os.listdir(d))
+
+        # table mode, both engines: rows and the side-by-side ratios
+        rc, out, err = run([zero, "bench", "io", "--path", d, "--size", "4M", "--block-sizes",
+                            "256K", "--queue-depths", "2"])
+        ok(rc == 0, "table run exit %d: %s" % (rc, err.strip()))
+        lines = [l for l in out.splitlines() if l.strip() and not l.startswith("#")]
+        ok(len(lines) == (3 if len(engines) == 2 else 1),
+           "table: a row per engine and a ratio row: %r" % lines)
+        if len(engines) == 2:
+            ok("io_uring / threads" in out, "ratio section present")
+        # --fallback: the pool only
+        rc, out, err = run([zero, "bench", "io", "--path", d, "--size", "4M", "--block-sizes",
+                            "256K", "--queue-depths", "2", "--fallback", "--json"])
+        ok(rc == 0 and out.count('"engine":"threads"') == 3 and "io_uring" not in out,
+           "--fallback measures the pool only: %r %r" % (out, err))
+        ok(os.listdir(d) == [], "test files removed")
+
+        # errors
+        bad = [
+            (["--path", d, "--block-sizes", "1000"], "--block-sizes", "1000"),
+            (["--path", d, "--queue-depths", "0"], "--queue-depths", "0"),
+            (["--path", d, "--size", "12345"], "--size", "12345"),
+            (["--path", d, "--engine", "aio"], "--engine", "aio"),
+            (["--path", d, "--bogus"], "--bogus", ""),
+            (["--size", "8M"], "--path", ""),
+            (["--path"], "--path", ""),
+        ]
+        for args, flag, value in bad:
+            rc, out, err = run([zero, "bench", "io"] + args, timeout=30)
+            ok(rc == 2 and flag in err and value in err and out == "",
+               "%r: exit %d (expected 2), message %r" % (args, rc, err.strip()))
+        missing = os.path.join(d, "missing")
+        rc, out, err = run([zero, "bench", "io", "--path", missing], timeout=30)
+        ok(rc == 1 and missing in err and "No such file" in err,
+           "missing directory: %d %r" % (rc, err.strip()))
+        free = shutil.disk_usage(d).free
+        rc, out, err = run([zero, "bench", "io", "--path", d, "--size", "%dG" % (free // 2**30 + 64)],
+                           timeout=30)
+        ok(rc == 1 and "bytes free" in err and d in err and "--size" in err,
+           "too little space refused: %d %r" % (rc, err.strip()))
+        ok(os.listdir(d) == [], "nothing created when refused")
+        rc, out, err = run([zero, "bench", "io", "--help"], timeout=30)
+        ok(rc == 0 and "usage: zero bench io" in out and "--tune" in out, "--help")
+        rc, out, err = run([zero, "bench", "--help"], timeout=30)
+        ok(rc == 0 and "io" in out and "comm" in out, "zero bench --help lists io")
+    except subprocess.TimeoutExpired as e:
+        ok(False, "timed out: %s" % e)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
