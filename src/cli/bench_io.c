@@ -5,7 +5,8 @@
  * so both keep the same number of pieces in flight), block size and queue depth: a fresh context,
  * a fresh preallocated test file of --size bytes, three timed passes over the whole file: a
  * first write (into preallocated, never written blocks: file systems convert them as they go),
- * a read, and a rewrite (what a swap file sees every step; reported as "write"). A pass posts
+ * then --repeat times a read and a rewrite (what a swap file sees every step; reported as
+ * "write"), of which the median time is kept: the machine may be shared. A pass posts
  * requests of up to 256 MiB (one buffer) and waits for them; bandwidth = bytes / wall time of
  * the pass, with the layer's checksums computed (writes) and verified (read) as in training.
  *
@@ -48,6 +49,7 @@ typedef struct options {
     int depths[MAX_POINTS];
     int ndepths;
     int engines[2]; /* io_uring, threads */
+    int repeat;
     int json, tune;
 } options_t;
 
@@ -139,7 +141,7 @@ static int parse_list(const char *s, int sizes, size_t *sz, int *ints, int *n) {
 }
 
 static int parse_options(int argc, char **argv, options_t *o) {
-    *o = (options_t){.size = (size_t)256 << 20, .engines = {1, 1}};
+    *o = (options_t){.size = (size_t)256 << 20, .engines = {1, 1}, .repeat = 3};
     const size_t blocks[] = {128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20};
     const int depths[] = {1, 2, 4, 8, 16, 32};
     for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
@@ -161,7 +163,8 @@ static int parse_options(int argc, char **argv, options_t *o) {
             o->engines[0] = 0, o->engines[1] = 1;
             continue;
         }
-        const char *flags[] = {"--path", "--size", "--block-sizes", "--queue-depths", "--engine"};
+        const char *flags[] = {"--path",         "--size",   "--block-sizes",
+                               "--queue-depths", "--engine", "--repeat"};
         int known = 0;
         for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= !strcmp(arg, flags[k]);
         if (!known) return usage_error("unknown option '%s'", arg);
@@ -174,6 +177,12 @@ static int parse_options(int argc, char **argv, options_t *o) {
                 return usage_error("--size '%s': expected a multiple of 4096 bytes such as 64M "
                                    "or 1G",
                                    val);
+        } else if (!strcmp(arg, "--repeat")) {
+            char *end;
+            long v = strtol(val, &end, 10);
+            if (*end || v < 1 || v > 100)
+                return usage_error("--repeat '%s': expected an integer from 1 to 100", val);
+            o->repeat = (int)v;
         } else if (!strcmp(arg, "--block-sizes")) {
             if (parse_list(val, 1, o->blocks, NULL, &o->nblocks))
                 return usage_error("--block-sizes '%s': expected a comma-separated list of "
@@ -225,6 +234,17 @@ static double pass(zero__aio_t *aio, zero__aio_file_t *f, unsigned char *buf, si
     return zero_time_now() - t0;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of v[n] (the mean of the middle two for even n); sorts v. */
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 static int measure(const options_t *o, point_t *pt, unsigned char *buf, size_t bufsize,
                    const char *file) {
     zero__aio_params_t p = zero__aio_params_default();
@@ -247,12 +267,19 @@ static int measure(const options_t *o, point_t *pt, unsigned char *buf, size_t b
     if (!zero__aio_file_direct(f))
         fprintf(stderr, "zero bench io: note: %s refuses O_DIRECT: the page cache is measured\n",
                 o->path);
+    double reads[100], writes[100];
     pt->first_write_s = pass(aio, f, buf, bufsize, o->size, 1);
-    pt->read_s = pt->first_write_s < 0 ? -1 : pass(aio, f, buf, bufsize, o->size, 0);
-    pt->write_s = pt->read_s < 0 ? -1 : pass(aio, f, buf, bufsize, o->size, 1);
+    int bad = pt->first_write_s < 0;
+    for (int i = 0; i < o->repeat && !bad; i++) {
+        reads[i] = pass(aio, f, buf, bufsize, o->size, 0);
+        writes[i] = reads[i] < 0 ? -1 : pass(aio, f, buf, bufsize, o->size, 1);
+        bad = writes[i] < 0;
+    }
     zero__aio_file_close(f, 0);
     zero__aio_free(aio);
-    if (pt->write_s < 0 || pt->read_s < 0) return -1;
+    if (bad) return -1;
+    pt->read_s = median(reads, o->repeat);
+    pt->write_s = median(writes, o->repeat);
     pt->first_write_gbps = (double)o->size / pt->first_write_s / 1e9;
     pt->write_gbps = (double)o->size / pt->write_s / 1e9;
     pt->read_gbps = (double)o->size / pt->read_s / 1e9;
@@ -336,6 +363,8 @@ int zero__bench_io(int argc, char **argv) {
         printf("# zero bench io: %s%s, file %s, O_DIRECT, CRC32C per 4 KiB page; %s\n", o.path,
                tmpfs ? " (tmpfs: memory, not a disk)" : "", human(o.size, hs, sizeof hs), date);
         printf("# threads engine: pread/pwrite with as many threads as the queue depth\n");
+        printf("# median of %d read and rewrite passes per point; first write: one pass\n",
+               o.repeat);
         printf("# %-8s %6s  %-9s %10s %10s %12s\n", "block", "depth", "engine", "write GB/s",
                "read GB/s", "first write");
     }
@@ -357,10 +386,11 @@ int zero__bench_io(int argc, char **argv) {
                     for (int k = 0; k < 3; k++)
                         printf("{\"bench\":\"io\",\"engine\":\"%s\",\"op\":\"%s\","
                                "\"block_size\":%zu,\"queue_depth\":%d,\"threads\":%d,"
-                               "\"bytes\":%zu,\"seconds\":%.6f,\"gbps\":%.4f,\"path\":\"%s\","
-                               "\"tmpfs\":%s}\n",
+                               "\"bytes\":%zu,\"seconds\":%.6f,\"gbps\":%.4f,\"passes\":%d,"
+                               "\"path\":\"%s\",\"tmpfs\":%s}\n",
                                engine_names[e], ops[k], pt->block, pt->depth, e ? pt->depth : 1,
-                               o.size, secs[k], gbps[k], o.path, tmpfs ? "true" : "false");
+                               o.size, secs[k], gbps[k], k == 2 ? 1 : o.repeat, o.path,
+                               tmpfs ? "true" : "false");
                 } else {
                     printf("  %-8s %6d  %-9s %10.3f %10.3f %12.3f\n",
                            human(pt->block, hb, sizeof hb), pt->depth, engine_names[e],

@@ -55,7 +55,8 @@ def main():
         blocks = [128 << 10, 1 << 20]
         depths = [1, 4]
         rc, out, err = run([zero, "bench", "io", "--path", d, "--size", "8M", "--block-sizes",
-                            "128K,1M", "--queue-depths", "1,4", "--json", "--tune"])
+                            "128K,1M", "--queue-depths", "1,4", "--repeat", "2", "--json",
+                            "--tune"])
         ok(rc == 0, "json run exit %d: %s" % (rc, err.strip()))
         rows, tune = [], None
         for line in out.splitlines():
@@ -78,7 +79,8 @@ def main():
                      for r in rows)
         ok(got == want, "rows: %r, expected %r" % (got, want))
         for r in rows:
-            ok(r.get("bench") == "io" and r.get("bytes") == size and r.get("path") == d,
+            ok(r.get("bench") == "io" and r.get("bytes") == size and r.get("path") == d and
+               r.get("passes") == (1 if r.get("op") == "first_write" else 2),
                "row fields: %r" % r)
             ok(r["seconds"] > 0 and close(r["gbps"], size / r["seconds"] / 1e9),
                "gbps = bytes / seconds: %r" % r)
@@ -133,6 +135,7 @@ def main():
             (["--path", d, "--queue-depths", "0"], "--queue-depths", "0"),
             (["--path", d, "--size", "12345"], "--size", "12345"),
             (["--path", d, "--engine", "aio"], "--engine", "aio"),
+            (["--path", d, "--repeat", "0"], "--repeat", "0"),
             (["--path", d, "--bogus"], "--bogus", ""),
             (["--size", "8M"], "--path", ""),
             (["--path"], "--path", ""),
