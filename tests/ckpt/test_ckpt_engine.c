@@ -210,6 +210,5 @@ int main(int argc, char **argv) {
     drop(&a);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", root);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_report();
 }

@@ -344,6 +344,5 @@ int main(void) {
     test_calloc_and_oom();
     test_threads();
     test_names();
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_report();
 }

@@ -336,6 +336,5 @@ int main(void) {
     test_dtype_table();
     if (!have_f16c())
         printf("note: no F16C on this CPU; fp16 checked against the double reference only\n");
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_report();
 }

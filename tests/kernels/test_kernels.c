@@ -8,6 +8,7 @@
  * cached matmul primitive) under concurrency; `--matmul-ranks` runs only those.
  * Prints "N passed, M failed" and fails through the exit code.
  */
+#include "check.h"
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -16,8 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int n_pass, n_fail;
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -55,13 +54,8 @@ static void check_close(const char *what, const float *got, const float *want, s
             worst = i;
         }
     }
-    if (bad) {
-        n_fail++;
-        printf("FAIL %s: element %zu got %.9g want %.9g\n", what, worst, (double)got[worst],
-               (double)want[worst]);
-    } else {
-        n_pass++;
-    }
+    CHECK(!bad, "%s: element %zu got %.9g want %.9g", what, worst, (double)got[worst],
+          (double)want[worst]);
 }
 
 /* ---------------------------------------------------------------- double forwards (for FD) */
@@ -330,10 +324,8 @@ static void test_gelu(size_t n, int threads, int fd) {
         float *o3 = malloc(n * 4), *dx3 = dup_buf(dx0, n);
         zero__gelu_forward(o3, x, n, 3);
         zero__gelu_backward(dx3, x, R, n, 3);
-        if (memcmp(o3, out, n * 4) == 0 && memcmp(dx3, dx, n * 4) == 0)
-            n_pass++;
-        else
-            n_fail++, printf("FAIL gelu n=%zu: 3 threads differ from %d bitwise\n", n, threads);
+        CHECK(memcmp(o3, out, n * 4) == 0 && memcmp(dx3, dx, n * 4) == 0,
+              "gelu n=%zu: 3 threads differ from %d bitwise", n, threads);
         free(o3), free(dx3);
     }
     {
@@ -341,12 +333,10 @@ static void test_gelu(size_t n, int threads, int fd) {
         float xs[4] = {NAN, 1e10f, -1e10f, 0.0f}, one[4] = {1, 1, 1, 1}, o[4], d[4] = {0};
         zero__gelu_forward(o, xs, 4, threads);
         zero__gelu_backward(d, xs, one, 4, threads);
-        if (isnan(o[0]) && o[1] == 1e10f && o[2] == 0.0f && o[3] == 0.0f && isnan(d[0]) &&
-            d[1] == 1.0f && d[2] == 0.0f && d[3] == 0.5f)
-            n_pass++;
-        else
-            n_fail++, printf("FAIL gelu special values: fwd %g %g %g %g, bwd %g %g %g %g\n", o[0],
-                             o[1], o[2], o[3], d[0], d[1], d[2], d[3]);
+        CHECK(isnan(o[0]) && o[1] == 1e10f && o[2] == 0.0f && o[3] == 0.0f && isnan(d[0]) &&
+                  d[1] == 1.0f && d[2] == 0.0f && d[3] == 0.5f,
+              "gelu special values: fwd %g %g %g %g, bwd %g %g %g %g", o[0], o[1], o[2], o[3], d[0],
+              d[1], d[2], d[3]);
     }
     if (fd) {
         for (size_t i = 0; i < n; i++) dx[i] -= dx0[i];
@@ -373,11 +363,7 @@ static void test_attention_threads(size_t B, size_t T, size_t C, size_t NH) {
             ok = ok && !memcmp(out[k], out[0], n_out * 4) && !memcmp(att[k], att[0], n_att * 4) &&
                  !memcmp(d[k], d[0], n_in * 4);
     }
-    if (ok)
-        n_pass++;
-    else
-        n_fail++,
-            printf("FAIL attention T=%zu C=%zu: results differ between 1, 2, 3 threads\n", T, C);
+    CHECK(ok, "attention T=%zu C=%zu: results differ between 1, 2, 3 threads", T, C);
     for (int k = 0; k < 3; k++) free(out[k]), free(att[k]), free(d[k]);
     free(qkv), free(R), free(scratch);
 }
@@ -613,13 +599,9 @@ static void test_ranks_as_threads(void) {
     }
     for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
     for (int r = 0; r < 2; r++) {
-        if (jobs[r].ok && jobs[r].icv_after == want[r]) {
-            n_pass++;
-        } else {
-            n_fail++;
-            printf("FAIL ranks-as-threads rank %d: ok=%d omp threads %d (asked %d)\n", r,
-                   jobs[r].ok, jobs[r].icv_after, want[r]);
-        }
+        CHECK(jobs[r].ok && jobs[r].icv_after == want[r],
+              "ranks-as-threads rank %d: ok=%d omp threads %d (asked %d)", r, jobs[r].ok,
+              jobs[r].icv_after, want[r]);
     }
     /* and two ranks with 1 thread each */
     for (int r = 0; r < 2; r++) {
@@ -628,10 +610,7 @@ static void test_ranks_as_threads(void) {
     }
     for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
     for (int r = 0; r < 2; r++) {
-        if (jobs[r].ok && jobs[r].icv_after == 1)
-            n_pass++;
-        else
-            n_fail++, printf("FAIL ranks-as-threads 2x1 rank %d\n", r);
+        CHECK(jobs[r].ok && jobs[r].icv_after == 1, "ranks-as-threads 2x1 rank %d", r);
     }
 }
 
@@ -685,13 +664,8 @@ static void *mr_rank(void *p) {
 }
 
 static void mr_expect(const char *what, const mr_job_t *j) {
-    if (j->bad == 0) {
-        n_pass++;
-    } else {
-        n_fail++;
-        printf("FAIL %s (threads %d): %d results differ bitwise from the solo call\n", what,
-               j->threads, j->bad);
-    }
+    CHECK(j->bad == 0, "%s (threads %d): %d results differ bitwise from the solo call", what,
+          j->threads, j->bad);
 }
 
 static void test_matmul_ranks(void) {
@@ -744,11 +718,8 @@ static void test_vector(size_t n) {
     float *x = rand_buf(n, 3.0f), *y = rand_buf(n, 1.0f);
     double want = zero__ref_sumsq(x, n);
     double s1 = zero__sumsq(x, n, 1), s2 = zero__sumsq(x, n, 2);
-    if (fabs(s1 - want) <= 1e-13 * fabs(want) + 1e-300 && s1 == s2)
-        n_pass++;
-    else
-        n_fail++, printf("FAIL sumsq n=%zu: 1 thread %.17g, 2 threads %.17g, want %.17g\n", n, s1,
-                         s2, want);
+    CHECK(fabs(s1 - want) <= 1e-13 * fabs(want) + 1e-300 && s1 == s2,
+          "sumsq n=%zu: 1 thread %.17g, 2 threads %.17g, want %.17g", n, s1, s2, want);
     for (int thr = 1; thr <= 2; thr++) {
         float *a = dup_buf(x, n), *b = dup_buf(x, n);
         zero__scale(a, 0.37f, n, thr);
@@ -772,10 +743,7 @@ static void test_vector(size_t n) {
         x[n / 2] = INFINITY;
         ok = ok && isinf(zero__sumsq(x, n, 2));
         x[n / 2] = keep;
-        if (ok)
-            n_pass++;
-        else
-            n_fail++, printf("FAIL sumsq n=%zu: NaN/Inf not propagated\n", n);
+        CHECK(ok, "sumsq n=%zu: NaN/Inf not propagated", n);
     }
     free(x);
     free(y);
@@ -785,8 +753,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--matmul-ranks") == 0) {
         /* only the concurrent matmul cases: the ThreadSanitizer job runs this (label tsan) */
         test_matmul_ranks();
-        printf("%d passed, %d failed\n", n_pass, n_fail);
-        return n_fail == 0 ? 0 : 1;
+        return check_report();
     }
     /* odd shapes, every backward also against finite differences */
     const size_t B = 3, T = 7, C = 12, NH = 3, V = 37, Vp = 40, OC = 29;
@@ -834,11 +801,7 @@ int main(int argc, char **argv) {
         int32_t tg = 0;
         zero__softmax_ce_forward(&loss, &l, lg, &tg, 1, 3, 3, 1);
         ok = ok && isnan(loss);
-        if (ok)
-            n_pass++;
-        else
-            n_fail++, printf("FAIL NaN/Inf propagation: gelu %g %g %g, ce loss %g\n", o[0], o[1],
-                             o[2], loss);
+        CHECK(ok, "NaN/Inf propagation: gelu %g %g %g, ce loss %g", o[0], o[1], o[2], loss);
     }
     {
         /* the MFU denominator: a sane positive rate (0.1 GFLOP/s .. 100 TFLOP/s); how long the
@@ -847,13 +810,9 @@ int main(int argc, char **argv) {
         double t0 = omp_get_wtime();
         double peak = zero__matmul_peak_flops(1);
         double dt = omp_get_wtime() - t0;
-        if (peak > 1e8 && peak < 1e14)
-            n_pass++;
-        else
-            n_fail++, printf("FAIL matmul_peak_flops(1) = %g FLOP/s in %.2f s\n", peak, dt);
+        CHECK(peak > 1e8 && peak < 1e14, "matmul_peak_flops(1) = %g FLOP/s in %.2f s", peak, dt);
         printf("matmul peak (1 thread): %.1f GFLOP/s, measured in %.2f s\n", peak * 1e-9, dt);
     }
     printf("matmul library: %s\n", zero__matmul_library());
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail == 0 ? 0 : 1;
+    return check_report();
 }

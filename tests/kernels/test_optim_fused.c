@@ -10,6 +10,7 @@
  * Sizes cross the threading threshold (32768) and the 1024-element blocks; 1 and 2 threads.
  * Prints "N passed, M failed" and fails through the exit code.
  */
+#include "check.h"
 #include "kernels/kernels.h"
 #include "kernels/optim_fused.h"
 
@@ -19,18 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int n_pass, n_fail;
-
-static void check(int ok, const char *fmt, const char *what) {
-    if (ok) {
-        n_pass++;
-    } else {
-        n_fail++;
-        printf("FAIL ");
-        printf(fmt, what);
-        printf("\n");
-    }
-}
+/* One check whose message is fmt with `what` in it. */
+static void check(int ok, const char *fmt, const char *what) { CHECK(ok, fmt, what); }
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -286,6 +277,5 @@ int main(void) {
         test_sumsq_lp(3000, ZERO_DTYPE_FP16, 7, threads);
         test_overflow_argument(threads);
     }
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    return check_report();
 }

@@ -306,6 +306,5 @@ int main(void) {
     }
     zero__matmul_lp_cache_clear();
     printf("largest error / tolerance: %.3f (%s)\n", worst, worst_what);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_report();
 }

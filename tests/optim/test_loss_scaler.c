@@ -291,6 +291,5 @@ int main(void) {
     test_static();
     test_params();
     test_state();
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_report();
 }

@@ -137,6 +137,5 @@ int main(void) {
     check_dtype(ZERO_DTYPE_FP32);
     check_dtype(ZERO_DTYPE_BF16);
     check_dtype(ZERO_DTYPE_FP16);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_report();
 }
