@@ -12,9 +12,11 @@
  * engine, tensors or ranks.
  *
  * Engines, chosen at zero__aio_init and logged once per process when it is not io_uring:
- *   io_uring  one ring of queue_depth entries driven by one thread of the context, which submits
- *             pieces, reaps completions, refills, and checks/records checksums. Files are opened
- *             O_DIRECT (no page cache).
+ *   io_uring  intra_op_parallelism threads of the context, each driving its own ring of
+ *             queue_depth entries (DeepSpeed's aio threads, each with its own context): it submits
+ *             pieces, reaps completions, refills, and checks/records checksums; up to
+ *             intra_op_parallelism x queue_depth pieces in flight. Files are opened O_DIRECT (no
+ *             page cache).
  *   threads   intra_op_parallelism threads doing pread/pwrite, each one piece at a time. Used when
  *             io_uring is unavailable (built without liburing, io_uring_queue_init refused:
  *             seccomp, old kernel, kernel.io_uring_disabled), when asked for
@@ -61,8 +63,8 @@ const char *zero__aio_backend_str(zero__aio_backend_t b);
 /* DeepSpeed's `aio` block, same names and defaults (deepspeed-notes §1.5), plus the backend. */
 typedef struct zero__aio_params {
     size_t block_size;           /* bytes per piece: a multiple of 4096 in [4096, 256 MiB]; 1 MiB */
-    int queue_depth;             /* pieces in flight on io_uring, [1, 4096]; 8 */
-    int intra_op_parallelism;    /* threads of the pread/pwrite pool, [1, 256]; 1 (thread_count) */
+    int queue_depth;             /* pieces in flight per io_uring thread, [1, 4096]; 8 */
+    int intra_op_parallelism;    /* threads of either engine, [1, 256]; 1 (alias thread_count) */
     int single_submit;           /* 0/1: submit pieces one by one instead of in batches; 0 */
     int overlap_events;          /* 0/1: refill as each piece completes (1) or once the whole
                                     batch of queue_depth has completed (0); 1 */

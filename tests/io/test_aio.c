@@ -6,7 +6,8 @@
  * Done for each engine (io_uring when the kernel allows it, the pread/pwrite pool) and several
  * aio blocks (block sizes, queue depths, single_submit, overlap_events off, several threads), with
  * random page-aligned offsets and sizes and several requests in flight at once, including one
- * request far larger than queue_depth x block_size overlapped with computation.
+ * request far larger than queue_depth x block_size overlapped with computation, and one that
+ * must complete while the caller only polls (the engine refills on its own).
  * Faults: a bit flipped on disk (through a plain descriptor) is a checksum mismatch naming the
  * file and the page offset; an injected EIO and short read, and a real short read (the file
  * truncated behind the layer's back), are named I/O errors; misaligned or out-of-range requests
@@ -272,6 +273,17 @@ static void roundtrip(const config_t *c, const char *dir, int refuse_direct) {
     CHECK(full_pread(ref, chk, FILE_BYTES, 0) == 0, "reference read");
     CHECK(memcmp(chk, buf, FILE_BYTES) == 0, "%s: big read equals the reference", c->name);
 
+    /* The engine moves a request far larger than what it keeps in flight while the caller only
+     * polls (zero__aio_test takes a lock, it transfers nothing): no caller-driven refill. */
+    CHECK(zero__aio_write_post(f, buf, FILE_BYTES, 0, &big) == ZERO_OK, "%s: post", c->name);
+    int polls = 0;
+    while (!zero__aio_test(big) && polls < 30000) {
+        usleep(1000);
+        polls++;
+    }
+    CHECK(zero__aio_test(big), "%s: a request progresses while the caller does not wait", c->name);
+    CHECK(zero__aio_wait(big) == ZERO_OK, "%s: wait after completion", c->name);
+
     zero__aio_stats_t s;
     zero__aio_get_stats(aio, &s);
     CHECK(s.bytes_read >= 2 * FILE_BYTES && s.bytes_written >= FILE_BYTES && s.pieces >= s.requests,
@@ -471,6 +483,7 @@ int main(int argc, char **argv) {
             {"uring-64k-qd4", ZERO__AIO_BACKEND_URING, 64 << 10, 4, 1, 0, 1},
             {"uring-4k-qd1-single", ZERO__AIO_BACKEND_URING, 4 << 10, 1, 1, 1, 1},
             {"uring-32k-no-overlap", ZERO__AIO_BACKEND_URING, 32 << 10, 16, 1, 0, 0},
+            {"uring-32k-qd2-x3", ZERO__AIO_BACKEND_URING, 32 << 10, 2, 3, 0, 1},
             {"threads-default", ZERO__AIO_BACKEND_THREADS, 1 << 20, 8, 1, 0, 1},
             {"threads-16k-x4", ZERO__AIO_BACKEND_THREADS, 16 << 10, 8, 4, 0, 1},
         };
