@@ -393,6 +393,13 @@ static void test_faults(zero__aio_backend_t backend, const char *name) {
     close(fd);
     zero__aio_file_close(f, 1);
     CHECK(access(path, F_OK) != 0, "%s: close(remove) deletes the file", name);
+    /* a directory that does not exist */
+    snprintf(path, sizeof path, "%s/no-such-dir/swap.bin", root);
+    zero__aio_file_t *g = NULL;
+    st = zero__aio_file_create(aio, path, 1 << 20, &g);
+    CHECK(st == ZERO_ERR_IO && !g && strstr(zero_last_error(), path) &&
+              strstr(zero_last_error(), "No such file or directory"),
+          "%s: missing directory: '%s'", name, zero_last_error());
     zero__aio_buffer_free(buf);
     free(orig);
     zero__aio_free(aio);
