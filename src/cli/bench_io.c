@@ -50,6 +50,7 @@ typedef struct options {
     int ndepths;
     int engines[2]; /* io_uring, threads */
     int repeat;
+    int uring_threads; /* intra_op_parallelism of the io_uring engine */
     int json, tune;
 } options_t;
 
@@ -141,7 +142,7 @@ static int parse_list(const char *s, int sizes, size_t *sz, int *ints, int *n) {
 }
 
 static int parse_options(int argc, char **argv, options_t *o) {
-    *o = (options_t){.size = (size_t)256 << 20, .engines = {1, 1}, .repeat = 3};
+    *o = (options_t){.size = (size_t)256 << 20, .engines = {1, 1}, .repeat = 3, .uring_threads = 1};
     const size_t blocks[] = {128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20};
     const int depths[] = {1, 2, 4, 8, 16, 32};
     for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
@@ -163,8 +164,8 @@ static int parse_options(int argc, char **argv, options_t *o) {
             o->engines[0] = 0, o->engines[1] = 1;
             continue;
         }
-        const char *flags[] = {"--path",         "--size",   "--block-sizes",
-                               "--queue-depths", "--engine", "--repeat"};
+        const char *flags[] = {"--path",   "--size",   "--block-sizes", "--queue-depths",
+                               "--engine", "--repeat", "--threads"};
         int known = 0;
         for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= !strcmp(arg, flags[k]);
         if (!known) return usage_error("unknown option '%s'", arg);
@@ -183,6 +184,12 @@ static int parse_options(int argc, char **argv, options_t *o) {
             if (*end || v < 1 || v > 100)
                 return usage_error("--repeat '%s': expected an integer from 1 to 100", val);
             o->repeat = (int)v;
+        } else if (!strcmp(arg, "--threads")) {
+            char *end;
+            long v = strtol(val, &end, 10);
+            if (*end || v < 1 || v > 256)
+                return usage_error("--threads '%s': expected an integer from 1 to 256", val);
+            o->uring_threads = (int)v;
         } else if (!strcmp(arg, "--block-sizes")) {
             if (parse_list(val, 1, o->blocks, NULL, &o->nblocks))
                 return usage_error("--block-sizes '%s': expected a comma-separated list of "
@@ -250,7 +257,7 @@ static int measure(const options_t *o, point_t *pt, unsigned char *buf, size_t b
     zero__aio_params_t p = zero__aio_params_default();
     p.block_size = pt->block;
     p.queue_depth = pt->depth;
-    p.intra_op_parallelism = pt->engine ? pt->depth : 1;
+    p.intra_op_parallelism = pt->engine ? pt->depth : o->uring_threads;
     p.backend = pt->engine ? ZERO__AIO_BACKEND_THREADS : ZERO__AIO_BACKEND_URING;
     zero__aio_t *aio;
     if (zero__aio_init(&aio, &p, NULL)) {
@@ -362,7 +369,9 @@ int zero__bench_io(int argc, char **argv) {
     if (!o.json) {
         printf("# zero bench io: %s%s, file %s, O_DIRECT, CRC32C per 4 KiB page; %s\n", o.path,
                tmpfs ? " (tmpfs: memory, not a disk)" : "", human(o.size, hs, sizeof hs), date);
-        printf("# threads engine: pread/pwrite with as many threads as the queue depth\n");
+        printf("# io_uring engine: %d thread(s), each with a ring of the queue depth; threads "
+               "engine: pread/pwrite with as many threads as the queue depth\n",
+               o.uring_threads);
         printf("# median of %d read and rewrite passes per point; first write: one pass\n",
                o.repeat);
         printf("# %-8s %6s  %-9s %10s %10s %12s\n", "block", "depth", "engine", "write GB/s",
@@ -388,9 +397,9 @@ int zero__bench_io(int argc, char **argv) {
                                "\"block_size\":%zu,\"queue_depth\":%d,\"threads\":%d,"
                                "\"bytes\":%zu,\"seconds\":%.6f,\"gbps\":%.4f,\"passes\":%d,"
                                "\"path\":\"%s\",\"tmpfs\":%s}\n",
-                               engine_names[e], ops[k], pt->block, pt->depth, e ? pt->depth : 1,
-                               o.size, secs[k], gbps[k], k == 2 ? 1 : o.repeat, o.path,
-                               tmpfs ? "true" : "false");
+                               engine_names[e], ops[k], pt->block, pt->depth,
+                               e ? pt->depth : o.uring_threads, o.size, secs[k], gbps[k],
+                               k == 2 ? 1 : o.repeat, o.path, tmpfs ? "true" : "false");
                 } else {
                     printf("  %-8s %6d  %-9s %10.3f %10.3f %12.3f\n",
                            human(pt->block, hb, sizeof hb), pt->depth, engine_names[e],
@@ -424,7 +433,8 @@ int zero__bench_io(int argc, char **argv) {
                    engine_names[tune_engine], score(pick), pick->read_gbps, pick->write_gbps, best);
         printf("{\"aio\": {\"block_size\": %zu, \"queue_depth\": %d, \"intra_op_parallelism\": %d, "
                "\"single_submit\": false, \"overlap_events\": true}}\n",
-               pick->block, tune_engine ? 8 : pick->depth, tune_engine ? pick->depth : 1);
+               pick->block, tune_engine ? 8 : pick->depth,
+               tune_engine ? pick->depth : o.uring_threads);
     }
     free(pts);
     zero__aio_buffer_free(buf);

@@ -85,7 +85,7 @@ def main():
             ok(r["seconds"] > 0 and close(r["gbps"], size / r["seconds"] / 1e9),
                "gbps = bytes / seconds: %r" % r)
             ok(r["threads"] == (r["queue_depth"] if r["engine"] == "threads" else 1),
-               "threads of the pool = queue depth: %r" % r)
+               "threads of the pool = queue depth, io_uring 1: %r" % r)
         # --tune: recomputed from the rows (from seconds, not the rounded gbps)
         tune_engine = engines[0]
         bw = {}
@@ -128,6 +128,15 @@ def main():
         ok(rc == 0 and out.count('"engine":"threads"') == 3 and "io_uring" not in out,
            "--fallback measures the pool only: %r %r" % (out, err))
         ok(os.listdir(d) == [], "test files removed")
+        # --threads: io_uring threads, reported in the rows and the tuned block
+        if "io_uring" in engines:
+            rc, out, err = run([zero, "bench", "io", "--path", d, "--size", "4M", "--block-sizes",
+                                "256K", "--queue-depths", "2", "--engine", "io_uring",
+                                "--threads", "3", "--repeat", "1", "--json", "--tune"])
+            objs = [json.loads(l) for l in out.splitlines() if l.startswith("{")] if rc == 0 else []
+            ok(rc == 0 and len(objs) == 4 and all(o.get("threads") == 3 for o in objs[:3]) and
+               objs[3].get("aio", {}).get("intra_op_parallelism") == 3,
+               "--threads 3: %r %r" % (out, err))
 
         # errors
         bad = [
@@ -136,6 +145,7 @@ def main():
             (["--path", d, "--size", "12345"], "--size", "12345"),
             (["--path", d, "--engine", "aio"], "--engine", "aio"),
             (["--path", d, "--repeat", "0"], "--repeat", "0"),
+            (["--path", d, "--threads", "x"], "--threads", "x"),
             (["--path", d, "--bogus"], "--bogus", ""),
             (["--size", "8M"], "--path", ""),
             (["--path"], "--path", ""),
