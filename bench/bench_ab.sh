@@ -8,19 +8,23 @@
 # per case. A quiet machine is assumed: the load average before each run is printed beside it.
 # Weights fingerprints are printed too: a refactor that claims "no change" shows equal ones.
 #
-# Usage: bench/bench_ab.sh -a PROGRAM_A -b PROGRAM_B [-r ROUNDS] [-c "CASE ..."]
+# Usage: bench/bench_ab.sh -a PROGRAM_A -b PROGRAM_B [-r ROUNDS] [-c "CASE ..."] [-A ARGS] [-B ARGS]
 #   a CASE is a config file name under configs/ (without .json), optionally with train flags
-#   joined by commas: "gpt-85m" "main" "main,--steps,30" (default: "gpt-85m main,--steps,30")
+#   joined by commas: "gpt-85m" "main" "main,--steps,30" (default: "gpt-85m main,--steps,30");
+#   -A / -B: train flags joined by commas that only side A / B adds (the same program on both
+#   sides then compares two settings, e.g. -B "--set,zero_optimization.offload_optimizer.device=nvme")
 # Example (the commit before a change, built apart, against this build):
 #   old=$(mktemp -d) && git archive REV | tar -x -C "$old" && cmake -S "$old" -B "$old/build" &&
 #   cmake --build "$old/build" --target zero_cli && bench/bench_ab.sh -a "$old/build/zero" -b build/zero
 set -euo pipefail
 cd "$(dirname "$0")/.."
-a="" b="" rounds=3 cases="gpt-85m main,--steps,30"
-while getopts "a:b:r:c:h" o; do
+a="" b="" rounds=3 cases="gpt-85m main,--steps,30" extra_a="" extra_b=""
+while getopts "a:b:r:c:A:B:h" o; do
     case $o in
     a) a=$OPTARG ;;
     b) b=$OPTARG ;;
+    A) extra_a=$OPTARG ;;
+    B) extra_b=$OPTARG ;;
     r) rounds=$OPTARG ;;
     c) cases=$OPTARG ;;
     *) sed -n '2,/^set /p' "$0" | sed '$d'; exit 0 ;;
@@ -31,13 +35,15 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 run() { # program case round side -> one line: case side round tokens/s fingerprint load
-    local prog=$1 case=$2 round=$3 side=$4
+    local prog=$1 case=$2 round=$3 side=$4 extra
     IFS=, read -r -a parts <<<"$case"
+    extra=$extra_a; [ "$side" = B ] && extra=$extra_b
+    IFS=, read -r -a more <<<"$extra"
     local cfg=configs/${parts[0]}.json
     local load
     load=$(cut -d' ' -f1 /proc/loadavg)
-    "$prog" train --config "$cfg" "${parts[@]:1}" -q --no-peak --metrics "$tmp/m.jsonl" \
-        --json-report "$tmp/r.json" >/dev/null
+    "$prog" train --config "$cfg" "${parts[@]:1}" "${more[@]}" -q --no-peak \
+        --metrics "$tmp/m.jsonl" --json-report "$tmp/r.json" >/dev/null
     python3 - "$tmp/m.jsonl" "$tmp/r.json" "$case" "$side" "$round" "$load" <<'EOF'
 import json, statistics, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]

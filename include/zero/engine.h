@@ -116,6 +116,41 @@ typedef enum {
     ZERO_WARMUP_TYPE_COUNT
 } zero_warmup_type_t;
 
+/* Where the optimizer's states live (zero_optimization.offload_optimizer.device). */
+typedef enum zero_offload_device {
+    ZERO_OFFLOAD_NONE, /* in RAM, as every state always was */
+    ZERO_OFFLOAD_CPU,  /* DeepSpeed's CPU offload: on a CPU build the same as NONE */
+    ZERO_OFFLOAD_NVME, /* in swap files under nvme_path, streamed through the step */
+    ZERO_OFFLOAD_DEVICE_COUNT
+} zero_offload_device_t;
+
+ZERO_API const char *zero_offload_device_name(zero_offload_device_t d); /* "none", "cpu", "nvme" */
+/* "none", "cpu" or "nvme" (case-insensitive); ZERO_ERR_CONFIG naming the value otherwise. */
+ZERO_API zero_status_t zero_offload_device_parse(const char *name, zero_offload_device_t *out);
+
+/* DeepSpeed's `aio` block: how swap files are read and written (io_uring, or a pread/pwrite
+ * pool where io_uring is unavailable). */
+typedef struct zero_aio_params {
+    size_t block_size;        /* bytes per I/O piece, a multiple of 4096 (default 1 MiB) */
+    int queue_depth;          /* pieces in flight (8) */
+    int intra_op_parallelism; /* threads of the pread/pwrite pool (1); alias thread_count */
+    int single_submit;        /* submit pieces one by one (0) */
+    int overlap_events;       /* refill the queue as each piece completes (1) */
+} zero_aio_params_t;
+
+/* zero_optimization.offload_optimizer. With ZERO_OFFLOAD_NVME, Adam's m and v (and with 16-bit
+ * compute the fp32 master) live in one swap file per unit and rank under nvme_path, created
+ * (preallocated) when the unit is declared and deleted with the engine; the step streams them in
+ * sub-groups of sub_group_size elements through buffer_count staging buffers, reading the next
+ * sub-group while one is updated and writing the previous one back (pipeline_read,
+ * pipeline_write). With fp32 compute the master is the parameters, which stay in RAM. */
+typedef struct zero_offload_params {
+    zero_offload_device_t device;
+    char nvme_path[1024]; /* an existing, writable directory */
+    int buffer_count;     /* staging buffers, >= 2 (DeepSpeed's default 4) */
+    int pipeline_read, pipeline_write;
+} zero_offload_params_t;
+
 typedef struct zero_engine_params {
     int stage;                  /* ZeRO stage 0-3 (zero_optimization.stage) */
     zero_comm_t *comm;          /* borrowed; NULL = one rank. The engine splits its own copy. */
@@ -156,12 +191,19 @@ typedef struct zero_engine_params {
      * parameters stay gathered), stage3_max_live_parameters (prefetch never makes the gathered,
      * non-persistent parameters exceed this; a fetch the model asks for always proceeds). */
     int64_t prefetch_bucket_elems, persistence_threshold_elems, max_live_elems;
+    /* Offload of the optimizer's states, the elements of one swapped sub-group
+     * (zero_optimization.sub_group_size, DeepSpeed's 1e9; rounded down to a multiple of 1024,
+     * capped by the largest unit) and the swap files' I/O. */
+    zero_offload_params_t offload_optimizer;
+    int64_t sub_group_elems;
+    zero_aio_params_t aio;
 } zero_engine_params_t;
 
 /* Defaults: stage 0, one rank, fp32 (grad accumulation fp32, loss scaler defaults), seed 1337, 1
  * thread, lr 3e-4, min_lr 3e-5, betas (0.9, 0.95), eps 1e-8, weight_decay 0.1, cosine, warm-up 0
  * (linear, from 0), total 1, clip 1.0, one micro-step; DeepSpeed's ZeRO defaults: reduce bucket 5e8
- * elements (2e9 bytes, capped at INT_MAX), prefetch 5e7, persistence 1e5, max live 1e9 elements. */
+ * elements (2e9 bytes, capped at INT_MAX), prefetch 5e7, persistence 1e5, max live 1e9 elements; no
+ * offload (buffer_count 4, pipelines on), sub-groups of 1e9 elements, DeepSpeed's aio block. */
 ZERO_API zero_engine_params_t zero_engine_params_default(void);
 
 typedef struct zero_engine zero_engine_t;
@@ -416,6 +458,16 @@ typedef struct zero_engine_report {
     size_t model_state_bytes[3], model_state_theory_bytes[3];
     size_t grad_pool_bytes;
     zero_dtype_t compute_dtype, grad_accum_dtype;
+    /* offload_optimizer nvme: bytes of this rank's swap files (the optimizer states there); the
+     * RAM left of them is ZERO_MEM_OFFLOAD: buffer_count staging buffers of one sub-group of
+     * every swapped state, and 4 bytes of checksum per 4 KiB of swap file. */
+    uint64_t swap_disk_bytes;
+    /* ... and their I/O in the last completed step: bytes read and written (each sub-group is
+     * written once per step, so written is swap_disk_bytes; read is at most that, less what was
+     * still staged from before), and the seconds the step waited for them (I/O not hidden
+     * behind compute). */
+    uint64_t swap_read_bytes_per_step, swap_written_bytes_per_step;
+    double swap_wait_s_per_step;
 } zero_engine_report_t;
 
 /* Fill *out (not collective). */
@@ -440,6 +492,9 @@ typedef struct zero_memory_estimate {
     size_t bytes[ZERO_MEM_CATEGORY_COUNT];
     size_t model_state_bytes[3]; /* the paper's breakdown: parameters, gradients, optimizer */
     size_t total_bytes;          /* sum of bytes[] */
+    /* offload_optimizer nvme: the swap files' bytes on disk (the optimizer states); their RAM
+     * is then the offload category (staging buffers, checksums), optim holds none. */
+    uint64_t disk_bytes;
 } zero_memory_estimate_t;
 
 /* The memory one rank of an engine with these params over `world` ranks will need for these

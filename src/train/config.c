@@ -157,6 +157,41 @@ static const cfg_key_t keys[] = {
      I64_MAX, NULL, NULL, NULL, "stage 3: cap on gathered parameter elements alive at once"},
     {"zero_optimization.stage3_max_reuse_distance", K_I64, OFF(max_reuse_distance_elems), DS_LIVE,
      0, I64_MAX, NULL, NULL, NULL, "accepted; released units are re-gathered when used again"},
+    {"zero_optimization.sub_group_size", K_I64, OFF(sub_group_elems), 1e9, 1, I64_MAX, NULL, NULL,
+     NULL,
+     "optimizer states on NVMe are streamed through the step in sub-groups of this many elements "
+     "(rounded down to a multiple of 1024, capped by the largest unit's shard)"},
+    {"zero_optimization.offload_optimizer.device", K_STR, OFF(offload_optimizer), 0, 0, 0, "none",
+     "none|cpu|nvme", NULL,
+     "where Adam's m and v (and with bf16 or fp16 the fp32 master) live: none or cpu (this "
+     "process's memory: a CPU build computes there anyway), nvme (swap files under nvme_path, "
+     "read and written through the step; the results are the same bits)"},
+    {"zero_optimization.offload_optimizer.nvme_path", K_STR, OFF(nvme_path), 0, 0, 0, "", NULL,
+     NULL,
+     "existing directory of the swap files (device nvme): one per unit and rank, preallocated at "
+     "start, deleted at exit; a fast local disk"},
+    {"zero_optimization.offload_optimizer.buffer_count", K_INT, OFF(offload_buffer_count), 4, 2, 64,
+     NULL, NULL, NULL,
+     "staging buffers of one sub-group of every swapped state each (RAM: buffer_count x "
+     "sub-group x 8 bytes, 12 with bf16 or fp16)"},
+    {"zero_optimization.offload_optimizer.pipeline_read", K_BOOL, OFF(pipeline_read), 1, 0, 1, NULL,
+     NULL, NULL,
+     "read the next sub-group while one is updated (on by default here; DeepSpeed's default is "
+     "off)"},
+    {"zero_optimization.offload_optimizer.pipeline_write", K_BOOL, OFF(pipeline_write), 1, 0, 1,
+     NULL, NULL, NULL,
+     "write the previous sub-group back while one is updated (on by default here; DeepSpeed's "
+     "default is off)"},
+    {"aio.block_size", K_INT, OFF(aio_block_size), 1048576, 4096, 268435456, NULL, NULL, NULL,
+     "bytes per swap-file I/O piece (a multiple of 4096); `zero bench io --tune` suggests one"},
+    {"aio.queue_depth", K_INT, OFF(aio_queue_depth), 8, 1, 4096, NULL, NULL, NULL,
+     "swap-file I/O pieces in flight (io_uring)"},
+    {"aio.intra_op_parallelism", K_INT, OFF(aio_threads), 1, 1, 256, NULL, NULL, NULL,
+     "threads of the pread/pwrite pool that replaces io_uring where it is unavailable"},
+    {"aio.single_submit", K_BOOL, OFF(aio_single_submit), 0, 0, 1, NULL, NULL, NULL,
+     "submit swap-file I/O pieces one by one instead of in batches"},
+    {"aio.overlap_events", K_BOOL, OFF(aio_overlap_events), 1, 0, 1, NULL, NULL, NULL,
+     "refill the I/O queue as each piece completes (false: once the whole batch has)"},
     {"train.steps", K_INT, OFF(steps), 600, 0, INT_MAX, NULL, NULL, "--steps", "optimizer steps"},
     {"train.eval_interval", K_INT, OFF(eval_interval), 100, 0, INT_MAX, NULL, NULL, NULL,
      "steps between validation losses (0: only at the end)"},
@@ -288,7 +323,8 @@ static const ds_key_t ds_keys[] = {
     {"monitor_config", DS_UNSUP, NULL, "--metrics FILE writes one JSON line per step"},
     {"dump_state", DS_SAME, "false", "--print-config prints the effective configuration"},
     /* features not there yet */
-    {"aio", DS_UNSUP, NULL, "no NVMe offload yet"},
+    {"aio.thread_count", DS_ALIAS, NULL, "aio.intra_op_parallelism"},
+    {"aio.use_gds", DS_SAME, "false", "GPUDirect Storage needs a GPU"},
     {"elasticity", DS_UNSUP, NULL, "the world size is --ranks or the MPI job's"},
     {"autotuning", DS_UNSUP, NULL, ""},
     {"checkpoint", DS_UNSUP, NULL, "zero's checkpoints: --save-dir, --resume (any world size)"},
@@ -314,11 +350,17 @@ static const ds_key_t ds_keys[] = {
     {"use_data_before_expert_parallelism", DS_SAME, "false", "zero has no experts"},
     {"train_monitor", DS_UNSUP, NULL, "--metrics FILE writes one JSON line per step"},
     /* zero_optimization */
-    {ZO "offload_optimizer", DS_UNSUP, NULL, "optimizer states stay in memory; offload is planned"},
-    {ZO "offload_param", DS_UNSUP, NULL, "parameters stay in memory; offload is planned"},
-    {ZO "cpu_offload", DS_SAME, "false",
-     "DeepSpeed's old name of offload_optimizer {\"device\": \"cpu\"}: optimizer states stay in "
-     "memory; offload is planned"},
+    {ZO "offload_optimizer.pin_memory", DS_NOOP, NULL,
+     "the staging buffers are page-aligned memory of this process; pinning matters for GPU "
+     "copies"},
+    {ZO "offload_optimizer.fast_init", DS_NOOP, NULL,
+     "the swap files are made once, when each unit is declared"},
+    {ZO "offload_optimizer.ratio", DS_SAME, "1", "every sub-group is updated from the swap files"},
+    {ZO "offload_param", DS_UNSUP, NULL,
+     "parameters stay in memory; parameter offload is not implemented yet"},
+    {ZO "cpu_offload", DS_NOOP, NULL,
+     "DeepSpeed's old name of offload_optimizer {\"device\": \"cpu\"}: the optimizer states "
+     "stay in this process's memory, where a CPU build computes anyway"},
     {ZO "cpu_offload_param", DS_SAME, "false",
      "DeepSpeed's old name of offload_param {\"device\": \"cpu\"}: parameters stay in memory; "
      "offload is planned"},
@@ -333,8 +375,6 @@ static const ds_key_t ds_keys[] = {
     {ZO "model_persistence_threshold", DS_NOOP, NULL,
      "no cap on the total of persistent units: every unit under "
      "stage3_param_persistence_threshold stays gathered"},
-    {ZO "sub_group_size", DS_NOOP, NULL,
-     "the optimizer step updates a rank's whole shard (sub-groups matter for offload)"},
     {ZO "stage3_gather_16bit_weights_on_model_save", DS_EQUIV, NULL,
      "checkpoints always hold the full weights; `zero convert CKPT OUT.safetensors --dtype bf16` "
      "writes 16-bit weights"},
@@ -1155,6 +1195,24 @@ zero_status_t zero__train_config_engine_params(const zero_train_config_t *cfg,
     ep->prefetch_bucket_elems = cfg->prefetch_bucket_elems;
     ep->persistence_threshold_elems = cfg->persistence_threshold_elems;
     ep->max_live_elems = cfg->max_live_elems;
+    zero_status_t st =
+        zero_offload_device_parse(cfg->offload_optimizer, &ep->offload_optimizer.device);
+    if (st) return st;
+    if (ep->offload_optimizer.device == ZERO_OFFLOAD_NVME && !cfg->nvme_path[0])
+        return zero__error(ZERO_ERR_CONFIG,
+                           "zero_optimization.offload_optimizer.nvme_path is not set (expected "
+                           "the directory of the swap files with device \"nvme\")");
+    snprintf(ep->offload_optimizer.nvme_path, sizeof ep->offload_optimizer.nvme_path, "%s",
+             cfg->nvme_path);
+    ep->offload_optimizer.buffer_count = cfg->offload_buffer_count;
+    ep->offload_optimizer.pipeline_read = cfg->pipeline_read;
+    ep->offload_optimizer.pipeline_write = cfg->pipeline_write;
+    ep->sub_group_elems = cfg->sub_group_elems;
+    ep->aio.block_size = (size_t)cfg->aio_block_size;
+    ep->aio.queue_depth = cfg->aio_queue_depth;
+    ep->aio.intra_op_parallelism = cfg->aio_threads;
+    ep->aio.single_submit = cfg->aio_single_submit;
+    ep->aio.overlap_events = cfg->aio_overlap_events;
     return ZERO_OK;
 }
 

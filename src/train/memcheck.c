@@ -14,12 +14,14 @@
 
 #include "core/core_internal.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 /* The program itself (code, libraries, their data), measured: `zero train` of a 1-layer model on
  * one rank peaks at 15 MiB of resident memory; under mpirun the MPI library adds its own. */
@@ -206,17 +208,18 @@ static const char *human(char *buf, size_t n, uint64_t bytes) {
 static void describe(char *buf, size_t n, const estimate_t *e, int local) {
     const zero_memory_estimate_t *r = &e->rank;
     char t[10][32];
-    snprintf(buf, n,
-             "%s (%d rank%s x %s: parameters %s, gradients %s, optimizer states %s, activations "
-             "%s, communication buffers %s, per-rank overhead %s; data %s; program %s)",
-             human(t[0], 32, e->process), local, local == 1 ? "" : "s",
-             human(t[1], 32, e->per_rank), human(t[2], 32, r->bytes[ZERO_MEM_PARAMS]),
-             human(t[3], 32, r->bytes[ZERO_MEM_GRADS]), human(t[4], 32, r->bytes[ZERO_MEM_OPTIM]),
-             human(t[5], 32, r->bytes[ZERO_MEM_ACTIVATIONS]),
-             human(t[6], 32, r->bytes[ZERO_MEM_COMM]),
-             human(t[7], 32, e->per_rank - r->total_bytes + r->bytes[ZERO_MEM_OTHER]),
-             human(t[8], 32, e->data),
-             human(t[9], 32, e->process - e->data - (uint64_t)local * e->per_rank));
+    snprintf(
+        buf, n,
+        "%s (%d rank%s x %s: parameters %s, gradients %s, optimizer states %s%s, activations "
+        "%s, communication buffers %s, per-rank overhead %s; data %s; program %s)",
+        human(t[0], 32, e->process), local, local == 1 ? "" : "s", human(t[1], 32, e->per_rank),
+        human(t[2], 32, r->bytes[ZERO_MEM_PARAMS]), human(t[3], 32, r->bytes[ZERO_MEM_GRADS]),
+        human(t[4], 32, r->bytes[ZERO_MEM_OPTIM] + r->bytes[ZERO_MEM_OFFLOAD]),
+        r->bytes[ZERO_MEM_OFFLOAD] ? " (staging of the swap files)" : "",
+        human(t[5], 32, r->bytes[ZERO_MEM_ACTIVATIONS]), human(t[6], 32, r->bytes[ZERO_MEM_COMM]),
+        human(t[7], 32, e->per_rank - r->total_bytes + r->bytes[ZERO_MEM_OTHER]),
+        human(t[8], 32, e->data),
+        human(t[9], 32, e->process - e->data - (uint64_t)local * e->per_rank));
 }
 
 /* Append "name (X GiB)" for a changed shape when it fits. */
@@ -230,6 +233,36 @@ static void try_option(const zero_train_config_t *cfg, const shape_t *s, int thr
     (*fits)++;
 }
 
+/* offload_optimizer nvme: this machine's ranks' swap files must fit the file system of nvme_path
+ * (they are preallocated when the units are declared; this says so before anything is). */
+static zero_status_t disk_check(const zero_train_config_t *cfg, const estimate_t *e, int local,
+                                FILE *out) {
+    const uint64_t need = (uint64_t)local * e->rank.disk_bytes;
+    if (!need) return ZERO_OK;
+    struct statvfs vfs;
+    if (statvfs(cfg->nvme_path, &vfs) != 0)
+        return zero__error(ZERO_ERR_IO,
+                           "zero_optimization.offload_optimizer.nvme_path '%s': %s (expected an "
+                           "existing directory for the swap files)",
+                           cfg->nvme_path, strerror(errno));
+    const uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+    char a[32], b[32], c[32];
+    if (need > avail)
+        return zero__error(ZERO_ERR_IO,
+                           "zero_optimization.offload_optimizer.nvme_path '%s': the swap files of "
+                           "%d rank%s need %s (%" PRIu64
+                           " bytes) but the file system has %s (%" PRIu64 " bytes) free",
+                           cfg->nvme_path, local, local == 1 ? "" : "s", human(a, 32, need), need,
+                           human(b, 32, avail), avail);
+    if (out)
+        fprintf(out,
+                "offload: optimizer states of %d rank%s in swap files under %s: %s on disk (%s "
+                "free), %s of staging memory per rank\n",
+                local, local == 1 ? "" : "s", cfg->nvme_path, human(a, 32, need),
+                human(b, 32, avail), human(c, 32, e->rank.bytes[ZERO_MEM_OFFLOAD]));
+    return ZERO_OK;
+}
+
 zero_status_t zero__train_memory_check(const zero_train_config_t *cfg, int world, int local,
                                        int threads, int mpi, FILE *out) {
     const shape_t s = {cfg->stage,
@@ -240,7 +273,7 @@ zero_status_t zero__train_memory_check(const zero_train_config_t *cfg, int world
                        zero__train_config_compute_dtype(cfg)};
     estimate_t e;
     zero_status_t st = estimate(cfg, &s, threads, mpi, &e);
-    if (st) return st;
+    if (st || (st = disk_check(cfg, &e, local, out))) return st;
     const uint64_t avail = mem_available();
     cgroup_room_t cg;
     cgroup_room(&cg);

@@ -254,6 +254,10 @@ static void rank_report(run_t *r, zero_train_rank_report_t *rr) {
     }
     rr->grad_pool_bytes = er.grad_pool_bytes;
     rr->gather_pool_bytes = er.gather_pool_bytes;
+    rr->swap_disk_bytes = er.swap_disk_bytes;
+    rr->swap_read_bytes_per_step = er.swap_read_bytes_per_step;
+    rr->swap_written_bytes_per_step = er.swap_written_bytes_per_step;
+    rr->swap_wait_s_per_step = er.swap_wait_s_per_step;
 }
 
 static const zero_mem_category_t table_cats[] = {ZERO_MEM_PARAMS, ZERO_MEM_GRADS, ZERO_MEM_OPTIM,
@@ -300,6 +304,17 @@ static void print_tables(const run_t *r, const zero_train_rank_report_t *all) {
             all[k].model_state_theory_bytes[2] / MiB, m / MiB, t / MiB,
             all[k].grad_pool_bytes / MiB, all[k].gather_pool_bytes / MiB);
     }
+    for (int k = 0; k < r->world; k++)
+        if (all[k].swap_disk_bytes)
+            say(r,
+                "report: rank %d: optimizer states on NVMe: %.2f MiB of swap files; in memory "
+                "%.2f / %.2f MiB (staging buffers and checksums, measured / theory); last step "
+                "read %.2f MiB, wrote %.2f / %.2f MiB, waited %.3f s for the disk\n",
+                (int)all[k].rank, all[k].swap_disk_bytes / MiB,
+                all[k].memory_bytes[ZERO_MEM_OFFLOAD] / MiB,
+                all[k].memory_theory_bytes[ZERO_MEM_OFFLOAD] / MiB,
+                all[k].swap_read_bytes_per_step / MiB, all[k].swap_written_bytes_per_step / MiB,
+                all[k].swap_disk_bytes / MiB, all[k].swap_wait_s_per_step);
     say(r, "report: communication per rank per step in MiB, measured / theory, by kind\n");
     for (int k = 0; k < r->world; k++) {
         say(r, "  rank %d: %.3f / %.3f", (int)all[k].rank, (double)all[k].comm_bytes_per_step / MiB,
@@ -1015,6 +1030,12 @@ zero_status_t zero__train_report_write(const zero_train_report_t *rep,
             cJSON_AddNumberToObject(tk, name, (double)rr->comm_theory_bytes_per_step_by_kind[x]);
         }
         cJSON_AddNumberToObject(o, "padded_params", (double)rr->padded_params);
+        cJSON_AddNumberToObject(o, "swap_disk_bytes", (double)rr->swap_disk_bytes);
+        cJSON_AddNumberToObject(o, "swap_read_bytes_per_step",
+                                (double)rr->swap_read_bytes_per_step);
+        cJSON_AddNumberToObject(o, "swap_written_bytes_per_step",
+                                (double)rr->swap_written_bytes_per_step);
+        cJSON_AddNumberToObject(o, "swap_wait_s_per_step", rr->swap_wait_s_per_step);
         /* The paper's breakdown of model states, measured and theory, transient pools apart. */
         static const char *const ms_names[3] = {"parameters", "gradients", "optimizer_states"};
         cJSON *ms = cJSON_AddObjectToObject(o, "model_state_bytes");

@@ -32,6 +32,9 @@ typedef struct zero_train_rank_report {
      * states; and the transient pools beside them. */
     uint64_t model_state_bytes[3], model_state_theory_bytes[3];
     uint64_t grad_pool_bytes, gather_pool_bytes;
+    uint64_t swap_disk_bytes; /* offload_optimizer nvme: this rank's swap files */
+    uint64_t swap_read_bytes_per_step, swap_written_bytes_per_step; /* their I/O, last step */
+    double swap_wait_s_per_step;
     double peak_flops_per_s; /* matmul peak this rank measured at start-up (0: not measured) */
 } zero_train_rank_report_t;
 

@@ -118,8 +118,13 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
     const uint64_t grads_kept = pol.shard_grads ? a * S : c * P + a * S;
     out->memory_theory_bytes[ZERO_MEM_GRADS] = (size_t)grads_kept + out->grad_pool_bytes;
     /* Optimizer states: Adam m and v, plus the separate fp32 master with 16-bit compute. */
-    const uint64_t ob = zero__optim_state_bytes(eng->lowp); /* per element */
+    const uint64_t ob = eng->swap ? 0 : zero__optim_state_bytes(eng->lowp); /* per element */
     out->memory_theory_bytes[ZERO_MEM_OPTIM] = (size_t)(pol.shard_optim ? ob * S : ob * P);
+    /* Swapped states: in RAM only the staging buffers (and the swap files' page checksums). */
+    out->memory_theory_bytes[ZERO_MEM_OFFLOAD] = zero__swap_memory_bytes(eng);
+    out->swap_disk_bytes = zero__swap_disk_bytes(eng);
+    zero__swap_last_step(eng, &out->swap_read_bytes_per_step, &out->swap_written_bytes_per_step,
+                         &out->swap_wait_s_per_step);
     /* The paper's breakdown: what stays between steps, transient pools apart. */
     out->model_state_theory_bytes[0] = out->memory_theory_bytes[ZERO_MEM_PARAMS];
     out->model_state_theory_bytes[1] = (size_t)grads_kept;

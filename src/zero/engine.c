@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+#include <strings.h>
 
 static const char *const init_names[] = {"zeros", "ones", "normal"};
 static_assert(ZERO_ARRAY_LEN(init_names) == ZERO_INIT_COUNT, "init name table");
@@ -20,6 +21,24 @@ static_assert(ZERO_ARRAY_LEN(schedule_names) == ZERO_LR_SCHEDULE_COUNT, "schedul
 /* DeepSpeed's scheduler.type values, same order as schedule_names. */
 static const char *const schedule_ds_names[] = {"WarmupLR", "WarmupCosineLR", "WarmupDecayLR"};
 static_assert(ZERO_ARRAY_LEN(schedule_ds_names) == ZERO_LR_SCHEDULE_COUNT, "DeepSpeed names");
+
+static const char *const offload_names[] = {"none", "cpu", "nvme"};
+static_assert(ZERO_ARRAY_LEN(offload_names) == ZERO_OFFLOAD_DEVICE_COUNT, "offload name table");
+
+const char *zero_offload_device_name(zero_offload_device_t d) {
+    return (unsigned)d < ZERO_OFFLOAD_DEVICE_COUNT ? offload_names[d] : "?";
+}
+
+zero_status_t zero_offload_device_parse(const char *name, zero_offload_device_t *out) {
+    for (int i = 0; name && i < ZERO_OFFLOAD_DEVICE_COUNT; i++)
+        if (!strcasecmp(name, offload_names[i])) {
+            *out = (zero_offload_device_t)i;
+            return ZERO_OK;
+        }
+    return zero__error(ZERO_ERR_CONFIG,
+                       "offload device '%s' is invalid (expected none, cpu or nvme)",
+                       name ? name : "(null)");
+}
 
 const char *zero_init_name(zero_init_t init) {
     return (unsigned)init < ZERO_INIT_COUNT ? init_names[init] : "?";
@@ -70,6 +89,16 @@ zero_engine_params_t zero_engine_params_default(void) {
     p.prefetch_bucket_elems = 50000000;
     p.persistence_threshold_elems = 100000;
     p.max_live_elems = 1000000000;
+    p.offload_optimizer.device = ZERO_OFFLOAD_NONE;
+    p.offload_optimizer.buffer_count = 4;
+    p.offload_optimizer.pipeline_read = 1;
+    p.offload_optimizer.pipeline_write = 1;
+    p.sub_group_elems = 1000000000;
+    p.aio.block_size = 1048576;
+    p.aio.queue_depth = 8;
+    p.aio.intra_op_parallelism = 1;
+    p.aio.single_submit = 0;
+    p.aio.overlap_events = 1;
     return p;
 }
 
@@ -144,7 +173,7 @@ static zero_status_t check_params(const zero_engine_params_t *p) {
                            "%lld, stage3_max_live_parameters %lld: expected >= 0",
                            (long long)p->prefetch_bucket_elems,
                            (long long)p->persistence_threshold_elems, (long long)p->max_live_elems);
-    return ZERO_OK;
+    return zero__swap_check_params(p);
 }
 
 zero_status_t zero__engine_fail(zero_engine_t *eng, zero_status_t st, const char *fmt, ...) {
@@ -204,8 +233,16 @@ zero_status_t zero_engine_init(zero_engine_t **out, const zero_engine_params_t *
     }
     if ((st = zero__xfer_world_init(eng, p.comm))) goto fail_mem;
     eng->pol = zero__stage_policy(p.stage, eng->world);
+    if ((st = zero__swap_init(eng))) goto fail_groups;
+    if (eng->swap) eng->residency = zero__swap_residency(eng);
+    if (p.offload_optimizer.device == ZERO_OFFLOAD_CPU && eng->rank == 0)
+        zero__log(ZERO_LOG_INFO, eng->rank, eng->world,
+                  "offload_optimizer device cpu: the optimizer states stay in this process's "
+                  "memory (a CPU build computes there anyway)");
     *out = eng;
     return ZERO_OK;
+fail_groups:
+    zero__xfer_groups_free(eng);
 fail_mem:
     zero_mem_free(eng->scratch);
     if (eng->owns_mem) zero_mem_free_domain(eng->mem);
@@ -234,6 +271,7 @@ void zero_engine_free(zero_engine_t *eng) {
         if (eng->pol.shard_grads) eng->units[i].work = NULL; /* lent by the gradient pool */
         zero__unit_free_buffers(&eng->units[i]);
     }
+    zero__swap_free(eng);
     zero__pool_free(&eng->pool);
     zero__pool_free(&eng->grad_pool);
     free(eng->units);

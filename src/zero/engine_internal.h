@@ -158,6 +158,8 @@ typedef struct zero__xfer_counts {
     int have_last;
 } zero__xfer_counts_t;
 
+typedef struct zero__swap zero__swap_t;
+
 struct zero_engine {
     zero_engine_params_t params;
     zero__stage_policy_t pol; /* decided at create from params.stage and world */
@@ -176,7 +178,8 @@ struct zero_engine {
     /* Where the optimizer's states (fp32 master, m, v) live: every access to them goes through
      * its map/unmap (optim/adamw.h). RAM: zero__state_residency_ram. */
     zero__optim_residency_t residency;
-    float *scratch; /* lowp: ZERO__SCRATCH_COUNT fp32 for chunked widening (ZERO_MEM_OTHER) */
+    zero__swap_t *swap; /* offload_optimizer nvme: the swap files behind residency; else NULL */
+    float *scratch;     /* lowp: ZERO__SCRATCH_COUNT fp32 for chunked widening (ZERO_MEM_OTHER) */
 
     zero__unit_t *units;
     int unit_count, unit_cap;
@@ -286,6 +289,26 @@ zero__optim_residency_t zero__state_residency_ram(zero_engine_t *eng);
 /* Replace where the optimizer's states live (tests; an offload residency). Only between steps,
  * with no tile mapped; the new residency must hold the states' current values. */
 void zero__engine_set_residency(zero_engine_t *eng, const zero__optim_residency_t *res);
+
+/* swap.c: the optimizer's states in swap files (offload_optimizer device nvme). */
+zero_status_t zero__swap_check_params(const zero_engine_params_t *p); /* the offload keys */
+zero_status_t zero__swap_init(zero_engine_t *eng);            /* nothing unless device is nvme */
+zero_status_t zero__swap_add_unit(zero_engine_t *eng, int u); /* its file, before its fill */
+void zero__swap_drop_unit(zero_engine_t *eng, int u);         /* a failed declaration */
+/* Finish every write (end of a step, of a unit's fill); the first I/O error. */
+zero_status_t zero__swap_sync(zero_engine_t *eng);
+zero__optim_residency_t zero__swap_residency(zero_engine_t *eng);
+/* Elements of a sub-group (the step cuts its tiles at multiples of it from the held range's
+ * start), 0 without swap; the RAM it holds (staging buffers, page checksums: ZERO_MEM_OFFLOAD);
+ * bytes of the swap files. */
+size_t zero__swap_tile_elems(const zero_engine_t *eng);
+size_t zero__swap_memory_bytes(const zero_engine_t *eng);
+uint64_t zero__swap_disk_bytes(const zero_engine_t *eng);
+/* The swap files' I/O of the last completed step: bytes read, written, seconds waited for. */
+void zero__swap_end_step(zero_engine_t *eng);
+void zero__swap_last_step(const zero_engine_t *eng, uint64_t *read, uint64_t *written,
+                          double *wait_s);
+void zero__swap_free(zero_engine_t *eng);
 
 /* The first element of unit un this rank owns (of its group's shards). */
 static inline size_t zero__shard_lo(const zero__unit_t *un) {

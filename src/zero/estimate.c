@@ -78,6 +78,10 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
     }
     int n = 0, n_np = 0;
     uint64_t P = 0, S = 0, params = 0, optim = 0, grads = 0, P_np = 0;
+    /* offload_optimizer nvme: m and v (and the 16-bit compute's master) in swap files */
+    const int swap = p->offload_optimizer.device == ZERO_OFFLOAD_NVME;
+    const uint64_t swapped = lowp ? 3 : 2;
+    uint64_t disk = 0, max_held = 0;
     for (int i = 0; i < unit_count; i++) {
         uint64_t count = 0, off = 0;
         int is_tied = 0;
@@ -103,7 +107,12 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
                 P_np += Pu;
             }
             const uint64_t states = pol.shard_optim ? Su : Pu;
-            optim += f * states * (lowp ? 3 : 2); /* master (16-bit), Adam m and v */
+            if (swap) { /* in the unit's swap file, each state's region whole pages */
+                disk += (uint64_t)swapped * ((f * states + 4095) / 4096 * 4096);
+                max_held = states > max_held ? states : max_held;
+            } else {
+                optim += f * states * (lowp ? 3 : 2); /* master (16-bit), Adam m and v */
+            }
             grads += ae * Su + (pol.shard_grads ? 0 : ce * Pu);
         }
     }
@@ -170,6 +179,18 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
     out->bytes[ZERO_MEM_OPTIM] = (size_t)optim;
     out->bytes[ZERO_MEM_COMM] = (size_t)comm;
     out->bytes[ZERO_MEM_OTHER] = lowp ? ZERO__SCRATCH_COUNT * sizeof(float) : 0;
+    if (swap) {
+        /* swap.c: buffer_count staging buffers of one sub-group of every swapped state, a
+         * checksum per 4 KiB of file, and at the end of a run the fingerprint's read of a whole
+         * held range (the largest) */
+        uint64_t G = (uint64_t)p->sub_group_elems / 1024 * 1024;
+        if (G < 1024) G = 1024;
+        const uint64_t group = G < max_held ? G : (max_held + 1023) / 1024 * 1024;
+        out->bytes[ZERO_MEM_OFFLOAD] =
+            (size_t)((uint64_t)p->offload_optimizer.buffer_count * swapped * group * f +
+                     disk / 4096 * 4 + (max_held * f + 4095) / 4096 * 4096);
+        out->disk_bytes = disk;
+    }
     out->model_state_bytes[0] = (size_t)params;
     out->model_state_bytes[1] = (size_t)grads;
     out->model_state_bytes[2] = (size_t)optim;

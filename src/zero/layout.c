@@ -159,13 +159,20 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
     zero_mem_t *mem = eng->mem;
     u->persistent =
         pol.shard_params && (int64_t)u->param_count <= eng->params.persistence_threshold_elems;
+    /* Offloaded states live in the unit's swap file, made before the master's fill below. */
+    if (eng->swap) {
+        zero_status_t st = zero__swap_add_unit(eng, index);
+        if (st) return st;
+    }
     if (eng->lowp) {
         /* The fp32 master beside the 16-bit params: optimizer state (12 bytes per element with
          * m and v), so it is accounted under ZERO_MEM_OPTIM as in the paper's breakdown. */
-        u->master = zero_mem_calloc(
-            mem, ZERO_MEM_OPTIM,
-            (pol.shard_optim ? S : P) * zero__optim_states[ZERO_ENGINE_STATE_MASTER].esize, 64);
-        if (!u->master) goto fail;
+        if (!eng->swap) {
+            u->master = zero_mem_calloc(
+                mem, ZERO_MEM_OPTIM,
+                (pol.shard_optim ? S : P) * zero__optim_states[ZERO_ENGINE_STATE_MASTER].esize, 64);
+            if (!u->master) goto fail;
+        }
         if (!pol.shard_params || u->persistent)
             u->full = zero_mem_calloc(mem, ZERO_MEM_PARAMS, P * ce, 64);
         else
@@ -199,12 +206,14 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
         if (!u->work) goto fail;
     }
     u->acc = zero_mem_calloc(mem, ZERO_MEM_GRADS, S * ae, 64);
+    if (!u->acc) goto fail;
+    if (eng->swap) return zero__swap_sync(eng); /* the fill is on disk */
     size_t mcount = pol.shard_optim ? S : P;
     u->m = zero_mem_calloc(mem, ZERO_MEM_OPTIM,
                            mcount * zero__optim_states[ZERO_ENGINE_STATE_ADAM_M].esize, 64);
     u->v = zero_mem_calloc(mem, ZERO_MEM_OPTIM,
                            mcount * zero__optim_states[ZERO_ENGINE_STATE_ADAM_V].esize, 64);
-    if (!u->acc || !u->m || !u->v) goto fail;
+    if (!u->m || !u->v) goto fail;
     return ZERO_OK;
 fail:
     return zero__error(ZERO_ERR_OUT_OF_MEMORY,
@@ -280,6 +289,7 @@ zero_status_t zero__engine_add_unit_in(zero_engine_t *eng, int group, const char
     eng->units[index] = u;
     st = alloc_unit(eng, &eng->units[index], index);
     if (st) {
+        zero__swap_drop_unit(eng, index);
         zero__unit_free_buffers(&eng->units[index]);
         return st;
     }

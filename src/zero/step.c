@@ -126,17 +126,31 @@ static zero_status_t gather_params(zero_engine_t *eng, int persistent_only) {
  * fused pass does not visit. Both stay zero anyway (engine_internal.h); this keeps the buffers
  * exactly as the whole-range passes left them without relying on it. Offsets are relative to
  * base, the unit element of g[0] and lp[0]; the master is read through the residency. */
+/* The end of the tile that starts at element x of [x, b): b, or the next multiple of the
+ * residency's sub-group from base (the held range's start) when the states are swapped, so that
+ * a tile never spans two sub-groups. AdamW is elementwise: any cut gives the same bits. */
+static size_t tile_end(const zero_engine_t *eng, size_t base, size_t x, size_t b) {
+    const size_t G = zero__swap_tile_elems(eng);
+    if (!G) return b;
+    return ZERO_MIN(b, base + ((x - base) / G + 1) * G);
+}
+
 static zero_status_t pass_gap(const zero_engine_t *eng, int unit, size_t base, void *g,
                               size_t gsize, int zero_g, void *lp, size_t a, size_t b) {
     if (a >= b) return ZERO_OK;
     if (zero_g) memset(zero__elem(g, a, gsize), 0, (b - a) * gsize);
     if (!lp) return ZERO_OK;
     const zero__optim_residency_t *res = &eng->residency;
-    void *par = NULL;
-    zero_status_t st = res->map(res->ctx, unit, ZERO_ENGINE_STATE_MASTER, base + a, b - a, &par);
-    if (st) return st;
-    zero__narrow(zero__elem(lp, a, eng->ce), par, b - a, eng->params.compute_dtype);
-    return res->unmap(res->ctx, unit, ZERO_ENGINE_STATE_MASTER, par, base + a, b - a, 0);
+    zero_status_t st = ZERO_OK;
+    for (size_t x = base + a, y; !st && x < base + b; x = y) {
+        y = tile_end(eng, base, x, base + b);
+        void *par = NULL;
+        st = res->map(res->ctx, unit, ZERO_ENGINE_STATE_MASTER, x, y - x, &par);
+        if (st) break;
+        zero__narrow(zero__elem(lp, x - base, eng->ce), par, y - x, eng->params.compute_dtype);
+        st = res->unmap(res->ctx, unit, ZERO_ENGINE_STATE_MASTER, par, x, y - x, 0);
+    }
+    return st;
 }
 
 /* AdamW on what this rank updates of unit `unit` (stage 0: everything), in one fused pass per
@@ -205,10 +219,13 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
         /* decoupled decay (in the kernel), skipped for NO_DECAY tensors */
         const zero__adamw_hp_t hp =
             zero__adamw_hp(&opt, lr, (int)eng->step, !(u->tensors[t].flags & ZERO_TENSOR_NO_DECAY));
-        const size_t o = a - base;
-        st = zero__adamw_step_tile(&eng->residency, unit, a, b - a, &hp,
-                                   lp ? zero__elem(lp, o, eng->ce) : NULL, p->compute_dtype,
-                                   zero__elem(g, o, gsize), gdt, gscale, zero_g, p->threads);
+        for (size_t x = a, y; !st && x < b; x = y) {
+            y = tile_end(eng, base, x, b);
+            const size_t o = x - base;
+            st = zero__adamw_step_tile(&eng->residency, unit, x, y - x, &hp,
+                                       lp ? zero__elem(lp, o, eng->ce) : NULL, p->compute_dtype,
+                                       zero__elem(g, o, gsize), gdt, gscale, zero_g, p->threads);
+        }
         done = b;
     }
     if (!st) st = pass_gap(eng, unit, base, g, gsize, zero_g, lp, done - base, span);
@@ -217,6 +234,28 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
         return zero__engine_fail(eng, st, "step %lld: optimizer state of unit '%s': %s",
                                  (long long)eng->step, u->name, zero_last_error());
     return ZERO_OK;
+}
+
+/* Offloaded states: every rank says whether its update (its swap I/O) succeeded; a failure on
+ * any rank is this step's failure everywhere, named with the first failing rank. */
+static zero_status_t swap_agree(zero_engine_t *eng, zero_status_t mine) {
+    if (eng->world == 1) return mine;
+    int32_t *all = malloc((size_t)eng->world * sizeof *all);
+    if (!all) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "engine: out of memory (step)");
+    const int32_t flag = (int32_t)mine;
+    zero_status_t st = zero__xfer_gather(eng, &eng->groups[0], ZERO_XFER_CONTROL, &flag, all,
+                                         sizeof flag, ZERO_DTYPE_UINT8, NULL);
+    int bad = -1;
+    for (int r = 0; !st && r < eng->world && bad < 0; r++)
+        if (all[r]) bad = r;
+    const zero_status_t theirs = bad >= 0 ? (zero_status_t)all[bad] : ZERO_OK;
+    free(all);
+    if (st) return comm_fail(eng, st, "the optimizer-swap agreement all-gather");
+    if (mine || bad < 0) return mine;
+    return zero__engine_fail(eng, theirs,
+                             "step %lld: the optimizer states on NVMe of rank %d failed (%s); "
+                             "see that rank's message",
+                             (long long)eng->step, bad, zero_status_str(theirs));
 }
 
 /* Drop this step's gradients (a skipped or failed step: all of them; after an update: the
@@ -233,6 +272,7 @@ static void end_step(zero_engine_t *eng, int acc_cleared) {
     }
     zero__schedule_end_step(eng);
     zero__xfer_end_step(eng);
+    zero__swap_end_step(eng);
 }
 
 zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
@@ -350,8 +390,15 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
             ss.clipped = 1;
         }
         eng->step++;
-        for (int i = 0; i < eng->unit_count; i++)
-            if ((st = update_unit(eng, i, scale, ss.lr, &acc_cleared))) return st;
+        for (int i = 0; i < eng->unit_count && !st; i++)
+            st = update_unit(eng, i, scale, ss.lr, &acc_cleared);
+        if (!st && (st = zero__swap_sync(eng)))
+            zero__engine_fail(eng, st, "step %lld: optimizer states on NVMe: %s",
+                              (long long)eng->step, zero_last_error());
+        /* A swap file that fails on one rank fails the step on every rank, before any rank
+         * gathers parameters the failed one did not update. */
+        if (eng->swap && (st = swap_agree(eng, st))) return st;
+        if (st) return st;
         if (eng->pol.gather_after_step && (st = gather_params(eng, eng->pol.shard_params)))
             return st;
     }

@@ -130,7 +130,8 @@ void zero__xfer_end_step(zero_engine_t *eng) {
  *            the unit not held: twice per micro-step for a forward + backward use), + (n_u - 1)
  *            c S_u for each unit gathered after the step (stages 1-2: every unit; stage 3: the
  *            persistent ones)
- *   control  (N - 1) x 32 over the world of N ranks (one record per rank per step)
+ *   control  (N - 1) x 32 over the world of N ranks (one record per rank per step), + (N - 1) x 4
+ *            with the optimizer's states on NVMe (every rank's I/O status)
  * Prefetch changes when a window's gather is posted, not how many: it follows a confirmed fetch
  * sequence only while the calls match it, so no gather is dropped unused (if one ever is,
  * fetch.c logs a warning and the step sends that much more than this). The windows and
@@ -156,5 +157,7 @@ void zero__xfer_theory(const zero_engine_t *eng, uint64_t out[ZERO_XFER_KIND_COU
     }
     out[ZERO_XFER_GRADS] = c * rs + (pol.shard_optim ? 0 : after);
     out[ZERO_XFER_PARAMS] = c * ag + (pol.shard_optim ? after : 0);
-    out[ZERO_XFER_CONTROL] = (uint64_t)(eng->world - 1) * CONTROL_BYTES;
+    /* + with swapped optimizer states, the step's 4-byte I/O agreement (step.c) */
+    out[ZERO_XFER_CONTROL] =
+        (uint64_t)(eng->world - 1) * (CONTROL_BYTES + (eng->swap ? sizeof(int32_t) : 0));
 }

@@ -69,6 +69,16 @@ static int field(const zero_train_config_t *c, const zero_engine_params_t *e, co
     NUM("loss_scale_window", e->loss_scaler.loss_scale_window);
     NUM("hysteresis", e->loss_scaler.hysteresis);
     NUM("min_loss_scale", e->loss_scaler.min_loss_scale);
+    STR("offload_optimizer", zero_offload_device_name(e->offload_optimizer.device));
+    NUM("buffer_count", e->offload_optimizer.buffer_count);
+    NUM("pipeline_read", e->offload_optimizer.pipeline_read);
+    NUM("pipeline_write", e->offload_optimizer.pipeline_write);
+    NUM("sub_group_elems", e->sub_group_elems);
+    NUM("aio_block_size", e->aio.block_size);
+    NUM("aio_queue_depth", e->aio.queue_depth);
+    NUM("aio_threads", e->aio.intra_op_parallelism);
+    NUM("aio_single_submit", e->aio.single_submit);
+    NUM("aio_overlap_events", e->aio.overlap_events);
 #undef NUM
 #undef STR
     return 0;
@@ -164,8 +174,8 @@ static void test_printed_once(const char *zero, const char *dir) {
     out[n] = 0;
     int rc = pclose(p);
     CHECK(rc == 0, "zero train on offload_legacy.json failed (%d):\n%s", rc, out);
-    const char *lines[] = {"'aio' ignored: not supported yet",
-                           "'zero_optimization.cpu_offload' = true ignored"};
+    const char *lines[] = {"'zero_optimization.offload_param' ignored: not supported yet",
+                           "'zero_optimization.cpu_offload_param' = true ignored"};
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
         int count = 0;
         for (const char *q = out; (q = strstr(q, lines[i])); q++) count++;
