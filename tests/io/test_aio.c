@@ -286,7 +286,9 @@ static void roundtrip(const config_t *c, const char *dir, int refuse_direct) {
 
     zero__aio_stats_t s;
     zero__aio_get_stats(aio, &s);
-    CHECK(s.bytes_read >= 2 * FILE_BYTES && s.bytes_written >= FILE_BYTES && s.pieces >= s.requests,
+    CHECK(s.bytes_read >= 2 * FILE_BYTES && s.bytes_written >= FILE_BYTES &&
+              s.pieces >= s.requests && s.requests >= 20 && s.wait_seconds > 0 &&
+              s.wait_seconds < 60,
           "%s: stats read %llu written %llu", c->name, (unsigned long long)s.bytes_read,
           (unsigned long long)s.bytes_written);
 
