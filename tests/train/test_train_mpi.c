@@ -1,7 +1,7 @@
 /* test_train_mpi.c — `zero train` under `mpirun -np 2` against the threads backend with 2 ranks:
  * the same config must give the same weights_fingerprint (the comm layer sums in rank order on
  * both backends, so the weights are bitwise equal), at stage 0 and, when the engine runs it,
- * stage 3.
+ * stage 3; and at stage 2 with the optimizer's states on NVMe (swap files of each process).
  *
  * Arguments: the `zero` program and the MPI launcher (CTest passes both). Runs them as child
  * processes; when the engine does not run 2 ranks yet the case prints SKIP.
@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "harness.h"
 
@@ -96,6 +97,25 @@ int main(int argc, char **argv) {
     fclose(f);
     compare(argv[1], argv[2], cfg, 0);
     compare(argv[1], argv[2], cfg, 3);
+    /* the optimizer's states on NVMe: swap files per process (MPI) or per thread rank */
+    char nvme[512], swap[300];
+    snprintf(nvme, sizeof nvme, "%s/tiny-nvme.json", dir);
+    snprintf(swap, sizeof swap, "%s/swap", dir);
+    f = fopen(nvme, "w");
+    if (!f || mkdir(swap, 0700) != 0) return 1;
+    fprintf(f,
+            "{\"model\": {\"layers\": 2, \"heads\": 2, \"dim\": 32, \"seq\": 32},\n"
+            " \"data\": {\"builtin_bytes\": 65536},\n"
+            " \"train_batch_size\": 16, \"gradient_accumulation_steps\": 2,\n"
+            " \"zero_optimization\": {\"sub_group_size\": 4096, \"offload_optimizer\": "
+            "{\"device\": \"nvme\", \"nvme_path\": \"%s\"}},\n"
+            " \"train\": {\"steps\": 5, \"eval_interval\": 0, \"eval_batches\": 2, "
+            "\"samples\": 0}}\n",
+            swap);
+    fclose(f);
+    compare(argv[1], argv[2], nvme, 2);
+    CHECK(rmdir(swap) == 0, "swap files left in %s", swap);
+    unlink(nvme);
     unlink(cfg);
     rmdir(dir);
     return check_report();
