@@ -463,9 +463,9 @@ typedef struct zero_engine_report {
      * every swapped state, and 4 bytes of checksum per 4 KiB of swap file. */
     uint64_t swap_disk_bytes;
     /* ... and their I/O in the last completed step: bytes read and written (each sub-group is
-     * written once per step, so written is swap_disk_bytes; read is at most that, less what was
-     * still staged from before), and the seconds the step waited for them (I/O not hidden
-     * behind compute). */
+     * written once per step, so written is swap_disk_bytes; read is about that: less what was
+     * still staged, more when a sub-group read ahead was dropped before use and read again),
+     * and the seconds the step waited for them (I/O not hidden behind compute). */
     uint64_t swap_read_bytes_per_step, swap_written_bytes_per_step;
     double swap_wait_s_per_step;
 } zero_engine_report_t;

@@ -164,16 +164,40 @@ static slot_t *find(zero__swap_t *sw, int unit, int group) {
     return NULL;
 }
 
-/* A slot to fill: a free one, else the oldest ready copy, else (waiting for it) the oldest write
+/* The sub-group after (*unit, *group) in the step's order (after the last, the first). */
+static void next_pos(const zero__swap_t *sw, int *unit, int *group) {
+    if (++*group >= sw->units[*unit].groups) {
+        *group = 0;
+        *unit = (*unit + 1) % sw->unit_count;
+    }
+}
+
+/* Is (unit, group) among the `depth` sub-groups after (from_unit, from_group)? */
+static int ahead(const zero__swap_t *sw, int from_unit, int from_group, int depth, int unit,
+                 int group) {
+    for (int i = 0; i < depth; i++) {
+        next_pos(sw, &from_unit, &from_group);
+        if (from_unit == unit && from_group == group) return 1;
+    }
+    return 0;
+}
+
+/* A slot to fill: a free one, else the oldest ready copy that is not among the `depth`
+ * sub-groups after `from` (those are about to be used), else (waiting for it) the oldest write
  * or read-ahead; with may_block 0 only free or ready ones (a read-ahead never waits). NULL:
  * none, or *st when waiting failed. */
-static slot_t *take(zero__swap_t *sw, int may_block, zero_status_t *st) {
+static slot_t *take(zero__swap_t *sw, int may_block, zero_status_t *st, int from_unit,
+                    int from_group, int depth) {
     static const slot_state_t order[] = {SLOT_FREE, SLOT_READY, SLOT_WRITING, SLOT_READING};
     slot_t *best = NULL;
     for (int pass = 0; pass < (may_block ? 4 : 2) && !best; pass++)
         for (int i = 0; i < sw->slot_count; i++) {
             slot_t *s = &sw->slots[i];
-            if (s->state == order[pass] && (!best || s->seq < best->seq)) best = s;
+            if (s->state != order[pass] || (best && s->seq >= best->seq)) continue;
+            if (s->state == SLOT_READY &&
+                ahead(sw, from_unit, from_group, depth, s->unit, s->group))
+                continue;
+            best = s;
         }
     if (best && (best->state == SLOT_WRITING || best->state == SLOT_READING) &&
         (*st = settle(sw, best)))
@@ -182,20 +206,21 @@ static slot_t *take(zero__swap_t *sw, int may_block, zero_status_t *st) {
     return best;
 }
 
-/* Post the read-ahead of the sub-group after (unit, group) in the step's order. */
-static void read_ahead(zero__swap_t *sw, int unit, int group) {
+/* Post the reads of the `depth` sub-groups after (unit, group) in the step's order, as far as
+ * slots are free or hold copies not needed sooner. */
+static void read_ahead(zero__swap_t *sw, int unit, int group, int depth) {
     if (!sw->pipeline_read || sw->unit_count == 0) return;
-    if (++group >= sw->units[unit].groups) {
-        group = 0;
-        unit = (unit + 1) % sw->unit_count;
+    int u = unit, g = group;
+    for (int i = 0; i < depth; i++) {
+        next_pos(sw, &u, &g);
+        if (find(sw, u, g)) continue;
+        zero_status_t st = ZERO_OK;
+        slot_t *s = take(sw, 0, &st, unit, group, depth);
+        if (!s) return;
+        s->unit = u;
+        s->group = g;
+        if (post(sw, s, 0)) settle(sw, s); /* a refused read-ahead: the map reads it again */
     }
-    if (find(sw, unit, group)) return;
-    zero_status_t st = ZERO_OK;
-    slot_t *s = take(sw, 0, &st);
-    if (!s) return;
-    s->unit = unit;
-    s->group = group;
-    if (post(sw, s, 0)) settle(sw, s); /* a refused read-ahead: the map reads it again */
 }
 
 /* Make (unit, group) the current slot. */
@@ -212,7 +237,7 @@ static zero_status_t acquire(zero__swap_t *sw, int unit, int group, slot_t **out
     slot_t *s = find(sw, unit, group);
     if (s && s->state != SLOT_READY && (st = settle(sw, s))) return st;
     if (!s || s->state != SLOT_READY) {
-        if (!(s = take(sw, 1, &st))) {
+        if (!(s = take(sw, 1, &st, unit, group, 0))) {
             return st ? st
                       : zero__error(ZERO_ERR_INTERNAL, "optimizer swap: no staging buffer free");
         }
@@ -224,7 +249,8 @@ static zero_status_t acquire(zero__swap_t *sw, int unit, int group, slot_t **out
     s->state = SLOT_CURRENT;
     s->dirty = 0;
     sw->current = (int)(s - sw->slots);
-    read_ahead(sw, unit, group);
+    /* ahead while the current slot is updated, keeping one slot for the write-behind */
+    read_ahead(sw, unit, group, ZERO_MAX(sw->slot_count - 2, 1));
     *out = s;
     return ZERO_OK;
 }
@@ -449,9 +475,11 @@ zero_status_t zero__swap_sync(zero_engine_t *eng) {
     zero__swap_t *sw = eng->swap;
     if (!sw) return ZERO_OK;
     zero_status_t st = drain(sw);
-    /* the next step starts with the first sub-group: read it while forward and backward run */
+    /* the next step starts with the first sub-groups: read as many as the slots hold while
+     * forward and backward run */
     if (!st && sw->unit_count)
-        read_ahead(sw, sw->unit_count - 1, sw->units[sw->unit_count - 1].groups - 1);
+        read_ahead(sw, sw->unit_count - 1, sw->units[sw->unit_count - 1].groups - 1,
+                   sw->slot_count);
     return st;
 }
 

@@ -222,9 +222,9 @@ static void compare(int n, const swap_case_t *c) {
         CHECK(rep->swap_disk_bytes == want,
               "stage %d rank %d: swap files %llu bytes, expected %llu", c->stage, r,
               (unsigned long long)rep->swap_disk_bytes, (unsigned long long)want);
-        /* the last step wrote every sub-group once, and read at most that */
-        CHECK(rep->swap_written_bytes_per_step == want && rep->swap_read_bytes_per_step <= want &&
-                  rep->swap_wait_s_per_step >= 0,
+        /* the last step wrote every sub-group once, and read about that much */
+        CHECK(rep->swap_written_bytes_per_step == want &&
+                  rep->swap_read_bytes_per_step <= 2 * want && rep->swap_wait_s_per_step >= 0,
               "stage %d rank %d: last step wrote %llu, read %llu bytes of %llu", c->stage, r,
               (unsigned long long)rep->swap_written_bytes_per_step,
               (unsigned long long)rep->swap_read_bytes_per_step, (unsigned long long)want);
