@@ -16,32 +16,11 @@ import os
 import subprocess
 import sys
 
+from checks import close, ok, report, run
+
 OPS = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all"]
 ELEM = {"fp32": 4, "fp64": 8, "fp16": 2, "bf16": 2, "int8": 1, "uint8": 1, "int32": 4}
 TINY = ["--max-bytes", "64K", "--iters", "2", "--membw-bytes", "8M"]
-
-passed = 0
-failed = 0
-
-
-def ok(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what, flush=True)
-    return cond
-
-
-def run(cmd, timeout=150):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=timeout)
-    return p.returncode, p.stdout, p.stderr
-
-
-def close(a, b, rel=1e-4):
-    return a is not None and b is not None and abs(a - b) <= rel * max(abs(a), abs(b), 1e-12)
 
 
 def expected_rows(op, n, dtype, min_bytes, max_bytes, factor):
@@ -82,14 +61,14 @@ def check_json(out, backend, n, dtype, ops, min_bytes, max_bytes, factor, want_r
             if not t:
                 continue
             algbw = r["size_bytes"] / (t * 1e3)  # bytes/us -> GB/s
-            ok(close(r.get("algbw_gbs"), algbw), tag + ": algbw_gbs = size / time")
-            ok(close(r.get("busbw_gbs"), algbw * f) or (f == 0 and r.get("busbw_gbs") == 0),
+            ok(close(r.get("algbw_gbs"), algbw, 1e-4), tag + ": algbw_gbs = size / time")
+            ok(close(r.get("busbw_gbs"), algbw * f, 1e-4) or (f == 0 and r.get("busbw_gbs") == 0),
                tag + ": busbw_gbs = algbw x %.4f" % f)
             ok(r.get("check") == "ok" and r.get("check_errors") == 0,
                tag + ": output matches the reference (check=%s, errors=%s)"
                % (r.get("check"), r.get("check_errors")))
             ok(r.get("memcpy_gbs", 0) > 0 and close(r.get("mem_traffic_gbs"),
-                                                    2 * r.get("memcpy_gbs", 0)),
+                                                    2 * r.get("memcpy_gbs", 0), 1e-4),
                tag + ": memcpy bandwidth present, traffic = 2 x copied")
             b = r.get("bound_busbw_gbs")
             ok(b is not None and (b > 0 or f == 0), tag + ": bound present")
@@ -204,8 +183,7 @@ def main():
             mode_mpi(zero, sys.argv[3])
     except subprocess.TimeoutExpired as e:
         ok(False, "timed out: %s" % e)
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return report()
 
 
 if __name__ == "__main__":

@@ -20,28 +20,7 @@ import subprocess
 import sys
 import tempfile
 
-passed = 0
-failed = 0
-
-
-def ok(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL:", what, flush=True)
-    return cond
-
-
-def run(cmd, timeout=120):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=timeout)
-    return p.returncode, p.stdout, p.stderr
-
-
-def close(a, b, rel=2e-3):
-    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-12)
+from checks import close, ok, report, run
 
 
 def main():
@@ -82,7 +61,7 @@ def main():
             ok(r.get("bench") == "io" and r.get("bytes") == size and r.get("path") == d and
                r.get("passes") == (1 if r.get("op") == "first_write" else 2),
                "row fields: %r" % r)
-            ok(r["seconds"] > 0 and close(r["gbps"], size / r["seconds"] / 1e9),
+            ok(r["seconds"] > 0 and close(r["gbps"], size / r["seconds"] / 1e9, 2e-3),
                "gbps = bytes / seconds: %r" % r)
             ok(r["threads"] == (r["queue_depth"] if r["engine"] == "threads" else 1),
                "threads of the pool = queue depth, io_uring 1: %r" % r)
@@ -172,8 +151,7 @@ def main():
         ok(False, "timed out: %s" % e)
     finally:
         shutil.rmtree(d, ignore_errors=True)
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return report()
 
 
 if __name__ == "__main__":
