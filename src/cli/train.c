@@ -11,6 +11,7 @@
  */
 #include "cli/cli.h"
 
+#include "train/preflight.h"
 #include "train/trainer.h"
 #include "zero/zero.h"
 
@@ -49,7 +50,8 @@ static void usage(FILE *out) {
             "                       available (train.memory_check = false; else refused)\n"
             "  --set KEY=VALUE      set any config key, e.g. --set model.layers=2\n"
             "  --no-peak            skip the start-up matmul peak measurement (no MFU)\n"
-            "  --print-config       print the effective configuration (JSON) and exit\n"
+            "  --print-config       print the effective configuration (JSON; on stderr the memory\n"
+            "                       and swap-file bytes a rank needs) and exit\n"
             "  --help-config        list every config key with its default\n"
             "  --config-doc         the key table as Markdown (docs/config.md)\n"
             "  -q, --quiet          no progress output (errors still go to stderr)\n"
@@ -320,6 +322,26 @@ static void signals_restore(signals_t *s) {
     for (size_t i = 0; i < N_HANDLED; i++) sigaction(handled[i], &s->old[i], NULL);
 }
 
+/* After --print-config's JSON, on stderr: what one rank of this configuration will need, in
+ * memory and, with the optimizer's states on NVMe, on disk (the pre-flight's estimate). */
+static void print_needs(const zero_train_config_t *cfg) {
+    zero_memory_estimate_t e;
+    const int world = zero__train_world_size(cfg);
+    if (zero__train_memory_estimate(cfg, world, cfg->threads > 0 ? cfg->threads : 1, &e)) return;
+    const double MiB = 1048576.0;
+    fprintf(stderr,
+            "estimate per rank (%d rank%s): %.1f MiB of memory (parameters %.1f, gradients %.1f, "
+            "optimizer states %.1f, activations %.1f, communication buffers %.1f, offload "
+            "staging %.1f)",
+            world, world == 1 ? "" : "s", e.total_bytes / MiB, e.bytes[ZERO_MEM_PARAMS] / MiB,
+            e.bytes[ZERO_MEM_GRADS] / MiB, e.bytes[ZERO_MEM_OPTIM] / MiB,
+            e.bytes[ZERO_MEM_ACTIVATIONS] / MiB, e.bytes[ZERO_MEM_COMM] / MiB,
+            e.bytes[ZERO_MEM_OFFLOAD] / MiB);
+    if (e.disk_bytes)
+        fprintf(stderr, "; %.1f MiB of swap files under %s", e.disk_bytes / MiB, cfg->nvme_path);
+    fputc('\n', stderr);
+}
+
 int zero__cli_train(int argc, char **argv) {
     const char *config_path = NULL, *report_path = NULL, *metrics_path = NULL;
     int print_config = 0, quiet = 0, peak = 1, n = 0;
@@ -376,6 +398,7 @@ int zero__cli_train(int argc, char **argv) {
         if (zero__train_config_check(&cfg, zero__train_world_size(&cfg)))
             return fail("invalid configuration");
         zero__train_config_print(&cfg, stdout);
+        print_needs(&cfg);
         return 0;
     }
     zero_train_io_t io = {.out = quiet ? NULL : stdout,

@@ -7,6 +7,7 @@
  *  - Checkpoints: a checkpoint saved by an offloaded run resumes in RAM, and one saved in RAM
  *    resumes offloaded, with the bits of a RAM -> RAM resume (and, at the same rank count, of
  *    the uninterrupted RAM run); also resharded from 2 ranks to 1.
+ *  - --print-config adds the estimate per rank: memory and the swap files' bytes.
  *  - Faults: an nvme_path that does not exist fails before training, naming it; a file system
  *    too small for the swap files (a 1 MiB tmpfs in a private mount namespace: argument
  *    disk-full) fails before anything is allocated, naming the path, the bytes needed and the
@@ -16,6 +17,7 @@
 #include "harness.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,6 +134,27 @@ static void resume_across(const char *ranks, const char *resume_ranks) {
     }
 }
 
+/* --print-config says, after its JSON, what a rank needs: memory and the swap files' bytes. */
+static void print_config_needs(void) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/needs.txt", dir);
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (saved < 0 || fd < 0) return;
+    dup2(fd, 2);
+    close(fd);
+    const char *args[] = {"train", "--print-config", MODEL, NVME, NULL};
+    int rc = train_cli(args);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char *t = slurp(path);
+    CHECK(rc == 0 && t && strstr(t, "estimate per rank") && strstr(t, "MiB of swap files under") &&
+              strstr(t, swap_dir),
+          "--print-config with offload: rc %d, '%s'", rc, t ? t : "");
+    free(t);
+}
+
 static void missing_path(void) {
     char arg[700];
     snprintf(arg, sizeof arg, "zero_optimization.offload_optimizer.nvme_path=%s/no/such/dir", dir);
@@ -192,6 +215,7 @@ int main(int argc, char **argv) {
     same_bits("3", "bf16", "gradient_accumulation_steps=2");
     resume_across("2", "2");
     resume_across("2", "1");
+    print_config_needs();
     missing_path();
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
