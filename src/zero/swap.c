@@ -106,7 +106,14 @@ static zero_status_t post(zero__swap_t *sw, slot_t *s, int write) {
         zero_status_t st = write
                                ? zero__aio_write_post(su->file, buf, bytes, off, &s->reqs[s->nreq])
                                : zero__aio_read_post(su->file, buf, bytes, off, &s->reqs[s->nreq]);
-        if (st) return st;
+        if (st) { /* nothing of the slot may stay in flight: wait for what was posted */
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", zero_last_error());
+            for (int k = 0; k < s->nreq; k++) (void)zero__aio_wait(s->reqs[k]);
+            s->nreq = 0;
+            s->state = SLOT_FREE;
+            return zero__error(st, "%s", msg);
+        }
         s->nreq++;
     }
     s->state = write ? SLOT_WRITING : SLOT_READING;
@@ -219,7 +226,7 @@ static void read_ahead(zero__swap_t *sw, int unit, int group, int depth) {
         if (!s) return;
         s->unit = u;
         s->group = g;
-        if (post(sw, s, 0)) settle(sw, s); /* a refused read-ahead: the map reads it again */
+        if (post(sw, s, 0)) return; /* a refused read-ahead: the map reads it again */
     }
 }
 
