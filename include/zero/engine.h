@@ -143,7 +143,9 @@ typedef struct zero_aio_params {
  * (preallocated) when the unit is declared and deleted with the engine; the step streams them in
  * sub-groups of sub_group_size elements through buffer_count staging buffers, reading the next
  * sub-group while one is updated and writing the previous one back (pipeline_read,
- * pipeline_write). With fp32 compute the master is the parameters, which stay in RAM. */
+ * pipeline_write). With fp32 compute the master is the parameters, which stay in RAM (or, with
+ * offload_param nvme at stage 3, in the parameter swap files). The same struct describes
+ * offload_param (below). */
 typedef struct zero_offload_params {
     zero_offload_device_t device;
     char nvme_path[1024]; /* an existing, writable directory */
@@ -195,6 +197,13 @@ typedef struct zero_engine_params {
      * (zero_optimization.sub_group_size, DeepSpeed's 1e9; rounded down to a multiple of 1024,
      * capped by the largest unit) and the swap files' I/O. */
     zero_offload_params_t offload_optimizer;
+    /* zero_optimization.offload_param (stage 3 only; another stage with device nvme is
+     * ZERO_ERR_CONFIG). With ZERO_OFFLOAD_NVME each non-persistent unit's parameter shard lives in
+     * a swap file of its own per rank under nvme_path; at most buffer_count shards (1 to 64,
+     * DeepSpeed's default 5) are in RAM at once: a shard is read when its all-gather is posted
+     * (the prefetch posts those ahead), the next one of the recorded schedule is read ahead, and
+     * the updated shards are written back after the step. pipeline_* are not used. */
+    zero_offload_params_t offload_param;
     int64_t sub_group_elems;
     zero_aio_params_t aio;
 } zero_engine_params_t;
@@ -203,7 +212,8 @@ typedef struct zero_engine_params {
  * thread, lr 3e-4, min_lr 3e-5, betas (0.9, 0.95), eps 1e-8, weight_decay 0.1, cosine, warm-up 0
  * (linear, from 0), total 1, clip 1.0, one micro-step; DeepSpeed's ZeRO defaults: reduce bucket 5e8
  * elements (2e9 bytes, capped at INT_MAX), prefetch 5e7, persistence 1e5, max live 1e9 elements; no
- * offload (buffer_count 4, pipelines on), sub-groups of 1e9 elements, DeepSpeed's aio block. */
+ * offload (optimizer buffer_count 4, pipelines on; parameter buffer_count 5), sub-groups of 1e9
+ * elements, DeepSpeed's aio block. */
 ZERO_API zero_engine_params_t zero_engine_params_default(void);
 
 typedef struct zero_engine zero_engine_t;
@@ -460,7 +470,10 @@ typedef struct zero_engine_report {
     zero_dtype_t compute_dtype, grad_accum_dtype;
     /* offload_optimizer nvme: bytes of this rank's swap files (the optimizer states there); the
      * RAM left of them is ZERO_MEM_OFFLOAD: buffer_count staging buffers of one sub-group of
-     * every swapped state, and 4 bytes of checksum per 4 KiB of swap file. */
+     * every swapped state, and 4 bytes of checksum per 4 KiB of swap file. offload_param nvme
+     * adds the parameter files (each shard in whole pages) and, in ZERO_MEM_OFFLOAD, its
+     * buffer_count buffers of the largest shard and their checksums; ZERO_MEM_PARAMS then holds
+     * only the persistent units. The I/O below counts both. */
     uint64_t swap_disk_bytes;
     /* ... and their I/O in the last completed step: bytes read and written (each sub-group is
      * written once per step, so written is swap_disk_bytes; read is about that: less what was
@@ -493,7 +506,9 @@ typedef struct zero_memory_estimate {
     size_t model_state_bytes[3]; /* the paper's breakdown: parameters, gradients, optimizer */
     size_t total_bytes;          /* sum of bytes[] */
     /* offload_optimizer nvme: the swap files' bytes on disk (the optimizer states); their RAM
-     * is then the offload category (staging buffers, checksums), optim holds none. */
+     * is then the offload category (staging buffers, checksums), optim holds none.
+     * offload_param nvme: plus the parameter shards' files, their buffers in offload, and params
+     * holding only the persistent units. */
     uint64_t disk_bytes;
 } zero_memory_estimate_t;
 

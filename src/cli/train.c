@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 static void usage(FILE *out) {
@@ -323,7 +324,8 @@ static void signals_restore(signals_t *s) {
 }
 
 /* After --print-config's JSON, on stderr: what one rank of this configuration will need, in
- * memory and, with the optimizer's states on NVMe, on disk (the pre-flight's estimate). */
+ * memory and, with the optimizer's states or the parameters on NVMe, on disk (the pre-flight's
+ * estimate). */
 static void print_needs(const zero_train_config_t *cfg) {
     zero_memory_estimate_t e;
     const int world = zero__train_world_size(cfg);
@@ -337,8 +339,14 @@ static void print_needs(const zero_train_config_t *cfg) {
             e.bytes[ZERO_MEM_GRADS] / MiB, e.bytes[ZERO_MEM_OPTIM] / MiB,
             e.bytes[ZERO_MEM_ACTIVATIONS] / MiB, e.bytes[ZERO_MEM_COMM] / MiB,
             e.bytes[ZERO_MEM_OFFLOAD] / MiB);
-    if (e.disk_bytes)
-        fprintf(stderr, "; %.1f MiB of swap files under %s", e.disk_bytes / MiB, cfg->nvme_path);
+    if (e.disk_bytes) { /* the optimizer's directory, else (offload_param alone) the parameters' */
+        const int opt = !strcasecmp(cfg->offload_optimizer, "nvme");
+        const int par = !strcasecmp(cfg->offload_param, "nvme");
+        fprintf(stderr, "; %.1f MiB of swap files under %s", e.disk_bytes / MiB,
+                opt ? cfg->nvme_path : cfg->param_nvme_path);
+        if (opt && par && strcmp(cfg->nvme_path, cfg->param_nvme_path))
+            fprintf(stderr, " and %s", cfg->param_nvme_path);
+    }
     fputc('\n', stderr);
 }
 

@@ -182,6 +182,18 @@ static const cfg_key_t keys[] = {
      NULL, NULL, NULL,
      "write the previous sub-group back while one is updated (on by default here; DeepSpeed's "
      "default is off)"},
+    {"zero_optimization.offload_param.device", K_STR, OFF(offload_param), 0, 0, 0, "none",
+     "none|cpu|nvme", NULL,
+     "stage 3: where the parameter shards live: none or cpu (this process's memory), nvme (one "
+     "swap file per unit and rank under nvme_path, read before each all-gather and written back "
+     "after the step; the results are the same bits); another stage with nvme is an error"},
+    {"zero_optimization.offload_param.nvme_path", K_STR, OFF(param_nvme_path), 0, 0, 0, "", NULL,
+     NULL,
+     "existing directory of the parameter swap files (device nvme): one per unit and rank, "
+     "preallocated at start, deleted at exit"},
+    {"zero_optimization.offload_param.buffer_count", K_INT, OFF(param_buffer_count), 5, 1, 64, NULL,
+     NULL, NULL,
+     "parameter shards held in memory at once (RAM: buffer_count x the largest unit's shard)"},
     {"aio.block_size", K_INT, OFF(aio_block_size), 1048576, 4096, 268435456, NULL, NULL, NULL,
      "bytes per swap-file I/O piece (a multiple of 4096); `zero bench io --tune` suggests one"},
     {"aio.queue_depth", K_INT, OFF(aio_queue_depth), 8, 1, 4096, NULL, NULL, NULL,
@@ -356,14 +368,18 @@ static const ds_key_t ds_keys[] = {
     {ZO "offload_optimizer.fast_init", DS_NOOP, NULL,
      "the swap files are made once, when each unit is declared"},
     {ZO "offload_optimizer.ratio", DS_SAME, "1", "every sub-group is updated from the swap files"},
-    {ZO "offload_param", DS_UNSUP, NULL,
-     "parameters stay in memory; parameter offload is not implemented yet"},
+    {ZO "offload_param.buffer_size", DS_NOOP, NULL,
+     "each buffer holds the largest unit's shard (DeepSpeed sizes them by the largest parameter)"},
+    {ZO "offload_param.max_in_cpu", DS_NOOP, NULL,
+     "device cpu keeps every parameter in memory; nvme keeps buffer_count shards"},
+    {ZO "offload_param.pin_memory", DS_NOOP, NULL,
+     "the buffers are page-aligned memory of this process; pinning matters for GPU copies"},
     {ZO "cpu_offload", DS_NOOP, NULL,
      "DeepSpeed's old name of offload_optimizer {\"device\": \"cpu\"}: the optimizer states "
      "stay in this process's memory, where a CPU build computes anyway"},
     {ZO "cpu_offload_param", DS_SAME, "false",
      "DeepSpeed's old name of offload_param {\"device\": \"cpu\"}: parameters stay in memory; "
-     "offload is planned"},
+     "offload_param {\"device\": \"nvme\"} puts them on disk"},
     {ZO "cpu_offload_use_pin_memory", DS_NOOP, NULL, "only used with offload"},
     {ZO "prefetch_bucket_size", DS_ALIAS, NULL, ZO "stage3_prefetch_bucket_size"},
     {ZO "param_persistence_threshold", DS_ALIAS, NULL, ZO "stage3_param_persistence_threshold"},
@@ -1207,6 +1223,14 @@ zero_status_t zero__train_config_engine_params(const zero_train_config_t *cfg,
     ep->offload_optimizer.buffer_count = cfg->offload_buffer_count;
     ep->offload_optimizer.pipeline_read = cfg->pipeline_read;
     ep->offload_optimizer.pipeline_write = cfg->pipeline_write;
+    if ((st = zero_offload_device_parse(cfg->offload_param, &ep->offload_param.device))) return st;
+    if (ep->offload_param.device == ZERO_OFFLOAD_NVME && !cfg->param_nvme_path[0])
+        return zero__error(ZERO_ERR_CONFIG,
+                           "zero_optimization.offload_param.nvme_path is not set (expected the "
+                           "directory of the parameter swap files with device \"nvme\")");
+    snprintf(ep->offload_param.nvme_path, sizeof ep->offload_param.nvme_path, "%s",
+             cfg->param_nvme_path);
+    ep->offload_param.buffer_count = cfg->param_buffer_count;
     ep->sub_group_elems = cfg->sub_group_elems;
     ep->aio.block_size = (size_t)cfg->aio_block_size;
     ep->aio.queue_depth = cfg->aio_queue_depth;

@@ -62,11 +62,14 @@ typedef struct zero_train_config {
     int overlap_comm, contiguous_gradients, reduce_scatter;
     int64_t prefetch_bucket_elems, persistence_threshold_elems, max_live_elems,
         max_reuse_distance_elems;
-    int64_t sub_group_elems;             /* sub_group_size */
-    char offload_optimizer[16];          /* offload_optimizer.device: none|cpu|nvme */
-    char nvme_path[ZERO_CONFIG_STR_MAX]; /* offload_optimizer.nvme_path */
-    int offload_buffer_count;            /* offload_optimizer.buffer_count */
-    int pipeline_read, pipeline_write;   /* offload_optimizer.pipeline_* */
+    int64_t sub_group_elems;                   /* sub_group_size */
+    char offload_optimizer[16];                /* offload_optimizer.device: none|cpu|nvme */
+    char nvme_path[ZERO_CONFIG_STR_MAX];       /* offload_optimizer.nvme_path */
+    int offload_buffer_count;                  /* offload_optimizer.buffer_count */
+    int pipeline_read, pipeline_write;         /* offload_optimizer.pipeline_* */
+    char offload_param[16];                    /* offload_param.device: none|cpu|nvme */
+    char param_nvme_path[ZERO_CONFIG_STR_MAX]; /* offload_param.nvme_path */
+    int param_buffer_count;                    /* offload_param.buffer_count */
     int aio_block_size, aio_queue_depth, aio_threads, aio_single_submit, aio_overlap_events;
     /* train */
     int steps, eval_interval, eval_batches;

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
@@ -233,34 +234,49 @@ static void try_option(const zero_train_config_t *cfg, const shape_t *s, int thr
     (*fits)++;
 }
 
-/* offload_optimizer nvme: this machine's ranks' swap files must fit the file system of nvme_path
- * (they are preallocated when the units are declared; this says so before anything is). */
-static zero_status_t disk_check(const zero_train_config_t *cfg, const estimate_t *e, int local,
-                                FILE *out) {
-    const uint64_t need = (uint64_t)local * e->rank.disk_bytes;
-    if (!need) return ZERO_OK;
+/* offload_optimizer / offload_param nvme: this machine's ranks' swap files must fit the file
+ * system of nvme_path (they are preallocated when the units are declared; this says so before
+ * anything is). With both offloads under different directories, each must hold all the files
+ * (the estimate does not split them): a conservative check. */
+static zero_status_t disk_check_path(const char *key, const char *path, uint64_t need, int local,
+                                     uint64_t ram, FILE *out) {
     struct statvfs vfs;
-    if (statvfs(cfg->nvme_path, &vfs) != 0)
+    if (statvfs(path, &vfs) != 0)
         return zero__error(ZERO_ERR_IO,
-                           "zero_optimization.offload_optimizer.nvme_path '%s': %s (expected an "
-                           "existing directory for the swap files)",
-                           cfg->nvme_path, strerror(errno));
+                           "%s '%s': %s (expected an existing directory for the swap files)", key,
+                           path, strerror(errno));
     const uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
     char a[32], b[32], c[32];
     if (need > avail)
         return zero__error(ZERO_ERR_IO,
-                           "zero_optimization.offload_optimizer.nvme_path '%s': the swap files of "
-                           "%d rank%s need %s (%" PRIu64
+                           "%s '%s': the swap files of %d rank%s need %s (%" PRIu64
                            " bytes) but the file system has %s (%" PRIu64 " bytes) free",
-                           cfg->nvme_path, local, local == 1 ? "" : "s", human(a, 32, need), need,
+                           key, path, local, local == 1 ? "" : "s", human(a, 32, need), need,
                            human(b, 32, avail), avail);
     if (out)
         fprintf(out,
-                "offload: optimizer states of %d rank%s in swap files under %s: %s on disk (%s "
-                "free), %s of staging memory per rank\n",
-                local, local == 1 ? "" : "s", cfg->nvme_path, human(a, 32, need),
-                human(b, 32, avail), human(c, 32, e->rank.bytes[ZERO_MEM_OFFLOAD]));
+                "offload: swap files of %d rank%s under %s: %s on disk (%s free), %s of staging "
+                "memory per rank\n",
+                local, local == 1 ? "" : "s", path, human(a, 32, need), human(b, 32, avail),
+                human(c, 32, ram));
     return ZERO_OK;
+}
+
+static zero_status_t disk_check(const zero_train_config_t *cfg, const estimate_t *e, int local,
+                                FILE *out) {
+    const uint64_t need = (uint64_t)local * e->rank.disk_bytes;
+    if (!need) return ZERO_OK;
+    const uint64_t ram = e->rank.bytes[ZERO_MEM_OFFLOAD];
+    const int opt = !strcasecmp(cfg->offload_optimizer, "nvme");
+    const int par = !strcasecmp(cfg->offload_param, "nvme") && cfg->stage == 3;
+    zero_status_t st = ZERO_OK;
+    if (opt)
+        st = disk_check_path("zero_optimization.offload_optimizer.nvme_path", cfg->nvme_path, need,
+                             local, ram, out);
+    if (!st && par && (!opt || strcmp(cfg->nvme_path, cfg->param_nvme_path)))
+        st = disk_check_path("zero_optimization.offload_param.nvme_path", cfg->param_nvme_path,
+                             need, local, ram, out);
+    return st;
 }
 
 zero_status_t zero__train_memory_check(const zero_train_config_t *cfg, int world, int local,

@@ -92,7 +92,7 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
         out->param_count += u->param_count;
         if (u->persistent) {
             P_pers += u->padded_count;
-        } else {
+        } else if (!u->poff) { /* offload_param: in its swap file, not in RAM */
             S_np += u->shard_count;
         }
     }
@@ -121,10 +121,17 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
     const uint64_t ob = eng->swap ? 0 : zero__optim_state_bytes(eng->lowp); /* per element */
     out->memory_theory_bytes[ZERO_MEM_OPTIM] = (size_t)(pol.shard_optim ? ob * S : ob * P);
     /* Swapped states: in RAM only the staging buffers (and the swap files' page checksums). */
-    out->memory_theory_bytes[ZERO_MEM_OFFLOAD] = zero__swap_memory_bytes(eng);
-    out->swap_disk_bytes = zero__swap_disk_bytes(eng);
+    out->memory_theory_bytes[ZERO_MEM_OFFLOAD] =
+        zero__swap_memory_bytes(eng) + zero__pswap_memory_bytes(eng);
+    out->swap_disk_bytes = zero__swap_disk_bytes(eng) + zero__pswap_disk_bytes(eng);
     zero__swap_last_step(eng, &out->swap_read_bytes_per_step, &out->swap_written_bytes_per_step,
                          &out->swap_wait_s_per_step);
+    uint64_t pr = 0, pw = 0;
+    double pwait = 0.0;
+    zero__pswap_last_step(eng, &pr, &pw, &pwait);
+    out->swap_read_bytes_per_step += pr;
+    out->swap_written_bytes_per_step += pw;
+    out->swap_wait_s_per_step += pwait;
     /* The paper's breakdown: what stays between steps, transient pools apart. */
     out->model_state_theory_bytes[0] = out->memory_theory_bytes[ZERO_MEM_PARAMS];
     out->model_state_theory_bytes[1] = (size_t)grads_kept;

@@ -93,6 +93,8 @@ zero_engine_params_t zero_engine_params_default(void) {
     p.offload_optimizer.buffer_count = 4;
     p.offload_optimizer.pipeline_read = 1;
     p.offload_optimizer.pipeline_write = 1;
+    p.offload_param.device = ZERO_OFFLOAD_NONE;
+    p.offload_param.buffer_count = 5;
     p.sub_group_elems = 1000000000;
     p.aio.block_size = 1048576;
     p.aio.queue_depth = 8;
@@ -173,7 +175,8 @@ static zero_status_t check_params(const zero_engine_params_t *p) {
                            "%lld, stage3_max_live_parameters %lld: expected >= 0",
                            (long long)p->prefetch_bucket_elems,
                            (long long)p->persistence_threshold_elems, (long long)p->max_live_elems);
-    return zero__swap_check_params(p);
+    zero_status_t st = zero__swap_check_params(p);
+    return st ? st : zero__pswap_check_params(p);
 }
 
 zero_status_t zero__engine_fail(zero_engine_t *eng, zero_status_t st, const char *fmt, ...) {
@@ -235,6 +238,14 @@ zero_status_t zero_engine_init(zero_engine_t **out, const zero_engine_params_t *
     eng->pol = zero__stage_policy(p.stage, eng->world);
     if ((st = zero__swap_init(eng))) goto fail_groups;
     if (eng->swap) eng->residency = zero__swap_residency(eng);
+    if ((st = zero__pswap_init(eng))) {
+        zero__swap_free(eng);
+        goto fail_groups;
+    }
+    if (p.offload_param.device == ZERO_OFFLOAD_CPU && p.stage == 3 && eng->rank == 0)
+        zero__log(ZERO_LOG_INFO, eng->rank, eng->world,
+                  "offload_param device cpu: the parameter shards stay in this process's memory "
+                  "(a CPU build computes there anyway)");
     if (p.offload_optimizer.device == ZERO_OFFLOAD_CPU && eng->rank == 0)
         zero__log(ZERO_LOG_INFO, eng->rank, eng->world,
                   "offload_optimizer device cpu: the optimizer states stay in this process's "
@@ -267,11 +278,13 @@ void zero_engine_free(zero_engine_t *eng) {
     zero__buckets_free(eng);
     for (int i = 0; i < eng->unit_count; i++) {
         if (eng->units[i].gather) (void)zero__xfer_wait(eng->units[i].gather);
-        if (eng->units[i].shard) eng->units[i].full = NULL;  /* lent by the pool, freed below */
+        if (zero__unit_sharded(&eng->units[i]))
+            eng->units[i].full = NULL;                       /* lent by the pool, freed below */
         if (eng->pol.shard_grads) eng->units[i].work = NULL; /* lent by the gradient pool */
         zero__unit_free_buffers(&eng->units[i]);
     }
     zero__swap_free(eng);
+    zero__pswap_free(eng);
     zero__pool_free(&eng->pool);
     zero__pool_free(&eng->grad_pool);
     free(eng->units);

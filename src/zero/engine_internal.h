@@ -11,6 +11,8 @@
  *               kind; the formula of what a step sends
  * accounting.c  fingerprint and the memory / communication report
  *
+ * pswap.c      offload_param nvme: stage 3's parameter shards in swap files, mapped on use
+ *
  * lowp.c       16-bit helpers: widen/round ranges, accumulate, the master -> params rounding
  *
  * Invariants: every unit is sharded over its partition group (the world unless declared
@@ -68,9 +70,14 @@ typedef struct zero__unit {
      * owned range); NULL with fp32 compute. */
     void *full, *shard;
     float *master;
+    /* offload_param nvme: the shard lives in a swap file (pswap.c) and shard stays NULL; every
+     * access maps it (zero__shard_map). zero__unit_sharded says whether a unit is held as a
+     * shard, whatever holds it. */
+    int poff;
     int refs;                    /* stage 3: open fetches */
     int prefetched;              /* stage 3: gathered ahead of its fetch, not fetched yet */
     zero_comm_request_t *gather; /* stage 3: all-gather in flight into full */
+    int send_mapped;             /* offload_param: the shard is mapped as the gather's source */
 
     /* Gradients. work: P_u compute-dtype elements, the model's micro-step buffer (stages 0-1:
      * always, owned; 2-3: lent by the gradient pool between zero_unit_grads and
@@ -159,6 +166,7 @@ typedef struct zero__xfer_counts {
 } zero__xfer_counts_t;
 
 typedef struct zero__swap zero__swap_t;
+typedef struct zero__pswap zero__pswap_t;
 
 struct zero_engine {
     zero_engine_params_t params;
@@ -178,8 +186,9 @@ struct zero_engine {
     /* Where the optimizer's states (fp32 master, m, v) live: every access to them goes through
      * its map/unmap (optim/adamw.h). RAM: zero__state_residency_ram. */
     zero__optim_residency_t residency;
-    zero__swap_t *swap; /* offload_optimizer nvme: the swap files behind residency; else NULL */
-    float *scratch;     /* lowp: ZERO__SCRATCH_COUNT fp32 for chunked widening (ZERO_MEM_OTHER) */
+    zero__swap_t *swap;   /* offload_optimizer nvme: the swap files behind residency; else NULL */
+    zero__pswap_t *pswap; /* offload_param nvme (stage 3): the parameter shards' files; else NULL */
+    float *scratch;       /* lowp: ZERO__SCRATCH_COUNT fp32 for chunked widening (ZERO_MEM_OTHER) */
 
     zero__unit_t *units;
     int unit_count, unit_cap;
@@ -309,6 +318,32 @@ void zero__swap_end_step(zero_engine_t *eng);
 void zero__swap_last_step(const zero_engine_t *eng, uint64_t *read, uint64_t *written,
                           double *wait_s);
 void zero__swap_free(zero_engine_t *eng);
+
+/* pswap.c: stage 3's parameter shards in swap files (offload_param device nvme). */
+zero_status_t zero__pswap_check_params(const zero_engine_params_t *p); /* the offload_param keys */
+zero_status_t zero__pswap_init(zero_engine_t *eng);            /* nothing unless device is nvme */
+zero_status_t zero__pswap_add_unit(zero_engine_t *eng, int u); /* its file, before its fill */
+void zero__pswap_drop_unit(zero_engine_t *eng, int u);         /* a failed declaration */
+/* The unit's shard (S_u compute-dtype elements) in *ptr, resident and pinned until the unmap
+ * (written: it was changed). Without offload the shard itself, and the unmap does nothing. An
+ * I/O error or a checksum mismatch is the aio layer's named error. */
+zero_status_t zero__shard_map(const zero_engine_t *eng, const zero__unit_t *un, void **ptr);
+void zero__shard_unmap(const zero_engine_t *eng, const zero__unit_t *un, int written);
+/* 1 when a map of un would find a buffer now (it is resident or one is unpinned). */
+int zero__pswap_can_map(const zero_engine_t *eng, const zero__unit_t *un);
+/* Post the read of un's shard if a buffer is free or clean and unpinned; never waits. */
+void zero__pswap_read_ahead(const zero_engine_t *eng, const zero__unit_t *un);
+/* After the step's update: write the changed shards back and empty every unpinned buffer. */
+zero_status_t zero__pswap_sync(zero_engine_t *eng);
+uint64_t zero__pswap_disk_bytes(const zero_engine_t *eng);
+size_t zero__pswap_memory_bytes(const zero_engine_t *eng); /* buffers + checksums (OFFLOAD) */
+void zero__pswap_end_step(zero_engine_t *eng);
+void zero__pswap_last_step(const zero_engine_t *eng, uint64_t *read, uint64_t *written,
+                           double *wait_s);
+void zero__pswap_free(zero_engine_t *eng);
+
+/* Held as a shard (stage 3, not persistent), in RAM or in a parameter swap file. */
+static inline int zero__unit_sharded(const zero__unit_t *un) { return un->shard || un->poff; }
 
 /* The first element of unit un this rank owns (of its group's shards). */
 static inline size_t zero__shard_lo(const zero__unit_t *un) {

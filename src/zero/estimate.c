@@ -82,6 +82,10 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
     const int swap = p->offload_optimizer.device == ZERO_OFFLOAD_NVME;
     const uint64_t swapped = lowp ? 3 : 2;
     uint64_t disk = 0, max_held = 0;
+    /* offload_param nvme (stage 3): the non-persistent shards in swap files, whole pages each;
+     * in RAM buffer_count buffers of the largest and the files' checksums */
+    const int pswap = p->offload_param.device == ZERO_OFFLOAD_NVME && pol.shard_params;
+    uint64_t pdisk = 0, max_pshard = 0;
     for (int i = 0; i < unit_count; i++) {
         uint64_t count = 0, off = 0;
         int is_tied = 0;
@@ -101,7 +105,13 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
             padded[n++] = Pu;
             P += Pu;
             S += Su;
-            params += ce * (!pol.shard_params || persistent ? Pu : Su);
+            if (pswap && !persistent) {
+                const uint64_t b = (ce * Su + 4095) / 4096 * 4096;
+                pdisk += b;
+                max_pshard = b > max_pshard ? b : max_pshard;
+            } else {
+                params += ce * (!pol.shard_params || persistent ? Pu : Su);
+            }
             if (pol.shard_params && !persistent) {
                 np[n_np++] = Pu;
                 P_np += Pu;
@@ -190,6 +200,11 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
             (size_t)((uint64_t)p->offload_optimizer.buffer_count * swapped * group * f +
                      disk / 4096 * 4 + (max_held * f + 4095) / 4096 * 4096);
         out->disk_bytes = disk;
+    }
+    if (pswap) {
+        out->bytes[ZERO_MEM_OFFLOAD] +=
+            (size_t)((uint64_t)p->offload_param.buffer_count * max_pshard + pdisk / 4096 * 4);
+        out->disk_bytes += pdisk;
     }
     out->model_state_bytes[0] = (size_t)params;
     out->model_state_bytes[1] = (size_t)grads;

@@ -95,23 +95,83 @@ static zero_status_t gather_fail(zero_engine_t *eng, const zero__unit_t *un, zer
                              un->name, msg);
 }
 
-/* Allocate unit un's full buffer and post (or, with one rank, do) its gather. */
+/* offload_param: the gather of un has landed (or was never posted): its source shard may leave
+ * memory. */
+static void unmap_send(const zero_engine_t *eng, zero__unit_t *un) {
+    if (!un->send_mapped) return;
+    un->send_mapped = 0;
+    zero__shard_unmap(eng, un, 0);
+}
+
+/* offload_param: a map of un's shard needs a buffer, and every one holds the source of a
+ * prefetched gather still in flight: wait for those (posted in schedule order, so waiting
+ * early changes nothing) and let their shards go. */
+static zero_status_t free_send_buffers(zero_engine_t *eng, zero__unit_t *un) {
+    for (int i = 0; i < eng->unit_count && !zero__pswap_can_map(eng, un); i++) {
+        zero__unit_t *o = &eng->units[i];
+        if (!o->send_mapped || !o->gather) continue;
+        zero_status_t st = zero__xfer_wait(o->gather);
+        o->gather = NULL;
+        unmap_send(eng, o);
+        if (st) return gather_fail(eng, o, st, "the prefetch all-gather");
+    }
+    return ZERO_OK;
+}
+
+/* Allocate unit un's full buffer and post (or, with one rank, do) its gather. With offload_param
+ * the shard is read from its swap file first (or was read ahead) and stays mapped until the
+ * gather has landed. */
 static zero_status_t start_gather(zero_engine_t *eng, zero__unit_t *un) {
     const size_t P = un->padded_count;
+    void *shard = un->shard;
+    if (un->poff) {
+        zero_status_t st = free_send_buffers(eng, un);
+        if (!st) st = zero__shard_map(eng, un, &shard);
+        if (st) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", zero_last_error());
+            return zero__engine_fail(eng, st,
+                                     "step %lld: reading the parameters of unit %d '%s' from "
+                                     "NVMe failed: %s",
+                                     (long long)eng->step, (int)(un - eng->units), un->name, msg);
+        }
+        un->send_mapped = 1;
+    }
     un->full = zero__pool_take(eng, &eng->pool, ZERO_MEM_COMM, P * eng->ce);
-    if (!un->full)
+    if (!un->full) {
+        unmap_send(eng, un);
         return zero__engine_fail(eng, ZERO_ERR_OUT_OF_MEMORY,
                                  "step %lld: no memory to gather unit '%s' (%zu bytes)",
                                  (long long)eng->step, un->name, P * eng->ce);
+    }
     eng->live_elems += (int64_t)P;
     if (un->grp->size == 1) {
-        memcpy(un->full, un->shard, P * eng->ce);
+        memcpy(un->full, shard, P * eng->ce);
+        unmap_send(eng, un);
         return ZERO_OK;
     }
-    zero_status_t st = zero__xfer_gather(eng, un->grp, ZERO_XFER_PARAMS, un->shard, un->full,
+    zero_status_t st = zero__xfer_gather(eng, un->grp, ZERO_XFER_PARAMS, shard, un->full,
                                          un->shard_count, eng->params.compute_dtype, &un->gather);
-    if (st) return gather_fail(eng, un, st, "posting the all-gather");
+    if (st) {
+        unmap_send(eng, un);
+        return gather_fail(eng, un, st, "posting the all-gather");
+    }
     return ZERO_OK;
+}
+
+/* offload_param: the first unit of the recorded schedule from fetch `from` on that is not
+ * gathered: post the read of its shard unless it is resident, so it runs while the model
+ * computes. */
+static void read_ahead(zero_engine_t *eng, int from) {
+    if (!eng->pswap || !eng->ref_fetches || eng->off_schedule) return;
+    for (int j = from; j < eng->ref_fetch_count; j++) {
+        int v = eng->ref_fetches[j];
+        if (v < 0 || v >= eng->unit_count) return;
+        const zero__unit_t *un = &eng->units[v];
+        if (!un->poff || un->full) continue;
+        zero__pswap_read_ahead(eng, un);
+        return;
+    }
 }
 
 static void drop(zero_engine_t *eng, zero__unit_t *un) {
@@ -149,6 +209,8 @@ static void prefetch(zero_engine_t *eng) {
         if (eng->prefetch_elems + P > p->prefetch_bucket_elems ||
             eng->live_elems + P > p->max_live_elems)
             return;
+        /* offload_param: only while a shard buffer is at hand (prefetch never waits for one) */
+        if (un->poff && !zero__pswap_can_map(eng, un)) return;
         if (start_gather(eng, un)) return; /* failure recorded: the next fetch reports it */
         un->prefetched = 1;
         eng->prefetch_elems += P;
@@ -175,6 +237,7 @@ const void *zero_unit_fetch(zero_engine_t *eng, int u) {
         if (un->gather) {
             zero_status_t st = zero__xfer_wait(un->gather);
             un->gather = NULL;
+            unmap_send(eng, un);
             if (st) {
                 gather_fail(eng, un, st, "the all-gather");
                 return NULL;
@@ -187,6 +250,7 @@ const void *zero_unit_fetch(zero_engine_t *eng, int u) {
     }
     un->refs++;
     prefetch(eng);
+    read_ahead(eng, eng->fetch_index);
     return un->full;
 }
 
@@ -200,10 +264,11 @@ zero_status_t zero__fetch_drop_all(zero_engine_t *eng) {
     zero_status_t st = ZERO_OK;
     for (int i = 0; i < eng->unit_count; i++) {
         zero__unit_t *un = &eng->units[i];
-        if (un->persistent || !un->shard) continue;
+        if (un->persistent || !zero__unit_sharded(un)) continue;
         if (un->gather) {
             zero_status_t s = zero__xfer_wait(un->gather);
             un->gather = NULL;
+            unmap_send(eng, un);
             if (s && !st) st = gather_fail(eng, un, s, "the prefetch all-gather");
         }
         if (un->refs > 0)

@@ -107,8 +107,14 @@ static zero_status_t check_tensors(const char *name, const zero_tensor_desc_t *t
 
 zero_status_t zero__master_io(const zero_engine_t *eng, const zero__unit_t *un, size_t offset,
                               size_t count, float *out, const float *in) {
-    const size_t plo = un->shard ? zero__shard_lo(un) : 0;
-    void *params = zero__elem(un->shard ? un->shard : un->full, offset - plo, eng->ce);
+    const int sharded = zero__unit_sharded(un);
+    const size_t plo = sharded ? zero__shard_lo(un) : 0;
+    void *held = un->full;
+    if (sharded) { /* the shard, mapped (offload_param: read from its swap file) */
+        zero_status_t st = zero__shard_map(eng, un, &held);
+        if (st) return st;
+    }
+    void *params = zero__elem(held, offset - plo, eng->ce);
     size_t mlo, mn;
     zero__optim_held_range(eng, un, ZERO_ENGINE_STATE_MASTER, &mlo, &mn);
     size_t a = ZERO_MAX(offset, mlo), b = ZERO_MIN(offset + count, mlo + mn);
@@ -116,6 +122,7 @@ zero_status_t zero__master_io(const zero_engine_t *eng, const zero__unit_t *un, 
         zero__widen(out, params, count, eng->params.compute_dtype);
     else
         zero__narrow(params, in, count, eng->params.compute_dtype);
+    if (sharded) zero__shard_unmap(eng, un, out == NULL);
     if (a >= b) return ZERO_OK;
     /* the fp32 master's part, through the residency of the optimizer's states */
     const zero__optim_residency_t *res = &eng->residency;
@@ -136,7 +143,8 @@ zero_status_t zero__master_io(const zero_engine_t *eng, const zero__unit_t *un, 
  * them. Chunks keep the bits of a whole-tensor fill (init_tensor_range). */
 static zero_status_t init_lowp(zero_engine_t *eng, zero__unit_t *u, int index) {
     const size_t P = u->padded_count, S = u->shard_count, lo = zero__shard_lo(u);
-    const size_t plo = u->shard ? lo : 0, pn = u->shard ? S : P;
+    const int sharded = zero__unit_sharded(u);
+    const size_t plo = sharded ? lo : 0, pn = sharded ? S : P;
     for (int t = 0; t < u->tensor_count; t++) {
         size_t a0 = ZERO_MAX(u->offsets[t], plo);
         size_t b0 = ZERO_MIN(u->offsets[t] + u->counts[t], plo + pn);
@@ -159,6 +167,12 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
     zero_mem_t *mem = eng->mem;
     u->persistent =
         pol.shard_params && (int64_t)u->param_count <= eng->params.persistence_threshold_elems;
+    /* offload_param nvme: the shard lives in its own swap file, made before the fill below. */
+    if (eng->pswap && pol.shard_params && !u->persistent) {
+        zero_status_t st = zero__pswap_add_unit(eng, index);
+        if (st) return st;
+        u->poff = 1;
+    }
     /* Offloaded states live in the unit's swap file, made before the master's fill below. */
     if (eng->swap) {
         zero_status_t st = zero__swap_add_unit(eng, index);
@@ -175,9 +189,9 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
         }
         if (!pol.shard_params || u->persistent)
             u->full = zero_mem_calloc(mem, ZERO_MEM_PARAMS, P * ce, 64);
-        else
+        else if (!u->poff)
             u->shard = zero_mem_calloc(mem, ZERO_MEM_PARAMS, S * ce, 64);
-        if (!u->full && !u->shard) goto fail;
+        if (!u->full && !zero__unit_sharded(u)) goto fail;
         zero_status_t st = init_lowp(eng, u, index);
         if (st) return st;
     } else if (!pol.shard_params || u->persistent) {
@@ -190,16 +204,22 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
         /* Only the owned range [lo, lo + S), straight into the shard: a full-size scratch
          * would be a transient P-sized allocation per unit, and freeing such blocks makes
          * glibc raise its mmap threshold and keep later freed memory resident. */
-        u->shard = zero_mem_calloc(mem, ZERO_MEM_PARAMS, S * f, 64);
-        if (!u->shard) goto fail;
+        void *shard = NULL;
+        if (!u->poff) {
+            u->shard = zero_mem_calloc(mem, ZERO_MEM_PARAMS, S * f, 64);
+            if (!u->shard) goto fail;
+        }
+        zero_status_t st = zero__shard_map(eng, u, &shard);
+        if (st) return st;
         const size_t lo = zero__shard_lo(u);
         for (int t = 0; t < u->tensor_count; t++) {
             size_t a = ZERO_MAX(u->offsets[t], lo);
             size_t b = ZERO_MIN(u->offsets[t] + u->counts[t], lo + S);
             if (a < b)
-                init_tensor_range((float *)u->shard + (a - lo), a - u->offsets[t],
-                                  b - u->offsets[t], &u->tensors[t], eng->params.seed, index, t);
+                init_tensor_range((float *)shard + (a - lo), a - u->offsets[t], b - u->offsets[t],
+                                  &u->tensors[t], eng->params.seed, index, t);
         }
+        zero__shard_unmap(eng, u, 1);
     }
     if (!pol.shard_grads) {
         u->work = zero_mem_calloc(mem, ZERO_MEM_GRADS, P * ce, 64);
@@ -207,6 +227,10 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
     }
     u->acc = zero_mem_calloc(mem, ZERO_MEM_GRADS, S * ae, 64);
     if (!u->acc) goto fail;
+    if (eng->pswap) {
+        zero_status_t st = zero__pswap_sync(eng); /* the fill is on disk */
+        if (st) return st;
+    }
     if (eng->swap) return zero__swap_sync(eng); /* the fill is on disk */
     size_t mcount = pol.shard_optim ? S : P;
     u->m = zero_mem_calloc(mem, ZERO_MEM_OPTIM,
@@ -290,6 +314,7 @@ zero_status_t zero__engine_add_unit_in(zero_engine_t *eng, int group, const char
     st = alloc_unit(eng, &eng->units[index], index);
     if (st) {
         zero__swap_drop_unit(eng, index);
+        zero__pswap_drop_unit(eng, index);
         zero__unit_free_buffers(&eng->units[index]);
         return st;
     }
@@ -348,16 +373,18 @@ zero_status_t zero_engine_shard_range(const zero_engine_t *eng, int u, size_t *o
 }
 
 /* Where [offset, offset + count) of unit u lives for reading or writing parameters (a pointer
- * to the element in the compute dtype). */
+ * to the element in the compute dtype); a shard is mapped (zero__shard_map): the caller unmaps
+ * it when *mapped is set. */
 static zero_status_t param_range(const zero_engine_t *eng, int u, size_t offset, size_t count,
-                                 void **ptr) {
+                                 void **ptr, int *mapped) {
     zero__unit_t *un = zero__engine_unit(eng, u);
     if (!un) return ZERO_ERR_INVALID_ARG;
     if (offset > un->padded_count || count > un->padded_count - offset)
         return zero__error(ZERO_ERR_INVALID_ARG,
                            "range [%zu, %zu) leaves unit %d '%s' of %zu elements", offset,
                            offset + count, u, un->name, un->padded_count);
-    if (un->shard) {
+    *mapped = 0;
+    if (zero__unit_sharded(un)) {
         size_t lo = zero__shard_lo(un);
         if (offset < lo || offset + count > lo + un->shard_count)
             return zero__error(ZERO_ERR_INVALID_ARG,
@@ -365,7 +392,11 @@ static zero_status_t param_range(const zero_engine_t *eng, int u, size_t offset,
                                "(it owns [%zu, %zu))",
                                offset, offset + count, u, un->name, eng->rank, lo,
                                lo + un->shard_count);
-        *ptr = zero__elem(un->shard, offset - lo, eng->ce);
+        void *shard = NULL;
+        zero_status_t st = zero__shard_map(eng, un, &shard);
+        if (st) return st;
+        *mapped = 1;
+        *ptr = zero__elem(shard, offset - lo, eng->ce);
         return ZERO_OK;
     }
     *ptr = zero__elem(un->full, offset, eng->ce);
@@ -375,21 +406,26 @@ static zero_status_t param_range(const zero_engine_t *eng, int u, size_t offset,
 zero_status_t zero_engine_params_read(const zero_engine_t *eng, int u, size_t offset, size_t count,
                                       float *out) {
     void *p = NULL;
-    zero_status_t st = param_range(eng, u, offset, count, &p);
+    int mapped = 0;
+    zero_status_t st = param_range(eng, u, offset, count, &p, &mapped);
     if (st) return st;
     zero__widen(out, p, count, eng->params.compute_dtype);
+    if (mapped) zero__shard_unmap(eng, &eng->units[u], 0);
     return ZERO_OK;
 }
 
 zero_status_t zero_engine_params_write(zero_engine_t *eng, int u, size_t offset, size_t count,
                                        const float *in) {
     void *p = NULL;
-    zero_status_t st = param_range(eng, u, offset, count, &p);
+    int mapped = 0;
+    zero_status_t st = param_range(eng, u, offset, count, &p, &mapped);
     if (st) return st;
     if (eng->lowp) /* the master takes the written values exactly where this rank holds it */
-        return zero__master_io(eng, &eng->units[u], offset, count, NULL, in);
-    zero__narrow(p, in, count, eng->params.compute_dtype); /* fp32: a copy */
-    return ZERO_OK;
+        st = zero__master_io(eng, &eng->units[u], offset, count, NULL, in);
+    else
+        zero__narrow(p, in, count, eng->params.compute_dtype); /* fp32: a copy */
+    if (mapped) zero__shard_unmap(eng, &eng->units[u], 1);
+    return st;
 }
 
 zero_status_t zero_engine_grads_read(zero_engine_t *eng, int u, size_t offset, size_t count,

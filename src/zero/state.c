@@ -25,7 +25,7 @@ const char *zero_engine_state_name(zero_engine_state_t state) {
 void zero__optim_held_range(const zero_engine_t *eng, const zero__unit_t *un,
                             zero_engine_state_t state, size_t *lo, size_t *n) {
     int whole = !eng->pol.shard_optim;
-    if (state == ZERO_ENGINE_STATE_MASTER && !eng->lowp) whole = un->shard == NULL;
+    if (state == ZERO_ENGINE_STATE_MASTER && !eng->lowp) whole = !zero__unit_sharded(un);
     *lo = whole ? 0 : zero__shard_lo(un);
     *n = whole ? un->padded_count : un->shard_count;
 }
@@ -41,12 +41,24 @@ static float *ram_buffer(const zero_engine_t *eng, const zero__unit_t *un,
     return eng->lowp ? un->master : un->shard ? (float *)un->shard : (float *)un->full;
 }
 
+/* fp32 compute's master of a stage-3 shard in a parameter swap file (offload_param nvme): the
+ * shard is mapped (pswap.c) between map and unmap, never held by the optimizer's swap. */
+static int master_is_pshard(const zero_engine_t *eng, int u, zero_engine_state_t state) {
+    return state == ZERO_ENGINE_STATE_MASTER && !eng->lowp && eng->units[u].poff;
+}
+
 /* map: base + offset, after checking (assert) that the range is inside the buffer. */
 static zero_status_t ram_map(void *ctx, int u, zero_engine_state_t state, size_t offset,
                              size_t count, void **ptr) {
     const zero_engine_t *eng = ctx;
     size_t lo, n;
     float *base = ram_buffer(eng, &eng->units[u], state, &lo, &n);
+    if (master_is_pshard(eng, u, state)) {
+        void *shard = NULL;
+        zero_status_t st = zero__shard_map(eng, &eng->units[u], &shard);
+        if (st) return st;
+        base = shard;
+    }
     ZERO_ASSERT(offset >= lo && count <= n && offset - lo <= n - count);
     *ptr = base + (offset - lo);
     return ZERO_OK;
@@ -55,7 +67,9 @@ static zero_status_t ram_map(void *ctx, int u, zero_engine_state_t state, size_t
 /* unmap: the tile is the buffer itself, nothing to write back. */
 static zero_status_t ram_unmap(void *ctx, int u, zero_engine_state_t state, void *ptr,
                                size_t offset, size_t count, int written) {
-    (void)ctx, (void)u, (void)state, (void)ptr, (void)offset, (void)count, (void)written;
+    (void)ptr, (void)offset, (void)count;
+    const zero_engine_t *eng = ctx;
+    if (master_is_pshard(eng, u, state)) zero__shard_unmap(eng, &eng->units[u], written);
     return ZERO_OK;
 }
 
@@ -82,7 +96,7 @@ zero_status_t zero_engine_state_range(const zero_engine_t *eng, int u, zero_engi
                            (int)state, un->name);
     /* Whole units: every stage's master outside stage 3 and stage 3's persistent units (their
      * full buffer is the one updated and used); stage 0's moments. Otherwise the owned shard. */
-    int whole = state == ZERO_ENGINE_STATE_MASTER ? un->shard == NULL : !eng->pol.shard_optim;
+    int whole = state == ZERO_ENGINE_STATE_MASTER ? !zero__unit_sharded(un) : !eng->pol.shard_optim;
     size_t lo = whole ? 0 : zero__shard_lo(un);
     size_t n = whole ? un->padded_count : un->shard_count;
     if (offset) *offset = lo;

@@ -204,7 +204,18 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
         span = u->padded_count;
     }
     /* the parameters [base, base + span) the master rounds into (16-bit compute) */
-    void *lp = eng->lowp ? u->shard ? u->shard : zero__elem(u->full, base, eng->ce) : NULL;
+    void *lp = NULL;
+    const int map_lp = eng->lowp && u->poff; /* offload_param: the shard, mapped for the pass */
+    if (map_lp) {
+        zero_status_t st = zero__shard_map(eng, u, &lp);
+        if (st) {
+            if (pooled) zero__pool_give(&eng->grad_pool, pooled);
+            return zero__engine_fail(eng, st, "step %lld: parameters of unit '%s' on NVMe: %s",
+                                     (long long)eng->step, u->name, zero_last_error());
+        }
+    } else if (eng->lowp) {
+        lp = u->shard ? u->shard : zero__elem(u->full, base, eng->ce);
+    }
     const zero__adamw_t opt = zero__adamw_from_params(p);
     zero_status_t st = ZERO_OK;
     size_t done = base; /* [base, done) is finished: tensors in offset order, gaps between */
@@ -229,6 +240,7 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
         done = b;
     }
     if (!st) st = pass_gap(eng, unit, base, g, gsize, zero_g, lp, done - base, span);
+    if (map_lp) zero__shard_unmap(eng, u, 1);
     if (pooled) zero__pool_give(&eng->grad_pool, pooled);
     if (st)
         return zero__engine_fail(eng, st, "step %lld: optimizer state of unit '%s': %s",
@@ -253,7 +265,7 @@ static zero_status_t swap_agree(zero_engine_t *eng, zero_status_t mine) {
     if (st) return comm_fail(eng, st, "the optimizer-swap agreement all-gather");
     if (mine || bad < 0) return mine;
     return zero__engine_fail(eng, theirs,
-                             "step %lld: the optimizer states on NVMe of rank %d failed (%s); "
+                             "step %lld: the swap files (NVMe) of rank %d failed (%s); "
                              "see that rank's message",
                              (long long)eng->step, bad, zero_status_str(theirs));
 }
@@ -273,6 +285,7 @@ static void end_step(zero_engine_t *eng, int acc_cleared) {
     zero__schedule_end_step(eng);
     zero__xfer_end_step(eng);
     zero__swap_end_step(eng);
+    zero__pswap_end_step(eng);
 }
 
 zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
@@ -395,9 +408,12 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
         if (!st && (st = zero__swap_sync(eng)))
             zero__engine_fail(eng, st, "step %lld: optimizer states on NVMe: %s",
                               (long long)eng->step, zero_last_error());
+        if (!st && (st = zero__pswap_sync(eng)))
+            zero__engine_fail(eng, st, "step %lld: writing the parameters to NVMe: %s",
+                              (long long)eng->step, zero_last_error());
         /* A swap file that fails on one rank fails the step on every rank, before any rank
          * gathers parameters the failed one did not update. */
-        if (eng->swap && (st = swap_agree(eng, st))) return st;
+        if ((eng->swap || eng->pswap) && (st = swap_agree(eng, st))) return st;
         if (st) return st;
         if (eng->pol.gather_after_step && (st = gather_params(eng, eng->pol.shard_params)))
             return st;

@@ -279,25 +279,26 @@ static void test_deepspeed_example(void) {
     zero_train_config_t c;
     zero_status_t st = parse_check(&c, json, 4);
     CHECK(st == ZERO_OK, "DeepSpeed example: %s", zero_last_error());
-    const char *ignored[] = {"'zero_optimization.offload_param' ignored",
-                             "'zero_optimization.stage3_gather_16bit_weights_on_model_save'",
+    const char *ignored[] = {"'zero_optimization.stage3_gather_16bit_weights_on_model_save'",
                              "gradient_clipping = \"auto\"", "unknown key 'my_custom_key'"};
     for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
         CHECK(strstr(warnings, ignored[i]) != NULL, "no warning '%s' in:\n%s", ignored[i],
               warnings);
     CHECK(!strstr(warnings, "'bf16") && !strstr(warnings, "wall_clock") &&
               !strstr(warnings, "'fp16") && !strstr(warnings, "sub_group_size") &&
-              !strstr(warnings, "'aio") && !strstr(warnings, "offload_optimizer"),
+              !strstr(warnings, "'aio") && !strstr(warnings, "offload_optimizer") &&
+              !strstr(warnings, "offload_param"),
           "disabled (or now supported) features warn: %s", warnings);
     /* the offload and aio keys are read as DeepSpeed documents them */
     zero_engine_params_t ep = zero_engine_params_default();
     CHECK(zero__train_config_engine_params(&c, &ep) == ZERO_OK &&
               ep.offload_optimizer.device == ZERO_OFFLOAD_CPU && ep.sub_group_elems == 1000000000 &&
               ep.aio.block_size == 1048576 && ep.aio.queue_depth == 8 &&
-              ep.offload_optimizer.buffer_count == 4 && ep.offload_optimizer.pipeline_read == 1,
-          "offload keys: device %s, sub-group %lld, block %zu, depth %d",
+              ep.offload_optimizer.buffer_count == 4 && ep.offload_optimizer.pipeline_read == 1 &&
+              ep.offload_param.device == ZERO_OFFLOAD_CPU && ep.offload_param.buffer_count == 5,
+          "offload keys: device %s, sub-group %lld, block %zu, depth %d, param device %s",
           zero_offload_device_name(ep.offload_optimizer.device), (long long)ep.sub_group_elems,
-          ep.aio.block_size, ep.aio.queue_depth);
+          ep.aio.block_size, ep.aio.queue_depth, zero_offload_device_name(ep.offload_param.device));
     CHECK(c.fp16 == 1 && c.bf16 == 0 && c.loss_scaler.loss_scale == 0.0 &&
               c.loss_scaler.initial_scale_power == 16 && c.loss_scaler.loss_scale_window == 1000 &&
               c.loss_scaler.hysteresis == 2 && c.loss_scaler.min_loss_scale == 1.0 &&

@@ -23,6 +23,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static char logged[16384];
 
@@ -73,6 +74,8 @@ static int field(const zero_train_config_t *c, const zero_engine_params_t *e, co
     NUM("buffer_count", e->offload_optimizer.buffer_count);
     NUM("pipeline_read", e->offload_optimizer.pipeline_read);
     NUM("pipeline_write", e->offload_optimizer.pipeline_write);
+    STR("offload_param", zero_offload_device_name(e->offload_param.device));
+    NUM("param_buffer_count", e->offload_param.buffer_count);
     NUM("sub_group_elems", e->sub_group_elems);
     NUM("aio_block_size", e->aio.block_size);
     NUM("aio_queue_depth", e->aio.queue_depth);
@@ -160,12 +163,16 @@ static void run_one(const char *dir, const char *name) {
 /* `zero train` restarts itself to set OMP_WAIT_POLICY; the config's warnings come once. */
 static void test_printed_once(const char *zero, const char *dir) {
     char cmd[4096];
+    /* its offload_param nvme_path (/local_nvme) moved to a temporary directory */
+    char swap[] = "/tmp/zero-dsc-XXXXXX";
+    CHECK(mkdtemp(swap) != NULL, "cannot make a temporary directory");
     snprintf(cmd, sizeof cmd,
              "env -u OMP_WAIT_POLICY '%s' train --config '%s/offload_legacy.json' --ranks 2 "
              "--steps=1 -q --no-peak --set model.layers=1 --set model.dim=32 --set model.heads=2 "
              "--set model.seq=16 --set train.samples=0 --set train.eval_batches=1 "
-             "--set data.builtin_bytes=65536 2>&1",
-             zero, dir);
+             "--set data.builtin_bytes=65536 --set zero_optimization.offload_param.nvme_path=%s "
+             "2>&1",
+             zero, dir, swap);
     FILE *p = popen(cmd, "r");
     CHECK(p != NULL, "cannot run %s", zero);
     if (!p) return;
@@ -174,13 +181,13 @@ static void test_printed_once(const char *zero, const char *dir) {
     out[n] = 0;
     int rc = pclose(p);
     CHECK(rc == 0, "zero train on offload_legacy.json failed (%d):\n%s", rc, out);
-    const char *lines[] = {"'zero_optimization.offload_param' ignored: not supported yet",
-                           "'zero_optimization.cpu_offload_param' = true ignored"};
+    const char *lines[] = {"'zero_optimization.cpu_offload_param' = true ignored"};
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
         int count = 0;
         for (const char *q = out; (q = strstr(q, lines[i])); q++) count++;
         CHECK(count == 1, "'%s' printed %d times (expected once):\n%s", lines[i], count, out);
     }
+    CHECK(rmdir(swap) == 0, "%s: parameter swap files left behind (or gone)", swap);
 }
 
 static int by_name(const void *a, const void *b) {

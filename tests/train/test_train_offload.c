@@ -1,12 +1,15 @@
 /* test_train_offload.c — `zero train` with the optimizer states on NVMe
- * (zero_optimization.offload_optimizer.device nvme), against the same run in RAM.
+ * (zero_optimization.offload_optimizer.device nvme) and, at stage 3, the parameter shards too
+ * (offload_param device nvme), against the same run in RAM.
  *
  *  - Same bits: the weights fingerprint of a run with the states in swap files equals the RAM
  *    run's, at stages 1-3 on 2 thread ranks, fp32 and bf16, with accumulation; the report shows
  *    no optimizer state in RAM and the swap files' bytes, and no swap file is left behind.
+ *    Stage 3 with both offloads: the same bits, fp32 and bf16.
  *  - Checkpoints: a checkpoint saved by an offloaded run resumes in RAM, and one saved in RAM
  *    resumes offloaded, with the bits of a RAM -> RAM resume (and, at the same rank count, of
- *    the uninterrupted RAM run); also resharded from 2 ranks to 1.
+ *    the uninterrupted RAM run); also resharded from 2 ranks to 1; at stage 3 with both
+ *    offloads as well.
  *  - --print-config adds the estimate per rank: memory and the swap files' bytes.
  *  - Faults: an nvme_path that does not exist fails before training, naming it; a file system
  *    too small for the swap files (a 1 MiB tmpfs in a private mount namespace: argument
@@ -32,7 +35,8 @@ static char swap_dir[600];
 
 #define MODEL                                                                                      \
     "--set", "model.layers=2", "--set", "model.dim=64", "--set", "model.heads=2", "--set",         \
-        "model.seq=32", "--set", "train.samples=0", "--set", "train.eval_batches=1"
+        "model.seq=32", "--set", "train.samples=0", "--set", "train.eval_batches=1", "--set",      \
+        "zero_optimization.stage3_param_persistence_threshold=1000"
 
 /* One run; its report's fingerprint (0 on failure). extra: further arguments, NULL-ended. */
 static unsigned long long run(const char *name, const char *ranks, const char *stage,
@@ -76,8 +80,10 @@ static double rank_number(const cJSON *root, const char *key, const char *sub) {
 }
 
 #define NVME "--set", "zero_optimization.offload_optimizer.device=nvme", "--set", nvme_path_arg
+/* stage 3: the parameters too */
+#define BOTH NVME, "--set", "zero_optimization.offload_param.device=nvme", "--set", param_path_arg
 
-static char nvme_path_arg[700];
+static char nvme_path_arg[700], param_path_arg[700];
 
 static void same_bits(const char *stage, const char *dtype, const char *accum) {
     char name[64];
@@ -105,22 +111,58 @@ static void same_bits(const char *stage, const char *dtype, const char *accum) {
     CHECK(swap_files_left() == 0, "stage %s: swap files left in %s", stage, swap_dir);
 }
 
+/* Stage 3 with the parameters and the optimizer states on NVMe: the bits of the RAM run, and
+ * the parameters gone from RAM (only the persistent units' stay). */
+static void same_bits_both(const char *dtype) {
+    char name[64];
+    const char *ram[] = {"--dtype", dtype, "--set", "gradient_accumulation_steps=2", NULL};
+    const char *off[] = {"--dtype", dtype,
+                         "--set",   "gradient_accumulation_steps=2",
+                         "--set",   "zero_optimization.offload_param.buffer_count=2",
+                         BOTH,      NULL};
+    cJSON *rr = NULL, *rep = NULL;
+    snprintf(name, sizeof name, "ram-3-%s-both", dtype);
+    unsigned long long a = run(name, "2", "3", ram, &rr);
+    snprintf(name, sizeof name, "nvme-3-%s-both", dtype);
+    unsigned long long b = run(name, "2", "3", off, &rep);
+    CHECK(a == b, "stage 3 %s, both offloads: fingerprint %016llx offloaded, %016llx in RAM", dtype,
+          b, a);
+    const double pr = rr ? rank_number(rr, "memory_bytes", "parameters") : -1;
+    const double po = rep ? rank_number(rep, "memory_bytes", "parameters") : -1;
+    CHECK(rep && rank_number(rep, "memory_bytes", "optimizer_states") == 0 && po >= 0 && po < pr &&
+              po == rank_number(rep, "memory_theory_bytes", "parameters") &&
+              rank_number(rep, "memory_bytes", "offload_staging") ==
+                  rank_number(rep, "memory_theory_bytes", "offload_staging"),
+          "stage 3 %s, both: parameters %g bytes in RAM (%g without offload), offload %g / %g",
+          dtype, po, pr, rep ? rank_number(rep, "memory_bytes", "offload_staging") : -1,
+          rep ? rank_number(rep, "memory_theory_bytes", "offload_staging") : -1);
+    cJSON_Delete(rr);
+    cJSON_Delete(rep);
+    CHECK(swap_files_left() == 0, "stage 3 both: swap files left in %s", swap_dir);
+}
+
 /* Save at step 2 on `ranks` ranks, resume to step 4 on `resume_ranks`: offloaded -> RAM,
  * RAM -> offloaded and RAM -> RAM give the same bits, and with the same rank count those of the
- * uninterrupted RAM run. */
-static void resume_across(const char *ranks, const char *resume_ranks) {
+ * uninterrupted RAM run. Stage 2 with the optimizer offloaded, or (both) stage 3 with the
+ * parameters too. */
+static void resume_across(const char *ranks, const char *resume_ranks, int both) {
     unsigned long long got[3];
+    const char *stage = both ? "3" : "2";
     for (int k = 0; k < 3; k++) { /* 0: saved offloaded, 1: resumed offloaded, 2: neither */
         char sd[720], name[64];
-        snprintf(sd, sizeof sd, "%s/ckpt-%s-%s-%d", dir, ranks, resume_ranks, k);
-        const char *save_off[] = {"--steps", "2", "--save-dir", sd, NVME, NULL};
+        snprintf(sd, sizeof sd, "%s/ckpt-%s-%s-%d-%d", dir, ranks, resume_ranks, both, k);
+        const char *save_off1[] = {"--steps", "2", "--save-dir", sd, NVME, NULL};
+        const char *save_off3[] = {"--steps", "2", "--save-dir", sd, BOTH, NULL};
         const char *save_ram[] = {"--steps", "2", "--save-dir", sd, NULL};
-        const char *then_off[] = {"--resume", sd, NVME, NULL};
+        const char *then_off1[] = {"--resume", sd, NVME, NULL};
+        const char *then_off3[] = {"--resume", sd, BOTH, NULL};
         const char *then_ram[] = {"--resume", sd, NULL};
+        const char *const *save_off = both ? save_off3 : save_off1;
+        const char *const *then_off = both ? then_off3 : then_off1;
         snprintf(name, sizeof name, "save-%d", k);
-        run(name, ranks, "2", k == 0 ? save_off : save_ram, NULL);
+        run(name, ranks, stage, k == 0 ? save_off : save_ram, NULL);
         snprintf(name, sizeof name, "resume-%d", k);
-        got[k] = run(name, resume_ranks, "2", k == 1 ? then_off : then_ram, NULL);
+        got[k] = run(name, resume_ranks, stage, k == 1 ? then_off : then_ram, NULL);
         CHECK(swap_files_left() == 0, "resume: swap files left");
     }
     CHECK(got[0] == got[2] && got[1] == got[2],
@@ -129,7 +171,7 @@ static void resume_across(const char *ranks, const char *resume_ranks) {
           ranks, resume_ranks, got[0], got[1], got[2]);
     if (!strcmp(ranks, resume_ranks)) {
         const char *none[] = {NULL};
-        unsigned long long whole = run("whole", ranks, "2", none, NULL);
+        unsigned long long whole = run("whole", ranks, stage, none, NULL);
         CHECK(got[2] == whole, "resumed %016llx, uninterrupted %016llx", got[2], whole);
     }
 }
@@ -213,8 +255,14 @@ int main(int argc, char **argv) {
     same_bits("2", "bf16", "gradient_accumulation_steps=1");
     same_bits("3", "fp32", "gradient_accumulation_steps=2");
     same_bits("3", "bf16", "gradient_accumulation_steps=2");
-    resume_across("2", "2");
-    resume_across("2", "1");
+    snprintf(param_path_arg, sizeof param_path_arg, "zero_optimization.offload_param.nvme_path=%s",
+             swap_dir);
+    same_bits_both("fp32");
+    same_bits_both("bf16");
+    resume_across("2", "2", 0);
+    resume_across("2", "1", 0);
+    resume_across("2", "2", 1);
+    resume_across("2", "1", 1);
     print_config_needs();
     missing_path();
     char cmd[700];

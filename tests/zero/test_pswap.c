@@ -1,0 +1,420 @@
+/* test_pswap.c — stage 3's parameter shards on NVMe (offload_param device nvme) change no bit.
+ *
+ * A toy model of four units (two large ones sharded and offloaded, one small persistent, one
+ * more sharded) trains four steps, each micro-step a forward (fetch, release in order) and a
+ * backward (fetch, gradient, release in reverse), so the recorded schedule drives the prefetch
+ * and the read-ahead from the third step on. The same run with the shards in RAM is the
+ * reference: the weights fingerprint, every optimizer state and every parameter this rank holds
+ * (zero_engine_state_read, zero_engine_params_read: the checkpoint's paths) must be equal bit for
+ * bit, with offload_param alone and with offload_optimizer too, on 1, 2 and 4 thread ranks, fp32
+ * and bf16, 1 and 3 micro-steps, with 1, 2 and 5 resident buffers. Then:
+ *  - the report: the offloaded shards gone from the params category, the buffers and checksums
+ *    in the offload one as their closed form, the files' bytes as the closed form, the estimate
+ *    the same, and no file left after zero_engine_free;
+ *  - a state written into an offloaded engine (a checkpoint's load) is read back the same, and
+ *    training on from it equals training on in RAM;
+ *  - a bit flipped in a parameter swap file is a named error (the file, a checksum) at the next
+ *    fetch and fails the step, not a wrong step;
+ *  - bad settings (stage 2 with device nvme, buffer_count 0, an empty or missing nvme_path) are
+ *    named errors at zero_engine_init.
+ */
+#include "check.h"
+#include "ranks.h"
+#include "zero/engine_internal.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define STEPS 4
+#define UNITS 4
+static const size_t sizes[UNITS] = {3000, 5000, 40, 700};
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+typedef struct pcase {
+    int micro, buffers, both;
+    zero_dtype_t dtype;
+    const char *dir; /* NULL: everything in RAM */
+} pcase_t;
+
+typedef struct rank_arg {
+    const pcase_t *c;
+    uint64_t fingerprint;
+    uint64_t state_hash; /* every state and parameter this rank holds, read back */
+    zero_engine_report_t report;
+    zero_status_t st;
+    char error[1024];
+} rank_arg_t;
+
+static float grad_of(int r, int u, int s, int m, size_t i) {
+    return (float)((int)((i * 7 + (size_t)u * 13 + (size_t)r * 29 + (size_t)s * 5 + (size_t)m) %
+                         61) -
+                   30) /
+           64.0f;
+}
+
+static zero_engine_params_t params_of(const pcase_t *c, zero_comm_t *comm) {
+    zero_engine_params_t p = zero_engine_params_default();
+    p.stage = 3;
+    p.comm = comm;
+    p.compute_dtype = c->dtype;
+    p.grad_accum_steps = c->micro;
+    p.persistence_threshold_elems = 100; /* unit 2 persistent */
+    p.reduce_bucket_bytes = 1400 * 4;
+    p.total_steps = STEPS;
+    p.prefetch_bucket_elems = 6000; /* a unit or two ahead */
+    p.sub_group_elems = 2048;
+    if (c->dir) {
+        p.offload_param.device = ZERO_OFFLOAD_NVME;
+        snprintf(p.offload_param.nvme_path, sizeof p.offload_param.nvme_path, "%s", c->dir);
+        p.offload_param.buffer_count = c->buffers;
+        p.aio.block_size = 8192; /* several pieces per request */
+        if (c->both) {
+            p.offload_optimizer.device = ZERO_OFFLOAD_NVME;
+            snprintf(p.offload_optimizer.nvme_path, sizeof p.offload_optimizer.nvme_path, "%s",
+                     c->dir);
+            p.offload_optimizer.buffer_count = 2;
+        }
+    }
+    return p;
+}
+
+static void unit_tensors(int u, zero_tensor_desc_t t[2]) {
+    t[0] = (zero_tensor_desc_t){"w", 1, {sizes[u] - 7}, 0, ZERO_INIT_NORMAL, 0.1f};
+    t[1] = (zero_tensor_desc_t){"b", 1, {7}, ZERO_TENSOR_NO_DECAY, ZERO_INIT_ZEROS, 0.0f};
+}
+
+static zero_status_t add_units(zero_engine_t *eng) {
+    zero_status_t st = ZERO_OK;
+    for (int u = 0; !st && u < UNITS; u++) {
+        zero_tensor_desc_t t[2];
+        unit_tensors(u, t);
+        char name[16];
+        snprintf(name, sizeof name, "u%d", u);
+        st = zero_engine_add_unit(eng, name, t, 2, NULL);
+    }
+    return st;
+}
+
+static zero_memory_estimate_t estimate(const pcase_t *c, int n) {
+    zero_tensor_desc_t t[UNITS][2];
+    zero_unit_decl_t d[UNITS];
+    for (int u = 0; u < UNITS; u++) {
+        unit_tensors(u, t[u]);
+        d[u] = (zero_unit_decl_t){t[u], 2, 1};
+    }
+    zero_engine_params_t p = params_of(c, NULL);
+    zero_memory_estimate_t e;
+    memset(&e, 0, sizeof e);
+    CHECK(zero_engine_estimate_memory(&p, n, d, UNITS, &e) == ZERO_OK, "estimate");
+    return e;
+}
+
+/* steps [s0, s1) of training: forward then backward per micro-step */
+static zero_status_t train(zero_engine_t *eng, int rank, int micro, int s0, int s1) {
+    const zero_dtype_t dt = zero_engine_params(eng)->compute_dtype;
+    for (int s = s0; s < s1; s++) {
+        for (int m = 0; m < micro; m++) {
+            for (int u = 0; u < UNITS; u++) {
+                if (!zero_unit_fetch(eng, u)) return ZERO_ERR_INTERNAL;
+                zero_unit_release(eng, u);
+            }
+            for (int u = UNITS - 1; u >= 0; u--) {
+                if (!zero_unit_fetch(eng, u)) return ZERO_ERR_INTERNAL;
+                void *g = zero_unit_grads(eng, u);
+                if (!g) return ZERO_ERR_INTERNAL;
+                for (size_t i = 0; i < sizes[u]; i++) {
+                    float x = grad_of(rank, u, s, m, i);
+                    zero__narrow((char *)g + i * zero_dtype_size(dt), &x, 1, dt);
+                }
+                zero_status_t st = zero_unit_grads_done(eng, u);
+                zero_unit_release(eng, u);
+                if (st) return st;
+            }
+        }
+        zero_status_t st = zero_engine_step(eng, NULL);
+        if (st) return st;
+    }
+    return ZERO_OK;
+}
+
+/* Every state and the parameters this rank holds, read back, hashed. */
+static zero_status_t hash_states(zero_engine_t *eng, uint64_t *out) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int u = 0; u < UNITS; u++)
+        for (int s = 0; s <= ZERO_ENGINE_STATE_COUNT; s++) {
+            size_t off, n;
+            zero_status_t st =
+                s < ZERO_ENGINE_STATE_COUNT
+                    ? zero_engine_state_range(eng, u, (zero_engine_state_t)s, &off, &n)
+                    : ZERO_OK;
+            if (s == ZERO_ENGINE_STATE_COUNT) { /* the parameters as the model sees them */
+                if (u == 2) {
+                    off = 0;
+                    n = zero_engine_unit_padded_count(eng, u);
+                } else {
+                    st = zero_engine_shard_range(eng, u, &off, &n);
+                }
+            }
+            float *buf = malloc(n * sizeof *buf);
+            if (!st && !buf) st = ZERO_ERR_OUT_OF_MEMORY;
+            if (!st)
+                st = s < ZERO_ENGINE_STATE_COUNT
+                         ? zero_engine_state_read(eng, u, (zero_engine_state_t)s, off, n, buf)
+                         : zero_engine_params_read(eng, u, off, n, buf);
+            if (!st) h = zero__hash_bytes(h, buf, n * sizeof *buf);
+            free(buf);
+            if (st) return st;
+        }
+    *out = h;
+    return ZERO_OK;
+}
+
+static void case_rank(zero_comm_t *comm, void *argp) {
+    rank_arg_t *a = argp;
+    zero_engine_params_t p = params_of(a->c, comm);
+    zero_engine_t *eng = NULL;
+    zero_status_t st = zero_engine_init(&eng, &p);
+    if (!st) st = add_units(eng);
+    if (!st) st = train(eng, comm ? zero_comm_rank(comm) : 0, a->c->micro, 0, STEPS);
+    if (!st) st = zero_engine_fingerprint(eng, &a->fingerprint);
+    if (!st) st = hash_states(eng, &a->state_hash);
+    if (!st) zero_engine_get_report(eng, &a->report);
+    a->st = st;
+    snprintf(a->error, sizeof a->error, "%s", st ? zero_last_error() : "");
+    zero_engine_free(eng);
+}
+
+static void run(int n, const pcase_t *c, rank_arg_t *a) {
+    void *args[4];
+    for (int r = 0; r < n; r++) {
+        memset(&a[r], 0, sizeof a[r]);
+        a[r].c = c;
+        args[r] = &a[r];
+    }
+    if (n == 1) {
+        case_rank(NULL, &a[0]);
+        return;
+    }
+    CHECK(run_ranks(n, 30.0, case_rank, args) == ZERO_OK, "clique");
+}
+
+static int count_files(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += strstr(e->d_name, ".swp") != NULL;
+    if (d) closedir(d);
+    return n;
+}
+
+static size_t padded_of(int u, int n) {
+    const size_t span = (sizes[u] - 7 + 15) / 16 * 16 + 16, q = (size_t)n * 16;
+    return (span + q - 1) / q * q;
+}
+
+static uint64_t pages(uint64_t bytes) { return (bytes + 4095) / 4096 * 4096; }
+
+static void compare(int n, const pcase_t *c) {
+    rank_arg_t ram[4], swp[4];
+    pcase_t rc = *c;
+    rc.dir = NULL;
+    run(n, &rc, ram);
+    run(n, c, swp);
+    pthread_mutex_lock(&lock);
+    const char *what = c->dtype == ZERO_DTYPE_FP32 ? "fp32" : "bf16";
+    const size_t ce = c->dtype == ZERO_DTYPE_FP32 ? 4 : 2;
+    for (int r = 0; r < n; r++) {
+        CHECK(ram[r].st == ZERO_OK && swp[r].st == ZERO_OK,
+              "%d ranks, %s, %d micro, %d buffers, both %d: rank %d: RAM '%s', swap '%s'", n, what,
+              c->micro, c->buffers, c->both, r, ram[r].error, swp[r].error);
+        CHECK(swp[r].fingerprint == ram[r].fingerprint && swp[r].state_hash == ram[r].state_hash,
+              "%d ranks, %s, %d micro, %d buffers, both %d: rank %d: fingerprint %016llx / "
+              "%016llx, states %016llx / %016llx (swap / RAM)",
+              n, what, c->micro, c->buffers, c->both, r, (unsigned long long)swp[r].fingerprint,
+              (unsigned long long)ram[r].fingerprint, (unsigned long long)swp[r].state_hash,
+              (unsigned long long)ram[r].state_hash);
+        const zero_engine_report_t *rep = &swp[r].report;
+        /* closed forms: the parameter files hold each sharded unit's shard in whole pages; the
+         * buffers are buffer_count of the largest; the persistent unit alone stays in params */
+        uint64_t pdisk = 0, maxb = 0, odisk = 0;
+        for (int u = 0; u < UNITS; u++) {
+            const size_t P = padded_of(u, n), S = P / (size_t)n;
+            if (u != 2) {
+                pdisk += pages(S * ce);
+                maxb = pages(S * ce) > maxb ? pages(S * ce) : maxb;
+            }
+            odisk += (uint64_t)(c->dtype == ZERO_DTYPE_FP32 ? 2 : 3) * pages(S * 4);
+        }
+        const uint64_t want_disk = pdisk + (c->both ? odisk : 0);
+        const size_t want_params = padded_of(2, n) * ce;
+        CHECK(rep->memory_bytes[ZERO_MEM_PARAMS] == want_params &&
+                  rep->memory_theory_bytes[ZERO_MEM_PARAMS] == want_params,
+              "%d ranks %s rank %d: params %zu (theory %zu), expected %zu", n, what, r,
+              rep->memory_bytes[ZERO_MEM_PARAMS], rep->memory_theory_bytes[ZERO_MEM_PARAMS],
+              want_params);
+        CHECK(rep->memory_bytes[ZERO_MEM_OFFLOAD] == rep->memory_theory_bytes[ZERO_MEM_OFFLOAD] &&
+                  rep->memory_bytes[ZERO_MEM_OFFLOAD] >=
+                      (uint64_t)c->buffers * maxb + pdisk / 4096 * 4,
+              "%d ranks %s rank %d: offload %zu (theory %zu, buffers and checksums %llu)", n, what,
+              r, rep->memory_bytes[ZERO_MEM_OFFLOAD], rep->memory_theory_bytes[ZERO_MEM_OFFLOAD],
+              (unsigned long long)((uint64_t)c->buffers * maxb + pdisk / 4096 * 4));
+        if (!c->both)
+            CHECK(rep->memory_bytes[ZERO_MEM_OFFLOAD] ==
+                      (uint64_t)c->buffers * maxb + pdisk / 4096 * 4,
+                  "%d ranks %s rank %d: offload %zu, expected %llu", n, what, r,
+                  rep->memory_bytes[ZERO_MEM_OFFLOAD],
+                  (unsigned long long)((uint64_t)c->buffers * maxb + pdisk / 4096 * 4));
+        CHECK(rep->swap_disk_bytes == want_disk, "%d ranks %s rank %d: disk %llu, expected %llu", n,
+              what, r, (unsigned long long)rep->swap_disk_bytes, (unsigned long long)want_disk);
+        /* the last step read every sharded unit at least once and wrote each back once */
+        CHECK(rep->swap_read_bytes_per_step >= pdisk && rep->swap_written_bytes_per_step >= pdisk,
+              "%d ranks %s rank %d: last step read %llu, wrote %llu (files %llu)", n, what, r,
+              (unsigned long long)rep->swap_read_bytes_per_step,
+              (unsigned long long)rep->swap_written_bytes_per_step, (unsigned long long)pdisk);
+        const zero_memory_estimate_t e = estimate(c, n);
+        CHECK(e.disk_bytes == want_disk && e.bytes[ZERO_MEM_PARAMS] == want_params &&
+                  e.bytes[ZERO_MEM_OFFLOAD] >= rep->memory_peak_bytes[ZERO_MEM_OFFLOAD],
+              "%d ranks %s rank %d: estimate disk %llu (want %llu), params %zu (want %zu), "
+              "offload %zu (peak %zu)",
+              n, what, r, (unsigned long long)e.disk_bytes, (unsigned long long)want_disk,
+              e.bytes[ZERO_MEM_PARAMS], want_params, e.bytes[ZERO_MEM_OFFLOAD],
+              rep->memory_peak_bytes[ZERO_MEM_OFFLOAD]);
+    }
+    CHECK(count_files(c->dir) == 0, "%s: swap files left after zero_engine_free", c->dir);
+    pthread_mutex_unlock(&lock);
+}
+
+/* Train 2 steps in RAM, copy every state and parameter into a fresh offloaded engine (a
+ * checkpoint's load), train 2 more on both: the same bits. One rank, bf16 (the master apart from
+ * the parameters) and fp32 (the master is the offloaded shard). */
+static void resume(const char *dir, zero_dtype_t dt) {
+    const pcase_t rc = {1, 2, 1, dt, NULL}, sc = {1, 2, 1, dt, dir};
+    zero_engine_params_t pr = params_of(&rc, NULL), ps = params_of(&sc, NULL);
+    zero_engine_t *a = NULL, *b = NULL;
+    zero_status_t st = zero_engine_init(&a, &pr);
+    if (!st) st = add_units(a);
+    if (!st) st = train(a, 0, 1, 0, 2);
+    if (!st) st = zero_engine_init(&b, &ps);
+    if (!st) st = add_units(b);
+    for (int u = 0; !st && u < UNITS; u++)
+        for (int s = 0; !st && s < ZERO_ENGINE_STATE_COUNT; s++) {
+            size_t off, n;
+            st = zero_engine_state_range(a, u, (zero_engine_state_t)s, &off, &n);
+            float *buf = malloc(n * sizeof *buf);
+            if (!st && !buf) st = ZERO_ERR_OUT_OF_MEMORY;
+            if (!st) st = zero_engine_state_read(a, u, (zero_engine_state_t)s, off, n, buf);
+            if (!st) st = zero_engine_state_write(b, u, (zero_engine_state_t)s, off, n, buf);
+            free(buf);
+        }
+    if (!st) st = zero_engine_set_step_count(b, zero_engine_step_count(a));
+    uint64_t ha = 0, hb = 0, fa = 0, fb = 0;
+    if (!st) st = hash_states(a, &ha);
+    if (!st) st = hash_states(b, &hb);
+    CHECK(st == ZERO_OK && ha == hb, "resume %s: loaded states differ (%s)", zero_dtype_name(dt),
+          st ? zero_last_error() : "");
+    if (!st) st = train(a, 0, 1, 2, 4);
+    if (!st) st = train(b, 0, 1, 2, 4);
+    if (!st) st = zero_engine_fingerprint(a, &fa);
+    if (!st) st = zero_engine_fingerprint(b, &fb);
+    if (!st) st = hash_states(a, &ha);
+    if (!st) st = hash_states(b, &hb);
+    CHECK(st == ZERO_OK && fa == fb && ha == hb,
+          "resume %s: after 2 more steps fingerprint %016llx / %016llx, states %016llx / %016llx "
+          "(%s)",
+          zero_dtype_name(dt), (unsigned long long)fb, (unsigned long long)fa,
+          (unsigned long long)hb, (unsigned long long)ha, st ? zero_last_error() : "");
+    zero_engine_free(a);
+    zero_engine_free(b);
+    CHECK(count_files(dir) == 0, "resume: swap files left");
+}
+
+/* A bit flipped in unit 1's parameter file after a step: the next fetch of it fails naming the
+ * file and a checksum, and so does the step. */
+static void flipped_bit(const char *dir) {
+    const pcase_t c = {1, 1, 0, ZERO_DTYPE_FP32, dir};
+    zero_engine_params_t p = params_of(&c, NULL);
+    zero_engine_t *eng = NULL;
+    zero_status_t st = zero_engine_init(&eng, &p);
+    if (!st) st = add_units(eng);
+    if (!st) st = train(eng, 0, 1, 0, 1);
+    CHECK(st == ZERO_OK, "flip: training before the flip: %s", zero_last_error());
+    char path[1400];
+    snprintf(path, sizeof path, "%s/zero-%ld-r0-u1.param.swp", dir, (long)getpid());
+    int fd = open(path, O_RDWR);
+    unsigned char byte = 0;
+    int ok = fd >= 0 && pread(fd, &byte, 1, 100) == 1;
+    byte ^= 0x10;
+    ok = ok && pwrite(fd, &byte, 1, 100) == 1 && fsync(fd) == 0;
+    if (fd >= 0) close(fd);
+    CHECK(ok, "flip: cannot change %s", path);
+    if (!st) st = train(eng, 0, 1, 1, 2);
+    CHECK(st != ZERO_OK && strstr(zero_last_error(), path) &&
+              strstr(zero_last_error(), "checksum") && strstr(zero_last_error(), "'u1'"),
+          "flip: the step after a flipped bit gave %s: %s", zero_status_str(st), zero_last_error());
+    CHECK(zero_engine_step(eng, NULL) == ZERO_ERR_FORMAT, "flip: the step goes on: %s",
+          zero_last_error());
+    zero_engine_free(eng);
+    CHECK(count_files(dir) == 0, "flip: swap files left");
+}
+
+static void bad_settings(const char *dir) {
+    const pcase_t c = {1, 5, 0, ZERO_DTYPE_FP32, dir};
+    zero_engine_t *eng = NULL;
+    zero_engine_params_t p = params_of(&c, NULL);
+    p.stage = 2;
+    CHECK(zero_engine_init(&eng, &p) == ZERO_ERR_CONFIG &&
+              strstr(zero_last_error(), "offload_param") &&
+              strstr(zero_last_error(), "stage 3 (got stage 2)"),
+          "stage 2: %s", zero_last_error());
+    p = params_of(&c, NULL);
+    p.offload_param.buffer_count = 0;
+    CHECK(zero_engine_init(&eng, &p) == ZERO_ERR_CONFIG &&
+              strstr(zero_last_error(), "offload_param.buffer_count 0"),
+          "buffer_count 0: %s", zero_last_error());
+    p = params_of(&c, NULL);
+    p.offload_param.nvme_path[0] = 0;
+    CHECK(zero_engine_init(&eng, &p) == ZERO_ERR_CONFIG &&
+              strstr(zero_last_error(), "offload_param.nvme_path is empty"),
+          "empty nvme_path: %s", zero_last_error());
+    p = params_of(&c, NULL);
+    snprintf(p.offload_param.nvme_path, sizeof p.offload_param.nvme_path, "%s/missing/x", dir);
+    CHECK(zero_engine_init(&eng, &p) != ZERO_OK &&
+              strstr(zero_last_error(), "offload_param.nvme_path") &&
+              strstr(zero_last_error(), "missing/x"),
+          "missing nvme_path: %s", zero_last_error());
+    p = params_of(&c, NULL);
+    p.stage = 2;
+    p.offload_param.device = ZERO_OFFLOAD_CPU; /* cpu: nothing moves, any stage */
+    CHECK(zero_engine_init(&eng, &p) == ZERO_OK, "device cpu at stage 2: %s", zero_last_error());
+    zero_engine_free(eng);
+}
+
+int main(void) {
+    char disk[] = "/tmp/zero-pswap-XXXXXX";
+    if (!mkdtemp(disk)) {
+        fprintf(stderr, "cannot make a temporary directory\n");
+        return 1;
+    }
+    for (int both = 0; both <= 1; both++)
+        for (int n = 1; n <= 4; n *= 2) {
+            const pcase_t fp32 = {1, 2, both, ZERO_DTYPE_FP32, disk};
+            const pcase_t bf16 = {3, 5, both, ZERO_DTYPE_BF16, disk};
+            compare(n, &fp32);
+            compare(n, &bf16);
+        }
+    const pcase_t one = {3, 1, 1, ZERO_DTYPE_FP32, disk}; /* one buffer: no prefetch */
+    compare(2, &one);
+    const pcase_t accum = {3, 2, 0, ZERO_DTYPE_FP32, disk};
+    compare(2, &accum);
+    resume(disk, ZERO_DTYPE_FP32);
+    resume(disk, ZERO_DTYPE_BF16);
+    flipped_bit(disk);
+    bad_settings(disk);
+    rmdir(disk);
+    return check_report();
+}
