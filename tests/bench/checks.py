@@ -24,9 +24,11 @@ def run(cmd, timeout=150):
     return p.returncode, p.stdout, p.stderr
 
 
-def close(a, b, rel):
-    """a and b agree to the relative tolerance rel (None never agrees)."""
-    return a is not None and b is not None and abs(a - b) <= rel * max(abs(a), abs(b), 1e-12)
+def close(a, b, rel, abs_tol=0.0):
+    """a and b agree to the relative tolerance rel, or within abs_tol (a printed number's rounding);
+    None never agrees."""
+    return a is not None and b is not None and \
+        abs(a - b) <= max(rel * max(abs(a), abs(b), 1e-12), abs_tol)
 
 
 def report():
