@@ -14,7 +14,8 @@
  *  - a state written into an offloaded engine (a checkpoint's load) is read back the same, and
  *    training on from it equals training on in RAM;
  *  - a bit flipped in a parameter swap file is a named error (the file, a checksum) at the next
- *    fetch and fails the step, not a wrong step;
+ *    fetch and fails the step, not a wrong step; on 2 ranks the other rank fails at the
+ *    collective timeout, naming the unit;
  *  - bad settings (stage 2 with device nvme, buffer_count 0, an empty or missing nvme_path) are
  *    named errors at zero_engine_init.
  */
@@ -362,6 +363,55 @@ static void flipped_bit(const char *dir) {
     CHECK(count_files(dir) == 0, "flip: swap files left");
 }
 
+typedef struct flip_arg {
+    const char *dir;
+    zero_status_t st;
+    char error[1024];
+} flip_arg_t;
+
+/* Two ranks; rank 1's file of unit 1 gets a flipped bit after a step: rank 1's next fetch of it
+ * fails naming the file, and rank 0, left alone in that all-gather, fails at the collective
+ * timeout naming the unit: no rank trains on, none waits forever. */
+static void flip_rank(zero_comm_t *comm, void *argp) {
+    flip_arg_t *a = argp;
+    const int rank = zero_comm_rank(comm);
+    const pcase_t c = {1, 2, 0, ZERO_DTYPE_FP32, a->dir};
+    zero_engine_params_t p = params_of(&c, comm);
+    zero_engine_t *eng = NULL;
+    zero_status_t st = zero_engine_init(&eng, &p);
+    if (!st) st = add_units(eng);
+    if (!st) st = train(eng, rank, 1, 0, 1);
+    if (!st && rank == 1) {
+        char path[1400];
+        snprintf(path, sizeof path, "%s/zero-%ld-r1-u1.param.swp", a->dir, (long)getpid());
+        int fd = open(path, O_RDWR);
+        unsigned char byte = 0;
+        int ok = fd >= 0 && pread(fd, &byte, 1, 100) == 1;
+        byte ^= 0x10;
+        ok = ok && pwrite(fd, &byte, 1, 100) == 1 && fsync(fd) == 0;
+        if (fd >= 0) close(fd);
+        if (!ok) st = ZERO_ERR_IO;
+    }
+    if (!st) st = train(eng, rank, 1, 1, 2);
+    a->st = st;
+    snprintf(a->error, sizeof a->error, "%s", zero_last_error());
+    zero_engine_free(eng);
+}
+
+static void flipped_bit_ranks(const char *dir) {
+    flip_arg_t a[2] = {{dir, ZERO_OK, ""}, {dir, ZERO_OK, ""}};
+    void *args[2] = {&a[0], &a[1]};
+    CHECK(run_ranks(2, 2.0, flip_rank, args) == ZERO_OK, "clique");
+    CHECK(a[1].st != ZERO_OK && strstr(a[1].error, "-r1-u1.param.swp") &&
+              strstr(a[1].error, "checksum"),
+          "flip, 2 ranks: rank 1 gave %s: %s", zero_status_str(a[1].st), a[1].error);
+    CHECK(a[0].st != ZERO_OK && strstr(a[0].error, "'u1'") &&
+              strstr(a[0].error, "1 did not arrive"),
+          "flip, 2 ranks: rank 0 gave %s: %s", zero_status_str(a[0].st), a[0].error);
+    printf("flip, 2 ranks: rank 0: %s\nrank 1: %s\n", a[0].error, a[1].error);
+    CHECK(count_files(dir) == 0, "flip, 2 ranks: swap files left");
+}
+
 static void bad_settings(const char *dir) {
     const pcase_t c = {1, 5, 0, ZERO_DTYPE_FP32, dir};
     zero_engine_t *eng = NULL;
@@ -414,6 +464,7 @@ int main(void) {
     resume(disk, ZERO_DTYPE_FP32);
     resume(disk, ZERO_DTYPE_BF16);
     flipped_bit(disk);
+    flipped_bit_ranks(disk);
     bad_settings(disk);
     rmdir(disk);
     return check_report();
