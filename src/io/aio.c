@@ -658,6 +658,17 @@ void zero__aio_get_stats(zero__aio_t *aio, zero__aio_stats_t *out) {
     pthread_mutex_unlock(&aio->mu);
 }
 
+void zero__aio_stats_window(zero__aio_t *aio, zero__aio_stats_t *base, zero__aio_stats_t *window) {
+    zero__aio_stats_t now;
+    zero__aio_get_stats(aio, &now);
+    window->bytes_read = now.bytes_read - base->bytes_read;
+    window->bytes_written = now.bytes_written - base->bytes_written;
+    window->requests = now.requests - base->requests;
+    window->pieces = now.pieces - base->pieces;
+    window->wait_seconds = now.wait_seconds - base->wait_seconds;
+    *base = now;
+}
+
 /* ------------------------------------------------------------------------------ test hooks */
 
 void zero__aio_test_inject(zero__aio_file_t *f, zero__aio_fault_t fault, int64_t offset_bytes) {

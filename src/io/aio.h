@@ -168,6 +168,9 @@ typedef struct zero__aio_stats {
 } zero__aio_stats_t;
 
 void zero__aio_get_stats(zero__aio_t *aio, zero__aio_stats_t *out);
+/* The counters since *base into *window (bytes read, written, seconds waited), then *base =
+ * now: a caller's per-step figures. */
+void zero__aio_stats_window(zero__aio_t *aio, zero__aio_stats_t *base, zero__aio_stats_t *window);
 
 /* ------------------------------------------------------------------------------ test hooks */
 

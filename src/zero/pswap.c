@@ -297,12 +297,7 @@ zero_status_t zero__pswap_sync(zero_engine_t *eng) {
 void zero__pswap_end_step(zero_engine_t *eng) {
     zero__pswap_t *ps = eng->pswap;
     if (!ps) return;
-    zero__aio_stats_t now;
-    zero__aio_get_stats(ps->aio, &now);
-    ps->last.bytes_read = now.bytes_read - ps->base.bytes_read;
-    ps->last.bytes_written = now.bytes_written - ps->base.bytes_written;
-    ps->last.wait_seconds = now.wait_seconds - ps->base.wait_seconds;
-    ps->base = now;
+    zero__aio_stats_window(ps->aio, &ps->base, &ps->last);
 }
 
 void zero__pswap_last_step(const zero_engine_t *eng, uint64_t *read, uint64_t *written,

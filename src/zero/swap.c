@@ -495,12 +495,7 @@ size_t zero__swap_tile_elems(const zero_engine_t *eng) { return eng->swap ? eng-
 void zero__swap_end_step(zero_engine_t *eng) {
     zero__swap_t *sw = eng->swap;
     if (!sw) return;
-    zero__aio_stats_t now;
-    zero__aio_get_stats(sw->aio, &now);
-    sw->last.bytes_read = now.bytes_read - sw->base.bytes_read;
-    sw->last.bytes_written = now.bytes_written - sw->base.bytes_written;
-    sw->last.wait_seconds = now.wait_seconds - sw->base.wait_seconds;
-    sw->base = now;
+    zero__aio_stats_window(sw->aio, &sw->base, &sw->last);
 }
 
 void zero__swap_last_step(const zero_engine_t *eng, uint64_t *read, uint64_t *written,

@@ -21,6 +21,7 @@
  */
 #include "check.h"
 #include "ranks.h"
+#include "toy_grads.h"
 #include "zero/engine_internal.h"
 
 #include <dirent.h>
@@ -51,13 +52,6 @@ typedef struct rank_arg {
     zero_status_t st;
     char error[1024];
 } rank_arg_t;
-
-static float grad_of(int r, int u, int s, int m, size_t i) {
-    return (float)((int)((i * 7 + (size_t)u * 13 + (size_t)r * 29 + (size_t)s * 5 + (size_t)m) %
-                         61) -
-                   30) /
-           64.0f;
-}
 
 static zero_engine_params_t params_of(const pcase_t *c, zero_comm_t *comm) {
     zero_engine_params_t p = zero_engine_params_default();
@@ -130,7 +124,7 @@ static zero_status_t train(zero_engine_t *eng, int rank, int micro, int s0, int 
                 void *g = zero_unit_grads(eng, u);
                 if (!g) return ZERO_ERR_INTERNAL;
                 for (size_t i = 0; i < sizes[u]; i++) {
-                    float x = grad_of(rank, u, s, m, i);
+                    float x = toy_grad(rank, u, s, m, i);
                     zero__narrow((char *)g + i * zero_dtype_size(dt), &x, 1, dt);
                 }
                 zero_status_t st = zero_unit_grads_done(eng, u);
