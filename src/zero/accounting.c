@@ -124,14 +124,9 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
     out->memory_theory_bytes[ZERO_MEM_OFFLOAD] =
         zero__swap_memory_bytes(eng) + zero__pswap_memory_bytes(eng);
     out->swap_disk_bytes = zero__swap_disk_bytes(eng) + zero__pswap_disk_bytes(eng);
-    zero__swap_last_step(eng, &out->swap_read_bytes_per_step, &out->swap_written_bytes_per_step,
-                         &out->swap_wait_s_per_step);
-    uint64_t pr = 0, pw = 0;
-    double pwait = 0.0;
-    zero__pswap_last_step(eng, &pr, &pw, &pwait);
-    out->swap_read_bytes_per_step += pr;
-    out->swap_written_bytes_per_step += pw;
-    out->swap_wait_s_per_step += pwait;
+    out->swap_read_bytes_per_step = eng->io_last.bytes_read;
+    out->swap_written_bytes_per_step = eng->io_last.bytes_written;
+    out->swap_wait_s_per_step = eng->io_last.wait_seconds;
     /* The paper's breakdown: what stays between steps, transient pools apart. */
     out->model_state_theory_bytes[0] = out->memory_theory_bytes[ZERO_MEM_PARAMS];
     out->model_state_theory_bytes[1] = (size_t)grads_kept;

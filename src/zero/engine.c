@@ -104,6 +104,31 @@ zero_engine_params_t zero_engine_params_default(void) {
     return p;
 }
 
+/* Either offload keeps its data in swap files. */
+static int uses_swap_files(const zero_engine_params_t *p) {
+    return p->offload_optimizer.device == ZERO_OFFLOAD_NVME ||
+           p->offload_param.device == ZERO_OFFLOAD_NVME;
+}
+
+/* The public aio block as the I/O layer's parameters. */
+static zero__aio_params_t aio_params(const zero_aio_params_t *a) {
+    zero__aio_params_t ap = zero__aio_params_default();
+    ap.block_size = a->block_size;
+    ap.queue_depth = a->queue_depth;
+    ap.intra_op_parallelism = a->intra_op_parallelism;
+    ap.single_submit = a->single_submit;
+    ap.overlap_events = a->overlap_events;
+    return ap;
+}
+
+/* The swap files' I/O context, one per engine and shared by the optimizer's and the parameters'
+ * swap files (eng->aio; NULL without them). */
+static zero_status_t io_init(zero_engine_t *eng) {
+    if (!uses_swap_files(&eng->params)) return ZERO_OK;
+    const zero__aio_params_t ap = aio_params(&eng->params.aio);
+    return zero__aio_init(&eng->aio, &ap, eng->mem);
+}
+
 static zero_status_t check_params(const zero_engine_params_t *p) {
     if (p->stage < 0 || p->stage > 3)
         return zero__error(ZERO_ERR_CONFIG,
@@ -176,7 +201,12 @@ static zero_status_t check_params(const zero_engine_params_t *p) {
                            (long long)p->prefetch_bucket_elems,
                            (long long)p->persistence_threshold_elems, (long long)p->max_live_elems);
     zero_status_t st = zero__swap_check_params(p);
-    return st ? st : zero__pswap_check_params(p);
+    if (!st) st = zero__pswap_check_params(p);
+    if (!st && uses_swap_files(p)) {
+        const zero__aio_params_t ap = aio_params(&p->aio);
+        st = zero__aio_params_check(&ap);
+    }
+    return st;
 }
 
 zero_status_t zero__engine_fail(zero_engine_t *eng, zero_status_t st, const char *fmt, ...) {
@@ -236,11 +266,12 @@ zero_status_t zero_engine_init(zero_engine_t **out, const zero_engine_params_t *
     }
     if ((st = zero__xfer_world_init(eng, p.comm))) goto fail_mem;
     eng->pol = zero__stage_policy(p.stage, eng->world);
-    if ((st = zero__swap_init(eng))) goto fail_groups;
+    if ((st = io_init(eng))) goto fail_groups;
+    if ((st = zero__swap_init(eng))) goto fail_io;
     if (eng->swap) eng->residency = zero__swap_residency(eng);
     if ((st = zero__pswap_init(eng))) {
         zero__swap_free(eng);
-        goto fail_groups;
+        goto fail_io;
     }
     if (p.offload_param.device == ZERO_OFFLOAD_CPU && p.stage == 3 && eng->rank == 0)
         zero__log(ZERO_LOG_INFO, eng->rank, eng->world,
@@ -252,6 +283,8 @@ zero_status_t zero_engine_init(zero_engine_t **out, const zero_engine_params_t *
                   "memory (a CPU build computes there anyway)");
     *out = eng;
     return ZERO_OK;
+fail_io:
+    zero__aio_free(eng->aio);
 fail_groups:
     zero__xfer_groups_free(eng);
 fail_mem:
@@ -285,6 +318,7 @@ void zero_engine_free(zero_engine_t *eng) {
     }
     zero__swap_free(eng);
     zero__pswap_free(eng);
+    zero__aio_free(eng->aio); /* after both swaps closed their files */
     zero__pool_free(&eng->pool);
     zero__pool_free(&eng->grad_pool);
     free(eng->units);

@@ -31,6 +31,7 @@
 #include "zero/engine.h"
 
 #include "core/core_internal.h"
+#include "io/aio.h"
 #include "optim/adamw.h"
 
 #include <stdint.h>
@@ -188,7 +189,11 @@ struct zero_engine {
     zero__optim_residency_t residency;
     zero__swap_t *swap;   /* offload_optimizer nvme: the swap files behind residency; else NULL */
     zero__pswap_t *pswap; /* offload_param nvme (stage 3): the parameter shards' files; else NULL */
-    float *scratch;       /* lowp: ZERO__SCRATCH_COUNT fp32 for chunked widening (ZERO_MEM_OTHER) */
+    /* The swap files' I/O context, shared by swap and pswap (either offload at device nvme; else
+     * NULL), and its counters: at the previous step's end, and of that step. */
+    zero__aio_t *aio;
+    zero__aio_stats_t io_base, io_last;
+    float *scratch; /* lowp: ZERO__SCRATCH_COUNT fp32 for chunked widening (ZERO_MEM_OTHER) */
 
     zero__unit_t *units;
     int unit_count, unit_cap;
@@ -313,10 +318,6 @@ zero__optim_residency_t zero__swap_residency(zero_engine_t *eng);
 size_t zero__swap_tile_elems(const zero_engine_t *eng);
 size_t zero__swap_memory_bytes(const zero_engine_t *eng);
 uint64_t zero__swap_disk_bytes(const zero_engine_t *eng);
-/* The swap files' I/O of the last completed step: bytes read, written, seconds waited for. */
-void zero__swap_end_step(zero_engine_t *eng);
-void zero__swap_last_step(const zero_engine_t *eng, uint64_t *read, uint64_t *written,
-                          double *wait_s);
 void zero__swap_free(zero_engine_t *eng);
 
 /* pswap.c: stage 3's parameter shards in swap files (offload_param device nvme). */
@@ -337,9 +338,6 @@ void zero__pswap_read_ahead(const zero_engine_t *eng, const zero__unit_t *un);
 zero_status_t zero__pswap_sync(zero_engine_t *eng);
 uint64_t zero__pswap_disk_bytes(const zero_engine_t *eng);
 size_t zero__pswap_memory_bytes(const zero_engine_t *eng); /* buffers + checksums (OFFLOAD) */
-void zero__pswap_end_step(zero_engine_t *eng);
-void zero__pswap_last_step(const zero_engine_t *eng, uint64_t *read, uint64_t *written,
-                           double *wait_s);
 void zero__pswap_free(zero_engine_t *eng);
 
 /* Held as a shard (stage 3, not persistent), in RAM or in a parameter swap file. */

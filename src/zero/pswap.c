@@ -41,14 +41,13 @@ typedef struct pslot {
 
 struct zero__pswap {
     zero_engine_t *eng;
-    zero__aio_t *aio;
+    zero__aio_t *aio;         /* the engine's (borrowed) */
     zero__aio_file_t **files; /* per unit, NULL: not offloaded */
     int file_cap;
     pslot_t *slots;
     int slot_count;
     size_t cap; /* bytes per slot: the largest shard, whole pages */
     uint64_t clock;
-    zero__aio_stats_t base, last;
 };
 
 static size_t round_page(size_t b) {
@@ -98,15 +97,10 @@ zero_status_t zero__pswap_init(zero_engine_t *eng) {
     ps->eng = eng;
     ps->slot_count = p->offload_param.buffer_count;
     ps->slots = calloc((size_t)ps->slot_count, sizeof *ps->slots);
-    zero__aio_params_t ap = zero__aio_params_default();
-    ap.block_size = p->aio.block_size;
-    ap.queue_depth = p->aio.queue_depth;
-    ap.intra_op_parallelism = p->aio.intra_op_parallelism;
-    ap.single_submit = p->aio.single_submit;
-    ap.overlap_events = p->aio.overlap_events;
     if (!ps->slots) {
         st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "parameter swap: out of memory");
-    } else if (!(st = zero__aio_init(&ps->aio, &ap, eng->mem))) {
+    } else {
+        ps->aio = eng->aio;
         for (int i = 0; i < ps->slot_count; i++) ps->slots[i].unit = -1;
         eng->pswap = ps;
         if (eng->rank == 0)
@@ -294,20 +288,6 @@ zero_status_t zero__pswap_sync(zero_engine_t *eng) {
     return st;
 }
 
-void zero__pswap_end_step(zero_engine_t *eng) {
-    zero__pswap_t *ps = eng->pswap;
-    if (!ps) return;
-    zero__aio_stats_window(ps->aio, &ps->base, &ps->last);
-}
-
-void zero__pswap_last_step(const zero_engine_t *eng, uint64_t *read, uint64_t *written,
-                           double *wait_s) {
-    const zero__pswap_t *ps = eng->pswap;
-    *read = ps ? ps->last.bytes_read : 0;
-    *written = ps ? ps->last.bytes_written : 0;
-    *wait_s = ps ? ps->last.wait_seconds : 0.0;
-}
-
 uint64_t zero__pswap_disk_bytes(const zero_engine_t *eng) {
     const zero__pswap_t *ps = eng->pswap;
     uint64_t b = 0;
@@ -332,7 +312,6 @@ void zero__pswap_free(zero_engine_t *eng) {
         zero__aio_buffer_free(ps->slots[i].buf);
     }
     for (int u = 0; u < ps->file_cap; u++) zero__aio_file_close(ps->files[u], 1);
-    zero__aio_free(ps->aio);
     free(ps->files);
     free(ps->slots);
     free(ps);

@@ -284,8 +284,7 @@ static void end_step(zero_engine_t *eng, int acc_cleared) {
     }
     zero__schedule_end_step(eng);
     zero__xfer_end_step(eng);
-    zero__swap_end_step(eng);
-    zero__pswap_end_step(eng);
+    if (eng->aio) zero__aio_stats_window(eng->aio, &eng->io_base, &eng->io_last);
 }
 
 zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {

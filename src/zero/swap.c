@@ -70,7 +70,7 @@ typedef struct slow_map { /* a map that spans sub-groups */
 
 struct zero__swap {
     zero_engine_t *eng;
-    zero__aio_t *aio;
+    zero__aio_t *aio; /* the engine's (borrowed) */
     int nstates;
     int idx[ZERO_ENGINE_STATE_COUNT]; /* region of each state, -1: not swapped (RAM) */
     size_t G, cap;                    /* sub-group elements; slot capacity per state */
@@ -82,7 +82,6 @@ struct zero__swap {
     slow_map_t slow[SLOW_MAX];
     int pipeline_read, pipeline_write;
     zero__optim_residency_t ram;
-    zero__aio_stats_t base, last; /* I/O counters at the previous step's end; of that step */
 };
 
 static size_t round_up(size_t x, size_t q) { return (x + q - 1) / q * q; }
@@ -341,16 +340,6 @@ static zero_status_t swap_unmap(void *ctx, int unit, zero_engine_state_t state, 
 
 /* ------------------------------------------------------------------------------ engine side */
 
-static zero__aio_params_t aio_params(const zero_aio_params_t *a) {
-    zero__aio_params_t ap = zero__aio_params_default();
-    ap.block_size = a->block_size;
-    ap.queue_depth = a->queue_depth;
-    ap.intra_op_parallelism = a->intra_op_parallelism;
-    ap.single_submit = a->single_submit;
-    ap.overlap_events = a->overlap_events;
-    return ap;
-}
-
 zero_status_t zero__swap_check_params(const zero_engine_params_t *p) {
     const zero_offload_params_t *o = &p->offload_optimizer;
     if ((unsigned)o->device >= ZERO_OFFLOAD_DEVICE_COUNT)
@@ -372,8 +361,7 @@ zero_status_t zero__swap_check_params(const zero_engine_params_t *p) {
         return zero__error(ZERO_ERR_CONFIG,
                            "zero_optimization.sub_group_size %lld is invalid (expected >= 1)",
                            (long long)p->sub_group_elems);
-    const zero__aio_params_t ap = aio_params(&p->aio);
-    return zero__aio_params_check(&ap);
+    return ZERO_OK;
 }
 
 zero_status_t zero__swap_init(zero_engine_t *eng) {
@@ -398,10 +386,10 @@ zero_status_t zero__swap_init(zero_engine_t *eng) {
     sw->G = ZERO_MAX((size_t)p->sub_group_elems / QUANTUM * QUANTUM, QUANTUM);
     sw->slot_count = p->offload_optimizer.buffer_count;
     sw->slots = calloc((size_t)sw->slot_count, sizeof *sw->slots);
-    const zero__aio_params_t ap = aio_params(&p->aio);
     if (!sw->slots) {
         st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "optimizer swap: out of memory");
-    } else if (!(st = zero__aio_init(&sw->aio, &ap, eng->mem))) {
+    } else {
+        sw->aio = eng->aio;
         eng->swap = sw;
         if (eng->rank == 0)
             zero__log(ZERO_LOG_INFO, eng->rank, eng->world,
@@ -492,20 +480,6 @@ zero_status_t zero__swap_sync(zero_engine_t *eng) {
 
 size_t zero__swap_tile_elems(const zero_engine_t *eng) { return eng->swap ? eng->swap->G : 0; }
 
-void zero__swap_end_step(zero_engine_t *eng) {
-    zero__swap_t *sw = eng->swap;
-    if (!sw) return;
-    zero__aio_stats_window(sw->aio, &sw->base, &sw->last);
-}
-
-void zero__swap_last_step(const zero_engine_t *eng, uint64_t *read, uint64_t *written,
-                          double *wait_s) {
-    const zero__swap_t *sw = eng->swap;
-    *read = sw ? sw->last.bytes_read : 0;
-    *written = sw ? sw->last.bytes_written : 0;
-    *wait_s = sw ? sw->last.wait_seconds : 0.0;
-}
-
 uint64_t zero__swap_disk_bytes(const zero_engine_t *eng) {
     const zero__swap_t *sw = eng->swap;
     uint64_t b = 0;
@@ -536,7 +510,6 @@ void zero__swap_free(zero_engine_t *eng) {
     for (int i = 0; i < SLOW_MAX; i++) zero__aio_buffer_free(sw->slow[i].buf);
     for (int u = 0; u < sw->unit_count; u++) zero__aio_file_close(sw->units[u].file, 1);
     for (int i = 0; i < sw->slot_count; i++) zero__aio_buffer_free(sw->slots[i].buf);
-    zero__aio_free(sw->aio);
     free(sw->slots);
     free(sw->units);
     free(sw);
