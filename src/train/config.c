@@ -1159,6 +1159,23 @@ zero_status_t zero__train_config_set_dtype(zero_train_config_t *cfg, const char 
     return ZERO_OK;
 }
 
+/* One of zero_optimization's offload blocks (`block`: offload_optimizer or offload_param) into
+ * the engine's parameters; nvme needs a path (`files`: what goes there, for the message). */
+static zero_status_t offload_block(const char *block, const char *files, const char *device,
+                                   const char *nvme_path, int buffer_count,
+                                   zero_offload_params_t *out) {
+    zero_status_t st = zero_offload_device_parse(device, &out->device);
+    if (st) return st;
+    if (out->device == ZERO_OFFLOAD_NVME && !nvme_path[0])
+        return zero__error(ZERO_ERR_CONFIG,
+                           "zero_optimization.%s.nvme_path is not set (expected the directory of "
+                           "the %s with device \"nvme\")",
+                           block, files);
+    snprintf(out->nvme_path, sizeof out->nvme_path, "%s", nvme_path);
+    out->buffer_count = buffer_count;
+    return ZERO_OK;
+}
+
 zero_status_t zero__train_config_engine_params(const zero_train_config_t *cfg,
                                                zero_engine_params_t *ep) {
     ep->stage = cfg->stage;
@@ -1212,25 +1229,14 @@ zero_status_t zero__train_config_engine_params(const zero_train_config_t *cfg,
     ep->persistence_threshold_elems = cfg->persistence_threshold_elems;
     ep->max_live_elems = cfg->max_live_elems;
     zero_status_t st =
-        zero_offload_device_parse(cfg->offload_optimizer, &ep->offload_optimizer.device);
+        offload_block("offload_optimizer", "swap files", cfg->offload_optimizer, cfg->nvme_path,
+                      cfg->offload_buffer_count, &ep->offload_optimizer);
     if (st) return st;
-    if (ep->offload_optimizer.device == ZERO_OFFLOAD_NVME && !cfg->nvme_path[0])
-        return zero__error(ZERO_ERR_CONFIG,
-                           "zero_optimization.offload_optimizer.nvme_path is not set (expected "
-                           "the directory of the swap files with device \"nvme\")");
-    snprintf(ep->offload_optimizer.nvme_path, sizeof ep->offload_optimizer.nvme_path, "%s",
-             cfg->nvme_path);
-    ep->offload_optimizer.buffer_count = cfg->offload_buffer_count;
     ep->offload_optimizer.pipeline_read = cfg->pipeline_read;
     ep->offload_optimizer.pipeline_write = cfg->pipeline_write;
-    if ((st = zero_offload_device_parse(cfg->offload_param, &ep->offload_param.device))) return st;
-    if (ep->offload_param.device == ZERO_OFFLOAD_NVME && !cfg->param_nvme_path[0])
-        return zero__error(ZERO_ERR_CONFIG,
-                           "zero_optimization.offload_param.nvme_path is not set (expected the "
-                           "directory of the parameter swap files with device \"nvme\")");
-    snprintf(ep->offload_param.nvme_path, sizeof ep->offload_param.nvme_path, "%s",
-             cfg->param_nvme_path);
-    ep->offload_param.buffer_count = cfg->param_buffer_count;
+    st = offload_block("offload_param", "parameter swap files", cfg->offload_param,
+                       cfg->param_nvme_path, cfg->param_buffer_count, &ep->offload_param);
+    if (st) return st;
     ep->sub_group_elems = cfg->sub_group_elems;
     ep->aio.block_size = (size_t)cfg->aio_block_size;
     ep->aio.queue_depth = cfg->aio_queue_depth;

@@ -299,6 +299,19 @@ static void test_deepspeed_example(void) {
           "offload keys: device %s, sub-group %lld, block %zu, depth %d, param device %s",
           zero_offload_device_name(ep.offload_optimizer.device), (long long)ep.sub_group_elems,
           ep.aio.block_size, ep.aio.queue_depth, zero_offload_device_name(ep.offload_param.device));
+    /* device nvme without a path names the block's key */
+    const char *blocks[2] = {"offload_optimizer", "offload_param"};
+    for (int b = 0; b < 2; b++) {
+        zero_train_config_t d = c;
+        snprintf(b ? d.offload_param : d.offload_optimizer, sizeof d.offload_param, "nvme");
+        (b ? d.param_nvme_path : d.nvme_path)[0] = 0;
+        char want[96];
+        snprintf(want, sizeof want, "zero_optimization.%s.nvme_path is not set", blocks[b]);
+        ep = zero_engine_params_default();
+        CHECK(zero__train_config_engine_params(&d, &ep) == ZERO_ERR_CONFIG &&
+                  strstr(zero_last_error(), want),
+              "%s nvme without a path: '%s'", blocks[b], zero_last_error());
+    }
     CHECK(c.fp16 == 1 && c.bf16 == 0 && c.loss_scaler.loss_scale == 0.0 &&
               c.loss_scaler.initial_scale_power == 16 && c.loss_scaler.loss_scale_window == 1000 &&
               c.loss_scaler.hysteresis == 2 && c.loss_scaler.min_loss_scale == 1.0 &&
