@@ -142,6 +142,17 @@ def fresh_fingerprint(zero, tmp, steps, cache={}):
     return cache[steps]
 
 
+def check_requested_save(zero, tmp, run, m_step, what):
+    """The checkpoint a SIGUSR1 saved at step m_step (0: none seen) holds the weights of a fresh
+    run of m_step steps."""
+    if not m_step:
+        return
+    saved = checkpoint_fingerprint(zero, tmp, step_dir(run.ckpt, m_step), m_step)
+    fresh = fresh_fingerprint(zero, tmp, m_step)
+    check(saved is not None and saved == fresh,
+          f"{what}: the checkpoint of step {m_step} equals a fresh run ({saved} vs {fresh})")
+
+
 def checkpoint_fingerprint(zero, tmp, ckpt_dir, steps):
     """The weights of a checkpoint: resume it and train nothing (--steps = its step)."""
     rep = os.path.join(tmp, f"ckpt-{steps}-{time.time_ns()}.json")
@@ -217,12 +228,7 @@ def test_threads(zero, tmp):
         run.proc.send_signal(signal.SIGTERM)
         n = check_stopped(zero, tmp, run, signal.SIGTERM, run.wait(60), "threads SIGUSR1+TERM")
         check(n is not None and n > m_step, f"threads SIGUSR1: stopped at {n} after {m_step}")
-        if m_step:
-            saved = checkpoint_fingerprint(zero, tmp, step_dir(run.ckpt, m_step), m_step)
-            fresh = fresh_fingerprint(zero, tmp, m_step)
-            check(saved is not None and saved == fresh,
-                  f"threads SIGUSR1: the checkpoint of step {m_step} equals a fresh run "
-                  f"({saved} vs {fresh})")
+        check_requested_save(zero, tmp, run, m_step, "threads SIGUSR1")
     finally:
         run.kill()
 
@@ -310,12 +316,7 @@ def test_mpi(zero, mpiexec, tmp):
         status = run.wait(90)
         n = check_stopped(zero, tmp, run, signal.SIGTERM, status, "mpi SIGTERM to every rank")
         check(n is not None and n > m_step, f"mpi mpirun: stopped at {n} after {m_step}")
-        if m_step:
-            saved = checkpoint_fingerprint(zero, tmp, step_dir(run.ckpt, m_step), m_step)
-            fresh = fresh_fingerprint(zero, tmp, m_step)
-            check(saved is not None and saved == fresh,
-                  f"mpi mpirun SIGUSR1: the checkpoint of step {m_step} equals a fresh run "
-                  f"({saved} vs {fresh})")
+        check_requested_save(zero, tmp, run, m_step, "mpi mpirun SIGUSR1")
     finally:
         run.kill()
 
