@@ -22,9 +22,9 @@
 #include "check.h"
 #include "ranks.h"
 #include "toy_grads.h"
+#include "toy_units.h"
 #include "zero/engine_internal.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -79,28 +79,11 @@ static zero_engine_params_t params_of(const pcase_t *c, zero_comm_t *comm) {
     return p;
 }
 
-static void unit_tensors(int u, zero_tensor_desc_t t[2]) {
-    t[0] = (zero_tensor_desc_t){"w", 1, {sizes[u] - 7}, 0, ZERO_INIT_NORMAL, 0.1f};
-    t[1] = (zero_tensor_desc_t){"b", 1, {7}, ZERO_TENSOR_NO_DECAY, ZERO_INIT_ZEROS, 0.0f};
-}
-
-static zero_status_t add_units(zero_engine_t *eng) {
-    zero_status_t st = ZERO_OK;
-    for (int u = 0; !st && u < UNITS; u++) {
-        zero_tensor_desc_t t[2];
-        unit_tensors(u, t);
-        char name[16];
-        snprintf(name, sizeof name, "u%d", u);
-        st = zero_engine_add_unit(eng, name, t, 2, NULL);
-    }
-    return st;
-}
-
 static zero_memory_estimate_t estimate(const pcase_t *c, int n) {
     zero_tensor_desc_t t[UNITS][2];
     zero_unit_decl_t d[UNITS];
     for (int u = 0; u < UNITS; u++) {
-        unit_tensors(u, t[u]);
+        toy_unit_tensors(sizes[u], t[u]);
         d[u] = (zero_unit_decl_t){t[u], 2, 1};
     }
     zero_engine_params_t p = params_of(c, NULL);
@@ -175,7 +158,7 @@ static void case_rank(zero_comm_t *comm, void *argp) {
     zero_engine_params_t p = params_of(a->c, comm);
     zero_engine_t *eng = NULL;
     zero_status_t st = zero_engine_init(&eng, &p);
-    if (!st) st = add_units(eng);
+    if (!st) st = toy_add_units(eng, sizes, UNITS);
     if (!st) st = train(eng, comm ? zero_comm_rank(comm) : 0, a->c->micro, 0, STEPS);
     if (!st) st = zero_engine_fingerprint(eng, &a->fingerprint);
     if (!st) st = hash_states(eng, &a->state_hash);
@@ -197,14 +180,6 @@ static void run(int n, const pcase_t *c, rank_arg_t *a) {
         return;
     }
     CHECK(run_ranks(n, 30.0, case_rank, args) == ZERO_OK, "clique");
-}
-
-static int count_files(const char *dir) {
-    DIR *d = opendir(dir);
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));) n += strstr(e->d_name, ".swp") != NULL;
-    if (d) closedir(d);
-    return n;
 }
 
 static size_t padded_of(int u, int n) {
@@ -280,7 +255,7 @@ static void compare(int n, const pcase_t *c) {
               e.bytes[ZERO_MEM_PARAMS], want_params, e.bytes[ZERO_MEM_OFFLOAD],
               rep->memory_peak_bytes[ZERO_MEM_OFFLOAD]);
     }
-    CHECK(count_files(c->dir) == 0, "%s: swap files left after zero_engine_free", c->dir);
+    CHECK(swap_files_in(c->dir) == 0, "%s: swap files left after zero_engine_free", c->dir);
     pthread_mutex_unlock(&lock);
 }
 
@@ -292,10 +267,10 @@ static void resume(const char *dir, zero_dtype_t dt) {
     zero_engine_params_t pr = params_of(&rc, NULL), ps = params_of(&sc, NULL);
     zero_engine_t *a = NULL, *b = NULL;
     zero_status_t st = zero_engine_init(&a, &pr);
-    if (!st) st = add_units(a);
+    if (!st) st = toy_add_units(a, sizes, UNITS);
     if (!st) st = train(a, 0, 1, 0, 2);
     if (!st) st = zero_engine_init(&b, &ps);
-    if (!st) st = add_units(b);
+    if (!st) st = toy_add_units(b, sizes, UNITS);
     for (int u = 0; !st && u < UNITS; u++)
         for (int s = 0; !st && s < ZERO_ENGINE_STATE_COUNT; s++) {
             size_t off, n;
@@ -325,7 +300,7 @@ static void resume(const char *dir, zero_dtype_t dt) {
           (unsigned long long)hb, (unsigned long long)ha, st ? zero_last_error() : "");
     zero_engine_free(a);
     zero_engine_free(b);
-    CHECK(count_files(dir) == 0, "resume: swap files left");
+    CHECK(swap_files_in(dir) == 0, "resume: swap files left");
 }
 
 /* A bit flipped in unit 1's parameter file after a step: the next fetch of it fails naming the
@@ -335,18 +310,12 @@ static void flipped_bit(const char *dir) {
     zero_engine_params_t p = params_of(&c, NULL);
     zero_engine_t *eng = NULL;
     zero_status_t st = zero_engine_init(&eng, &p);
-    if (!st) st = add_units(eng);
+    if (!st) st = toy_add_units(eng, sizes, UNITS);
     if (!st) st = train(eng, 0, 1, 0, 1);
     CHECK(st == ZERO_OK, "flip: training before the flip: %s", zero_last_error());
     char path[1400];
     snprintf(path, sizeof path, "%s/zero-%ld-r0-u1.param.swp", dir, (long)getpid());
-    int fd = open(path, O_RDWR);
-    unsigned char byte = 0;
-    int ok = fd >= 0 && pread(fd, &byte, 1, 100) == 1;
-    byte ^= 0x10;
-    ok = ok && pwrite(fd, &byte, 1, 100) == 1 && fsync(fd) == 0;
-    if (fd >= 0) close(fd);
-    CHECK(ok, "flip: cannot change %s", path);
+    CHECK(flip_bit(path, 100), "flip: cannot change %s", path);
     if (!st) st = train(eng, 0, 1, 1, 2);
     CHECK(st != ZERO_OK && strstr(zero_last_error(), path) &&
               strstr(zero_last_error(), "checksum") && strstr(zero_last_error(), "'u1'"),
@@ -354,7 +323,7 @@ static void flipped_bit(const char *dir) {
     CHECK(zero_engine_step(eng, NULL) == ZERO_ERR_FORMAT, "flip: the step goes on: %s",
           zero_last_error());
     zero_engine_free(eng);
-    CHECK(count_files(dir) == 0, "flip: swap files left");
+    CHECK(swap_files_in(dir) == 0, "flip: swap files left");
 }
 
 typedef struct flip_arg {
@@ -373,18 +342,12 @@ static void flip_rank(zero_comm_t *comm, void *argp) {
     zero_engine_params_t p = params_of(&c, comm);
     zero_engine_t *eng = NULL;
     zero_status_t st = zero_engine_init(&eng, &p);
-    if (!st) st = add_units(eng);
+    if (!st) st = toy_add_units(eng, sizes, UNITS);
     if (!st) st = train(eng, rank, 1, 0, 1);
     if (!st && rank == 1) {
         char path[1400];
         snprintf(path, sizeof path, "%s/zero-%ld-r1-u1.param.swp", a->dir, (long)getpid());
-        int fd = open(path, O_RDWR);
-        unsigned char byte = 0;
-        int ok = fd >= 0 && pread(fd, &byte, 1, 100) == 1;
-        byte ^= 0x10;
-        ok = ok && pwrite(fd, &byte, 1, 100) == 1 && fsync(fd) == 0;
-        if (fd >= 0) close(fd);
-        if (!ok) st = ZERO_ERR_IO;
+        if (!flip_bit(path, 100)) st = ZERO_ERR_IO;
     }
     if (!st) st = train(eng, rank, 1, 1, 2);
     a->st = st;
@@ -403,7 +366,7 @@ static void flipped_bit_ranks(const char *dir) {
               strstr(a[0].error, "1 did not arrive"),
           "flip, 2 ranks: rank 0 gave %s: %s", zero_status_str(a[0].st), a[0].error);
     printf("flip, 2 ranks: rank 0: %s\nrank 1: %s\n", a[0].error, a[1].error);
-    CHECK(count_files(dir) == 0, "flip, 2 ranks: swap files left");
+    CHECK(swap_files_in(dir) == 0, "flip, 2 ranks: swap files left");
 }
 
 static void bad_settings(const char *dir) {

@@ -17,9 +17,9 @@
 #include "check.h"
 #include "ranks.h"
 #include "toy_grads.h"
+#include "toy_units.h"
 #include "zero/engine_internal.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -68,29 +68,12 @@ static zero_engine_params_t params_of(const swap_case_t *c, zero_comm_t *comm) {
     return p;
 }
 
-static void unit_tensors(int u, zero_tensor_desc_t t[2]) {
-    t[0] = (zero_tensor_desc_t){"w", 1, {sizes[u] - 7}, 0, ZERO_INIT_NORMAL, 0.1f};
-    t[1] = (zero_tensor_desc_t){"b", 1, {7}, ZERO_TENSOR_NO_DECAY, ZERO_INIT_ZEROS, 0.0f};
-}
-
-static zero_status_t add_units(zero_engine_t *eng) {
-    zero_status_t st = ZERO_OK;
-    for (int u = 0; !st && u < UNITS; u++) {
-        zero_tensor_desc_t t[2];
-        unit_tensors(u, t);
-        char name[16];
-        snprintf(name, sizeof name, "u%d", u);
-        st = zero_engine_add_unit(eng, name, t, 2, NULL);
-    }
-    return st;
-}
-
 /* zero_engine_estimate_memory for this model and case. */
 static zero_memory_estimate_t estimate(const swap_case_t *c, int n) {
     zero_tensor_desc_t t[UNITS][2];
     zero_unit_decl_t d[UNITS];
     for (int u = 0; u < UNITS; u++) {
-        unit_tensors(u, t[u]);
+        toy_unit_tensors(sizes[u], t[u]);
         d[u] = (zero_unit_decl_t){t[u], 2, 1};
     }
     zero_engine_params_t p = params_of(c, NULL);
@@ -145,7 +128,7 @@ static void case_rank(zero_comm_t *comm, void *argp) {
     zero_engine_params_t p = params_of(a->c, comm);
     zero_engine_t *eng = NULL;
     zero_status_t st = zero_engine_init(&eng, &p);
-    if (!st) st = add_units(eng);
+    if (!st) st = toy_add_units(eng, sizes, UNITS);
     if (!st) st = train(eng, comm ? zero_comm_rank(comm) : 0, a->c->micro);
     if (!st) st = zero_engine_fingerprint(eng, &a->fingerprint);
     if (!st) st = hash_states(eng, &a->state_hash);
@@ -167,14 +150,6 @@ static void run(int n, const swap_case_t *c, rank_arg_t *a) {
         return;
     }
     CHECK(run_ranks(n, 30.0, case_rank, args) == ZERO_OK, "clique");
-}
-
-static int count_files(const char *dir) {
-    DIR *d = opendir(dir);
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));) n += strstr(e->d_name, ".swp") != NULL;
-    if (d) closedir(d);
-    return n;
 }
 
 static void compare(int n, const swap_case_t *c) {
@@ -236,7 +211,7 @@ static void compare(int n, const swap_case_t *c) {
               c->stage, r, (unsigned long long)e.disk_bytes, (unsigned long long)want,
               e.bytes[ZERO_MEM_OPTIM], e.bytes[ZERO_MEM_OFFLOAD], peak, live);
     }
-    CHECK(count_files(c->dir) == 0, "%s: swap files left after zero_engine_free", c->dir);
+    CHECK(swap_files_in(c->dir) == 0, "%s: swap files left after zero_engine_free", c->dir);
     pthread_mutex_unlock(&lock);
 }
 
@@ -249,37 +224,19 @@ static void flipped_bit(const char *dir) {
     zero_engine_params_t p = params_of(&c, NULL);
     zero_engine_t *eng = NULL;
     zero_status_t st = zero_engine_init(&eng, &p);
-    if (!st) st = add_units(eng);
+    if (!st) st = toy_add_units(eng, sizes, UNITS);
     if (!st) st = train(eng, 0, 1);
     CHECK(st == ZERO_OK, "flip: training before the flip: %s", zero_last_error());
     char path[1400];
     snprintf(path, sizeof path, "%s/zero-%ld-r0-u1.swp", dir, (long)getpid());
-    int fd = open(path, O_RDWR);
-    CHECK(fd >= 0, "flip: cannot open %s", path);
-    unsigned char byte = 0;
-    const off_t at = 4096 * 2 + 100; /* m, third page: the second sub-group */
-    CHECK(fd >= 0 && pread(fd, &byte, 1, at) == 1, "flip: read %s", path);
-    byte ^= 0x10;
-    CHECK(fd >= 0 && pwrite(fd, &byte, 1, at) == 1 && fsync(fd) == 0, "flip: write %s", path);
-    if (fd >= 0) close(fd);
+    /* m, third page: the second sub-group */
+    CHECK(flip_bit(path, 4096 * 2 + 100), "flip: cannot change %s", path);
     if (!st) st = train(eng, 0, 1);
     CHECK(st == ZERO_ERR_FORMAT && strstr(zero_last_error(), path) &&
               strstr(zero_last_error(), "checksum"),
           "flip: the step after a flipped bit gave %s: %s", zero_status_str(st), zero_last_error());
     zero_engine_free(eng);
-    CHECK(count_files(dir) == 0, "flip: swap files left");
-}
-
-/* Flip one bit of unit 1's m in `path` (the second sub-group): a torn or rotted page. */
-static void flip(const char *path) {
-    int fd = open(path, O_RDWR);
-    unsigned char byte = 0;
-    const off_t at = 4096 * 2 + 100;
-    int ok = fd >= 0 && pread(fd, &byte, 1, at) == 1;
-    byte ^= 0x10;
-    ok = ok && pwrite(fd, &byte, 1, at) == 1 && fsync(fd) == 0;
-    if (fd >= 0) close(fd);
-    CHECK(ok, "flip: cannot change %s", path);
+    CHECK(swap_files_in(dir) == 0, "flip: swap files left");
 }
 
 typedef struct flip_arg {
@@ -297,12 +254,12 @@ static void flip_rank(zero_comm_t *comm, void *argp) {
     zero_engine_params_t p = params_of(&c, comm);
     zero_engine_t *eng = NULL;
     zero_status_t st = zero_engine_init(&eng, &p);
-    if (!st) st = add_units(eng);
+    if (!st) st = toy_add_units(eng, sizes, UNITS);
     if (!st) st = train(eng, rank, 1);
     if (!st && rank == 1) {
         char path[1400];
         snprintf(path, sizeof path, "%s/zero-%ld-r1-u1.swp", a->dir, (long)getpid());
-        flip(path);
+        CHECK(flip_bit(path, 4096 * 2 + 100), "flip: cannot change %s", path);
     }
     if (!st) st = train(eng, rank, 1);
     a->st = st;
@@ -319,7 +276,7 @@ static void flipped_bit_ranks(const char *dir) {
           "flip, 2 ranks: rank 1 gave %s: %s", zero_status_str(a[1].st), a[1].error);
     CHECK(a[0].st == ZERO_ERR_FORMAT && strstr(a[0].error, "rank 1 failed"),
           "flip, 2 ranks: rank 0 gave %s: %s", zero_status_str(a[0].st), a[0].error);
-    CHECK(count_files(dir) == 0, "flip, 2 ranks: swap files left");
+    CHECK(swap_files_in(dir) == 0, "flip, 2 ranks: swap files left");
 }
 
 static void bad_settings(const char *dir) {

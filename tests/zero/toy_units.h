@@ -1,0 +1,54 @@
+/* toy_units.h — what the swap tests' toy models share: units of a weight and a 7-element bias
+ * declared by size, the swap files left in a directory, and a bit flipped on disk. */
+#ifndef ZERO_TESTS_ZERO_TOY_UNITS_H
+#define ZERO_TESTS_ZERO_TOY_UNITS_H
+
+#include "zero/engine.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* A unit of `size` elements: weight "w" (size - 7, normal init, decayed) and bias "b" (7). */
+static inline void toy_unit_tensors(size_t size, zero_tensor_desc_t t[2]) {
+    t[0] = (zero_tensor_desc_t){"w", 1, {size - 7}, 0, ZERO_INIT_NORMAL, 0.1f};
+    t[1] = (zero_tensor_desc_t){"b", 1, {7}, ZERO_TENSOR_NO_DECAY, ZERO_INIT_ZEROS, 0.0f};
+}
+
+/* Units "u0", "u1", ... of these sizes, in order. */
+static inline zero_status_t toy_add_units(zero_engine_t *eng, const size_t *sizes, int n) {
+    zero_status_t st = ZERO_OK;
+    for (int u = 0; !st && u < n; u++) {
+        zero_tensor_desc_t t[2];
+        toy_unit_tensors(sizes[u], t);
+        char name[16];
+        snprintf(name, sizeof name, "u%d", u);
+        st = zero_engine_add_unit(eng, name, t, 2, NULL);
+    }
+    return st;
+}
+
+/* Swap files (*.swp) in dir. */
+static inline int swap_files_in(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += strstr(e->d_name, ".swp") != NULL;
+    if (d) closedir(d);
+    return n;
+}
+
+/* One bit of the byte at `at` of the file flipped on disk (a torn or rotted page); 1 if done. */
+static inline int flip_bit(const char *path, off_t at) {
+    int fd = open(path, O_RDWR);
+    unsigned char byte = 0;
+    int ok = fd >= 0 && pread(fd, &byte, 1, at) == 1;
+    byte ^= 0x10;
+    ok = ok && pwrite(fd, &byte, 1, at) == 1 && fsync(fd) == 0;
+    if (fd >= 0) close(fd);
+    return ok;
+}
+
+#endif /* ZERO_TESTS_ZERO_TOY_UNITS_H */
