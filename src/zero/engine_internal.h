@@ -305,6 +305,11 @@ zero__optim_residency_t zero__state_residency_ram(zero_engine_t *eng);
 void zero__engine_set_residency(zero_engine_t *eng, const zero__optim_residency_t *res);
 
 /* swap.c: the optimizer's states in swap files (offload_optimizer device nvme). */
+/* An offload block's keys (block: "offload_optimizer", "offload_param"; files and buffers name
+ * what its path and its buffer_count hold, for the messages); with device nvme a path and
+ * min_buffers to 64 buffers. */
+zero_status_t zero__offload_check(const zero_offload_params_t *o, const char *block,
+                                  const char *files, int min_buffers, const char *buffers);
 zero_status_t zero__swap_check_params(const zero_engine_params_t *p); /* the offload keys */
 zero_status_t zero__swap_init(zero_engine_t *eng);            /* nothing unless device is nvme */
 zero_status_t zero__swap_add_unit(zero_engine_t *eng, int u); /* its file, before its fill */

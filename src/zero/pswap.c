@@ -59,29 +59,14 @@ static size_t shard_bytes(const zero_engine_t *eng, const zero__unit_t *un) {
 }
 
 zero_status_t zero__pswap_check_params(const zero_engine_params_t *p) {
-    const zero_offload_params_t *o = &p->offload_param;
-    if ((unsigned)o->device >= ZERO_OFFLOAD_DEVICE_COUNT)
-        return zero__error(ZERO_ERR_CONFIG,
-                           "zero_optimization.offload_param.device %d is invalid (expected none, "
-                           "cpu or nvme)",
-                           (int)o->device);
-    if (o->device != ZERO_OFFLOAD_NVME) return ZERO_OK;
-    if (p->stage != 3)
+    if (p->offload_param.device == ZERO_OFFLOAD_NVME && p->stage != 3)
         return zero__error(ZERO_ERR_CONFIG,
                            "zero_optimization.offload_param.device nvme needs "
                            "zero_optimization.stage 3 (got stage %d): only stage 3 partitions the "
                            "parameters",
                            p->stage);
-    if (!o->nvme_path[0])
-        return zero__error(ZERO_ERR_CONFIG,
-                           "zero_optimization.offload_param.nvme_path is empty (expected the "
-                           "directory of the parameter swap files with device nvme)");
-    if (o->buffer_count < 1 || o->buffer_count > 64)
-        return zero__error(ZERO_ERR_CONFIG,
-                           "zero_optimization.offload_param.buffer_count %d is invalid (expected 1 "
-                           "to 64 resident parameter shards)",
-                           o->buffer_count);
-    return ZERO_OK;
+    return zero__offload_check(&p->offload_param, "offload_param", "parameter swap files", 1,
+                               "resident parameter shards");
 }
 
 zero_status_t zero__pswap_init(zero_engine_t *eng) {

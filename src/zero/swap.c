@@ -340,23 +340,29 @@ static zero_status_t swap_unmap(void *ctx, int unit, zero_engine_state_t state, 
 
 /* ------------------------------------------------------------------------------ engine side */
 
-zero_status_t zero__swap_check_params(const zero_engine_params_t *p) {
-    const zero_offload_params_t *o = &p->offload_optimizer;
+zero_status_t zero__offload_check(const zero_offload_params_t *o, const char *block,
+                                  const char *files, int min_buffers, const char *buffers) {
     if ((unsigned)o->device >= ZERO_OFFLOAD_DEVICE_COUNT)
         return zero__error(ZERO_ERR_CONFIG,
-                           "zero_optimization.offload_optimizer.device %d is invalid (expected "
-                           "none, cpu or nvme)",
-                           (int)o->device);
+                           "zero_optimization.%s.device %d is invalid (expected none, cpu or nvme)",
+                           block, (int)o->device);
     if (o->device != ZERO_OFFLOAD_NVME) return ZERO_OK;
     if (!o->nvme_path[0])
         return zero__error(ZERO_ERR_CONFIG,
-                           "zero_optimization.offload_optimizer.nvme_path is empty (expected the "
-                           "directory of the swap files with device nvme)");
-    if (o->buffer_count < 2 || o->buffer_count > 64)
+                           "zero_optimization.%s.nvme_path is empty (expected the directory of the "
+                           "%s with device nvme)",
+                           block, files);
+    if (o->buffer_count < min_buffers || o->buffer_count > 64)
         return zero__error(ZERO_ERR_CONFIG,
-                           "zero_optimization.offload_optimizer.buffer_count %d is invalid "
-                           "(expected 2 to 64 staging buffers)",
-                           o->buffer_count);
+                           "zero_optimization.%s.buffer_count %d is invalid (expected %d to 64 %s)",
+                           block, o->buffer_count, min_buffers, buffers);
+    return ZERO_OK;
+}
+
+zero_status_t zero__swap_check_params(const zero_engine_params_t *p) {
+    zero_status_t st = zero__offload_check(&p->offload_optimizer, "offload_optimizer", "swap files",
+                                           2, "staging buffers");
+    if (st || p->offload_optimizer.device != ZERO_OFFLOAD_NVME) return st;
     if (p->sub_group_elems < 1)
         return zero__error(ZERO_ERR_CONFIG,
                            "zero_optimization.sub_group_size %lld is invalid (expected >= 1)",
