@@ -244,7 +244,11 @@ ZERO_API zero_status_t zero_engine_add_unit(zero_engine_t *eng, const char *name
  * Tensor t starts at element zero_engine_tensor_offset(eng, u, t). Returns NULL with
  * zero_last_error() set for a bad unit or a failed gather (the message names the unit and step; the
  * engine is then failed and zero_engine_step returns the status). The model must not write the
- * memory. Collective in stage 3 (all-gather, possibly prefetches). */
+ * memory. Collective in stage 3 (all-gather, possibly prefetches). offload_param nvme with more
+ * than one rank: a shard that cannot be read from its swap file (I/O error, short read, checksum
+ * mismatch) does not fail the fetch; that rank's part is zeros, every collective stays matched,
+ * and the next zero_engine_step or zero_engine_check fails on every rank, naming the rank (and,
+ * on that rank, the unit and the file). */
 ZERO_API const void *zero_unit_fetch(zero_engine_t *eng, int u);
 /* The model is done with unit u's parameters for now. */
 ZERO_API void zero_unit_release(zero_engine_t *eng, int u);
@@ -283,6 +287,13 @@ typedef struct zero_step_stats {
  * get ZERO_ERR_MISMATCH naming the step, the first differing call and the units. stats may be NULL.
  * Collective. */
 ZERO_API zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats);
+
+/* After fetches that no step follows (an evaluation, sampling): ZERO_OK, or, when a fetch on any
+ * rank since the last step could not read its parameter shard (see zero_unit_fetch), the engine
+ * failed on every rank with a message naming that rank (on that rank: the unit and the file).
+ * Also returns an earlier failure of this rank's engine. Collective (a 4-byte all-gather, not
+ * counted in a step's communication). */
+ZERO_API zero_status_t zero_engine_check(zero_engine_t *eng);
 
 /* The factor the model multiplies the loss gradient by before backward in this micro-step:
  * fp16's dynamic (or static) loss scale, 1.0f for fp32 and bf16. Constant between two

@@ -135,7 +135,9 @@ static zero_status_t evaluate(run_t *r, int split_train, float *loss) {
         if (st) return st;
         sum += l;
     }
-    zero_status_t st = sum_ranks(r, &sum, 1);
+    /* no step follows: a parameter shard a rank could not read fails every rank here */
+    zero_status_t st = zero_engine_check(r->eng);
+    if (!st) st = sum_ranks(r, &sum, 1);
     if (st) return st;
     *loss = (float)(sum / ((double)r->cfg->eval_batches * r->world));
     return ZERO_OK;
@@ -674,6 +676,7 @@ static zero_status_t rank_finish(run_t *r, zero_train_report_t *rep) {
     rep->mfu = rep->peak_flops_per_s > 0 ? rep->flops_per_s / rep->peak_flops_per_s : 0.0;
 
     if (!r->stop_signal) st = samples(r); /* a stopping run leaves promptly */
+    if (!st) st = zero_engine_check(r->eng);
     if (!st) st = zero_engine_fingerprint(r->eng, &rep->weights_fingerprint);
     if (st) goto done;
     zero_mem_get_stats(zero_engine_mem(r->eng), &rep->mem);

@@ -179,6 +179,12 @@ struct zero_engine {
     int world, rank;       /* groups[0]'s size and rank */
     zero_status_t failure; /* sticky: the first collective failure */
     char failure_msg[1024];
+    /* offload_param, world > 1: the first read of a parameter shard that failed at a fetch (its
+     * status and message, naming the unit and the file). Sticky. The rank goes on gathering
+     * zeros in place of that shard so that every collective stays matched; the step's control
+     * record (or zero_engine_check) then fails every rank, before any update. */
+    zero_status_t fetch_failure;
+    char fetch_failure_msg[1024];
     /* Precision: element bytes of the compute dtype and of the accumulator; lowp = 16-bit
      * compute (separate fp32 master). The scaler decides skips (and fp16's scale). */
     size_t ce, ae;
@@ -261,6 +267,10 @@ void zero__schedule_end_step(zero_engine_t *eng); /* after a step: record, reset
 /* Stage 3, at the step: wait for prefetches and give every gathered unit's buffer back to the
  * pool (the gathered copies are stale once the shards are updated). */
 zero_status_t zero__fetch_drop_all(zero_engine_t *eng);
+/* Every rank has learnt each rank's fetch_failure (bad: the first failing rank, theirs: its
+ * status; bad < 0: none): ZERO_OK, or the engine failed (sticky) with this rank's own message
+ * or one naming rank bad. */
+zero_status_t zero__fetch_failure_agreed(zero_engine_t *eng, int bad, zero_status_t theirs);
 
 /* pool.c. take: an idle buffer of exactly `bytes` bytes, else a new one (category cat)
  * that joins the pool; NULL when out of memory. give: back to the pool (asserts it came from

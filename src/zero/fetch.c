@@ -120,22 +120,38 @@ static zero_status_t free_send_buffers(zero_engine_t *eng, zero__unit_t *un) {
 
 /* Allocate unit un's full buffer and post (or, with one rank, do) its gather. With offload_param
  * the shard is read from its swap file first (or was read ahead) and stays mapped until the
- * gather has landed. */
+ * gather has landed.
+ * A read that fails (an I/O error, a short read, a checksum mismatch) fails the engine at once
+ * with one rank. With more, the other ranks are about to wait for this rank's shard in this
+ * gather, and the model goes on calling fetch and grads_done after it: returning NULL would
+ * stop this rank's model and leave them waiting until the collective timeout. So the failure is
+ * recorded (fetch_failure, naming the file and the unit), this rank's part of the gather is
+ * zeros, and the fetch succeeds: every collective stays matched, the forward and backward run
+ * on values nobody will use, and the step's control record (step.c) fails every rank before
+ * any update. Between steps (evaluation, sampling) zero_engine_check does the same. */
 static zero_status_t start_gather(zero_engine_t *eng, zero__unit_t *un) {
     const size_t P = un->padded_count;
     void *shard = un->shard;
     if (un->poff) {
         zero_status_t st = free_send_buffers(eng, un);
-        if (!st) st = zero__shard_map(eng, un, &shard);
+        if (st) return st;
+        st = zero__shard_map(eng, un, &shard);
         if (st) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", zero_last_error());
-            return zero__engine_fail(eng, st,
-                                     "step %lld: reading the parameters of unit %d '%s' from "
-                                     "NVMe failed: %s",
-                                     (long long)eng->step, (int)(un - eng->units), un->name, msg);
+            char msg[1024];
+            snprintf(msg, sizeof msg,
+                     "step %lld: reading the parameters of unit %d '%s' from NVMe failed: %s",
+                     (long long)eng->step, (int)(un - eng->units), un->name, zero_last_error());
+            if (eng->world == 1) return zero__engine_fail(eng, st, "%s", msg);
+            if (!eng->fetch_failure) {
+                eng->fetch_failure = st;
+                snprintf(eng->fetch_failure_msg, sizeof eng->fetch_failure_msg, "%s", msg);
+                zero__log(ZERO_LOG_ERROR, eng->rank, eng->world,
+                          "%s (gathering zeros in its place; the step fails on every rank)", msg);
+            }
+            shard = NULL;
+        } else {
+            un->send_mapped = 1;
         }
-        un->send_mapped = 1;
     }
     un->full = zero__pool_take(eng, &eng->pool, ZERO_MEM_COMM, P * eng->ce);
     if (!un->full) {
@@ -145,8 +161,12 @@ static zero_status_t start_gather(zero_engine_t *eng, zero__unit_t *un) {
                                  (long long)eng->step, un->name, P * eng->ce);
     }
     eng->live_elems += (int64_t)P;
+    if (!shard) { /* the lost shard: zeros, sent in place (comm.h's in-place all-gather) */
+        shard = zero__elem(un->full, zero__shard_lo(un), eng->ce);
+        memset(shard, 0, un->shard_count * eng->ce);
+    }
     if (un->grp->size == 1) {
-        memcpy(un->full, shard, P * eng->ce);
+        if (shard != un->full) memcpy(un->full, shard, P * eng->ce);
         unmap_send(eng, un);
         return ZERO_OK;
     }
@@ -258,6 +278,41 @@ void zero_unit_release(zero_engine_t *eng, int u) {
     zero__unit_t *un = zero__engine_unit(eng, u);
     if (!un || !eng->pol.shard_params || un->persistent || un->refs == 0) return;
     if (--un->refs == 0) drop(eng, un);
+}
+
+zero_status_t zero__fetch_failure_agreed(zero_engine_t *eng, int bad, zero_status_t theirs) {
+    if (eng->fetch_failure)
+        return zero__engine_fail(eng, eng->fetch_failure, "%s (no rank updates anything)",
+                                 eng->fetch_failure_msg);
+    if (bad < 0) return ZERO_OK;
+    return zero__engine_fail(eng, theirs,
+                             "step %lld: rank %d could not read a parameter shard from its swap "
+                             "file (NVMe) at a fetch (%s): no rank updates anything; that rank's "
+                             "message names the file",
+                             (long long)eng->step, bad, zero_status_str(theirs));
+}
+
+zero_status_t zero_engine_check(zero_engine_t *eng) {
+    if (!eng) return zero__error(ZERO_ERR_INVALID_ARG, "zero_engine_check: engine is NULL");
+    if (eng->failure) return zero__error(eng->failure, "%s", eng->failure_msg);
+    if (eng->world == 1) return ZERO_OK;
+    int32_t *all = malloc((size_t)eng->world * sizeof *all);
+    if (!all) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "engine: out of memory (check)");
+    const int32_t mine = (int32_t)eng->fetch_failure;
+    zero_status_t st = zero__xfer_gather(eng, &eng->groups[0], ZERO__XFER_CHECK, &mine, all,
+                                         sizeof mine, ZERO_DTYPE_UINT8, NULL);
+    int bad = -1;
+    for (int r = 0; !st && r < eng->world && bad < 0; r++)
+        if (all[r]) bad = r;
+    const zero_status_t theirs = bad >= 0 ? (zero_status_t)all[bad] : ZERO_OK;
+    free(all);
+    if (st) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", zero_last_error());
+        return zero__engine_fail(eng, st, "zero_engine_check: the status all-gather failed: %s",
+                                 msg);
+    }
+    return zero__fetch_failure_agreed(eng, bad, theirs);
 }
 
 zero_status_t zero__fetch_drop_all(zero_engine_t *eng) {

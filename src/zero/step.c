@@ -31,7 +31,8 @@ typedef struct step_record {
     double sumsq;
     uint64_t schedule_hash;
     uint32_t schedule_calls;
-    int32_t overflow; /* 1: an accumulator shard of this rank holds inf or NaN */
+    int16_t overflow;      /* 1: an accumulator shard of this rank holds inf or NaN */
+    int16_t fetch_failure; /* this rank's eng->fetch_failure (a status, 0: none) */
     uint64_t step;
 } step_record_t;
 _Static_assert(sizeof(step_record_t) == ZERO__CONTROL_BYTES, "the comm theory's control record");
@@ -248,6 +249,28 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
     return ZERO_OK;
 }
 
+/* Stage 0 all-gathers each unit's reduced gradient inside its update. When this rank's update
+ * fails at unit `from` (its swap I/O), the other ranks go on to the gathers of the units after
+ * it: this rank posts them too, computing nothing, so that every rank reaches swap_agree at once
+ * instead of the others waiting in a gather until the collective timeout. `posted`: unit from's
+ * own gather was posted. A gather that fails ends it: its communicator is failed then, and the
+ * later calls would return at once anyway. */
+static void gathers_after(zero_engine_t *eng, int from, int posted) {
+    if (eng->pol.shard_optim) return;
+    for (int i = from + (posted ? 1 : 0); i < eng->unit_count; i++) {
+        zero__unit_t *u = &eng->units[i];
+        if (u->grp->size == 1) continue;
+        void *buf =
+            zero__pool_take(eng, &eng->grad_pool, ZERO_MEM_GRADS, u->padded_count * eng->ae);
+        zero_status_t st =
+            buf ? zero__xfer_gather(eng, u->grp, ZERO_XFER_GRADS, u->acc, buf, u->shard_count,
+                                    eng->params.grad_accum_dtype, NULL)
+                : ZERO_ERR_OUT_OF_MEMORY;
+        if (buf) zero__pool_give(&eng->grad_pool, buf);
+        if (st) return;
+    }
+}
+
 /* Offloaded states: every rank says whether its update (its swap I/O) succeeded; a failure on
  * any rank is this step's failure everywhere, named with the first failing rank. */
 static zero_status_t swap_agree(zero_engine_t *eng, zero_status_t mine) {
@@ -290,6 +313,7 @@ static void end_step(zero_engine_t *eng, int acc_cleared) {
 zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
     if (!eng) return zero__error(ZERO_ERR_INVALID_ARG, "zero_engine_step: engine is NULL");
     if (eng->failure) return zero__error(eng->failure, "%s", eng->failure_msg);
+    if (eng->world == 1 && eng->fetch_failure) return zero__fetch_failure_agreed(eng, 0, 0);
     double t0 = zero_time_now();
     const zero_engine_params_t *p = &eng->params;
     zero_status_t st;
@@ -334,13 +358,25 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
         rec.sumsq = mine;
         rec.schedule_hash = eng->event_count ? eng->event_hash : 0;
         rec.schedule_calls = (uint32_t)eng->event_count;
-        rec.overflow = overflow;
+        rec.overflow = (int16_t)overflow;
+        rec.fetch_failure = (int16_t)eng->fetch_failure;
         rec.step = (uint64_t)eng->step;
         st = zero__xfer_gather(eng, &eng->groups[0], ZERO_XFER_CONTROL, &rec, all, sizeof rec,
                                ZERO_DTYPE_UINT8, NULL);
         if (st) {
             free(all);
             return comm_fail(eng, st, "the gradient-norm and schedule all-gather");
+        }
+        /* A parameter shard lost at a fetch (fetch.c) on any rank: every rank fails here, before
+         * the loss scaler or any update, and before the schedule check (the lost rank kept
+         * calling, so the schedules agree anyway). */
+        int bad = -1;
+        for (int r = 0; r < eng->world && bad < 0; r++)
+            if (all[r].fetch_failure) bad = r;
+        if (bad >= 0) {
+            const zero_status_t theirs = all[bad].fetch_failure;
+            free(all);
+            return zero__fetch_failure_agreed(eng, bad, theirs);
         }
         for (int r = 1; r < eng->world; r++)
             if (all[r].schedule_hash != all[0].schedule_hash ||
@@ -402,8 +438,11 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
             ss.clipped = 1;
         }
         eng->step++;
-        for (int i = 0; i < eng->unit_count && !st; i++)
+        for (int i = 0; i < eng->unit_count && !st; i++) {
+            const uint64_t sent = eng->xfer.sent[ZERO_XFER_GRADS];
             st = update_unit(eng, i, scale, ss.lr, &acc_cleared);
+            if (st && eng->swap) gathers_after(eng, i, eng->xfer.sent[ZERO_XFER_GRADS] != sent);
+        }
         if (!st && (st = zero__swap_sync(eng)))
             zero__engine_fail(eng, st, "step %lld: optimizer states on NVMe: %s",
                               (long long)eng->step, zero_last_error());
