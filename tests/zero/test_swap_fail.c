@@ -11,6 +11,8 @@
  *    optimizer state and every parameter each rank holds read back the same bits as before
  *    (on the failing rank, unit 1's shard itself cannot be read any more: that read must fail
  *    naming the checksum).
+ *  - param short read: the same, the file truncated to nothing instead of a bit flipped (the
+ *    read comes back short: ZERO_ERR_IO naming the file).
  *  - eval: the same flip, then only a forward (an evaluation: no step follows) and
  *    zero_engine_check, which must fail on every rank the same way, nothing changed.
  *  - stage 0: offload_optimizer nvme, the flip in unit 1's Adam m (its second sub-group, read
@@ -42,8 +44,8 @@
 #define FAST_S 15.0 /* well under the collective timeout: nobody waited for it */
 static const size_t sizes[UNITS] = {3000, 5000, 40, 700};
 
-typedef enum { CASE_PARAM, CASE_EVAL, CASE_STAGE0, CASE_COUNT } case_kind_t;
-static const char *const case_names[] = {"param", "eval", "stage 0"};
+typedef enum { CASE_PARAM, CASE_SHORT, CASE_EVAL, CASE_STAGE0, CASE_COUNT } case_kind_t;
+static const char *const case_names[] = {"param", "param short read", "eval", "stage 0"};
 
 typedef struct fail_arg {
     case_kind_t kind;
@@ -150,7 +152,9 @@ static void fail_rank(zero_comm_t *comm, void *argp) {
                  param ? "param.swp" : "swp");
         /* parameters: the shard's first page; stage 0: Adam m's third page, in the second
          * sub-group (the first ones were read ahead before the flip) */
-        if (!flip_bit(a->path, param ? 100 : 4096 * 2 + 100)) st = ZERO_ERR_IO;
+        if (a->kind == CASE_SHORT ? truncate(a->path, 0) != 0
+                                  : !flip_bit(a->path, param ? 100 : 4096 * 2 + 100))
+            st = ZERO_ERR_IO;
         CHECK(st == ZERO_OK, "%s: cannot change %s", what, a->path);
     }
     if (st) { /* the others would wait for this rank: the case is lost anyway */
@@ -167,15 +171,17 @@ static void fail_rank(zero_comm_t *comm, void *argp) {
           "%s, %d ranks, rank %d: the step after the flip gave %s after %.1f s (collective "
           "timeout %.0f s): %s",
           what, n, rank, zero_status_str(st), a->elapsed_s, TIMEOUT_S, a->error);
+    const zero_status_t want = a->kind == CASE_SHORT ? ZERO_ERR_IO : ZERO_ERR_FORMAT;
     if (rank == a->bad)
-        CHECK(st == ZERO_ERR_FORMAT && strstr(a->error, a->path) && strstr(a->error, "checksum") &&
+        CHECK(st == want && strstr(a->error, a->path) &&
+                  strstr(a->error, a->kind == CASE_SHORT ? "short read" : "checksum") &&
                   (a->kind == CASE_STAGE0 || strstr(a->error, "'u1'")),
               "%s, %d ranks, the failing rank %d: %s: %s", what, n, rank, zero_status_str(st),
               a->error);
     else {
         char who[32];
         snprintf(who, sizeof who, "rank %d", a->bad);
-        CHECK(st == ZERO_ERR_FORMAT && strstr(a->error, who) && strstr(a->error, "NVMe"),
+        CHECK(st == want && strstr(a->error, who) && strstr(a->error, "NVMe"),
               "%s, %d ranks, rank %d: %s: %s (expected it to name %s)", what, n, rank,
               zero_status_str(st), a->error, who);
     }
@@ -194,9 +200,8 @@ static void fail_rank(zero_comm_t *comm, void *argp) {
                 const int lost =
                     rank == a->bad && u == 1 && (s == ENTRIES - 1 || s == ZERO_ENGINE_STATE_MASTER);
                 if (lost) {
-                    CHECK(after.st[u][s] == ZERO_ERR_FORMAT,
-                          "%s, rank %d: the flipped shard reads back (%s)", what, rank,
-                          zero_status_str(after.st[u][s]));
+                    CHECK(after.st[u][s] == want, "%s, rank %d: the flipped shard reads back (%s)",
+                          what, rank, zero_status_str(after.st[u][s]));
                     continue;
                 }
                 CHECK(before.st[u][s] == ZERO_OK && after.st[u][s] == ZERO_OK &&
