@@ -291,8 +291,8 @@ ZERO_API zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *s
 /* After fetches that no step follows (an evaluation, sampling): ZERO_OK, or, when a fetch on any
  * rank since the last step could not read its parameter shard (see zero_unit_fetch), the engine
  * failed on every rank with a message naming that rank (on that rank: the unit and the file).
- * Also returns an earlier failure of this rank's engine. Collective (a 4-byte all-gather, not
- * counted in a step's communication). */
+ * Also returns an earlier failure of this rank's engine (without taking part). Collective (a
+ * 4-byte all-gather, not counted in a step's communication). */
 ZERO_API zero_status_t zero_engine_check(zero_engine_t *eng);
 
 /* The factor the model multiplies the loss gradient by before backward in this micro-step:
@@ -396,7 +396,8 @@ ZERO_API zero_status_t zero_engine_set_step_count(zero_engine_t *eng, int64_t st
 /* 64-bit FNV-1a hash of the bytes of the full fp32 weights in canonical order: units in
  * declaration order, tensors in order, unpadded, little-endian floats. Identical however the
  * weights are sharded and the same on every rank. Collective (stage 3 gathers each unit; its
- * traffic is not counted in the step's communication). */
+ * traffic is not counted in the step's communication). Ends with zero_engine_check: a swap file
+ * that a rank could not read here or at a fetch since the last step fails every rank. */
 ZERO_API zero_status_t zero_engine_fingerprint(zero_engine_t *eng, uint64_t *out);
 
 /* The replica check: the ranks compare a hash of the parameters every rank holds a copy of

@@ -24,7 +24,9 @@ static uint64_t fnv_bytes(uint64_t h, const void *data, size_t n) {
 
 /* The fp32 weights of unit u whole: what this rank holds of the optimizer's master (through the
  * residency: with fp32 compute the parameters), all-gathered over the unit's group when that is
- * a shard. The hash reads each tensor, padding apart. */
+ * a shard. The hash reads each tensor, padding apart. With more than one rank, a master this
+ * rank cannot read (a swap file) is recorded (zero__fetch_lost) and zeros are gathered in its
+ * place, so the other ranks do not wait for it; zero_engine_fingerprint then fails everywhere. */
 static zero_status_t hash_unit(zero_engine_t *eng, int u, uint64_t *h) {
     const zero__unit_t *un = &eng->units[u];
     const zero__optim_residency_t *res = &eng->residency;
@@ -32,7 +34,13 @@ static zero_status_t hash_unit(zero_engine_t *eng, int u, uint64_t *h) {
     zero__optim_held_range(eng, un, ZERO_ENGINE_STATE_MASTER, &lo, &n);
     void *held = NULL;
     zero_status_t st = res->map(res->ctx, u, ZERO_ENGINE_STATE_MASTER, lo, n, &held);
-    if (st) return st;
+    if (st && eng->world == 1) return st;
+    if (st) {
+        zero__fetch_lost(eng, st, "fingerprint: reading the weights of unit %d '%s' failed: %s", u,
+                         un->name, zero_last_error());
+        st = ZERO_OK;
+        held = NULL;
+    }
     const float *w = held;
     float *whole = NULL, *pooled = NULL;
     if (n < un->padded_count) {
@@ -44,19 +52,24 @@ static zero_status_t hash_unit(zero_engine_t *eng, int u, uint64_t *h) {
         if (!whole)
             st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "no memory to gather unit '%s' (%zu bytes)",
                              un->name, bytes);
+        else if (!held) /* lost: zeros, sent in place (comm.h's in-place all-gather) */
+            st = zero__xfer_gather(eng, un->grp, ZERO__XFER_CHECK,
+                                   memset(whole + lo, 0, n * sizeof(float)), whole, n,
+                                   ZERO_DTYPE_FP32, NULL);
         else
             st = zero__xfer_gather(eng, un->grp, ZERO__XFER_CHECK, held, whole, n, ZERO_DTYPE_FP32,
                                    NULL);
         w = whole;
     }
-    if (!st)
+    if (!st && held)
         for (int t = 0; t < un->tensor_count; t++)
             *h = fnv_bytes(*h, w + un->offsets[t], un->counts[t] * sizeof(float));
     if (pooled)
         zero__pool_give(&eng->pool, pooled);
     else
         zero_mem_free(whole);
-    zero_status_t st2 = res->unmap(res->ctx, u, ZERO_ENGINE_STATE_MASTER, held, lo, n, 0);
+    zero_status_t st2 =
+        held ? res->unmap(res->ctx, u, ZERO_ENGINE_STATE_MASTER, held, lo, n, 0) : ZERO_OK;
     return st ? st : st2;
 }
 
@@ -72,6 +85,9 @@ zero_status_t zero_engine_fingerprint(zero_engine_t *eng, uint64_t *out) {
         snprintf(msg, sizeof msg, "%s", zero_last_error());
         return zero__engine_fail(eng, st, "fingerprint: gathering the weights failed: %s", msg);
     }
+    /* a swap file a rank could not read, here or at a fetch since the last step: every rank
+     * fails here (one 4-byte all-gather) */
+    if ((st = zero_engine_check(eng))) return st;
     *out = h;
     return ZERO_OK;
 }

@@ -179,10 +179,11 @@ struct zero_engine {
     int world, rank;       /* groups[0]'s size and rank */
     zero_status_t failure; /* sticky: the first collective failure */
     char failure_msg[1024];
-    /* offload_param, world > 1: the first read of a parameter shard that failed at a fetch (its
-     * status and message, naming the unit and the file). Sticky. The rank goes on gathering
-     * zeros in place of that shard so that every collective stays matched; the step's control
-     * record (or zero_engine_check) then fails every rank, before any update. */
+    /* world > 1: the first swap-file read that failed at a fetch (offload_param) or in the
+     * fingerprint (its status and message, naming the unit and the file). Sticky. The rank goes
+     * on gathering zeros in place of what it could not read so that every collective stays
+     * matched; the step's control record (or zero_engine_check) then fails every rank, before
+     * any update. */
     zero_status_t fetch_failure;
     char fetch_failure_msg[1024];
     /* Precision: element bytes of the compute dtype and of the accumulator; lowp = 16-bit
@@ -267,6 +268,8 @@ void zero__schedule_end_step(zero_engine_t *eng); /* after a step: record, reset
 /* Stage 3, at the step: wait for prefetches and give every gathered unit's buffer back to the
  * pool (the gathered copies are stale once the shards are updated). */
 zero_status_t zero__fetch_drop_all(zero_engine_t *eng);
+/* Record a failed swap-file read as fetch_failure (the first one; message as printf), logged. */
+void zero__fetch_lost(zero_engine_t *eng, zero_status_t st, const char *fmt, ...) ZERO_PRINTF(3, 4);
 /* Every rank has learnt each rank's fetch_failure (bad: the first failing rank, theirs: its
  * status; bad < 0: none): ZERO_OK, or the engine failed (sticky) with this rank's own message
  * or one naming rank bad. */

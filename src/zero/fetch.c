@@ -16,6 +16,8 @@
  */
 #include "engine_internal.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -142,12 +144,7 @@ static zero_status_t start_gather(zero_engine_t *eng, zero__unit_t *un) {
                      "step %lld: reading the parameters of unit %d '%s' from NVMe failed: %s",
                      (long long)eng->step, (int)(un - eng->units), un->name, zero_last_error());
             if (eng->world == 1) return zero__engine_fail(eng, st, "%s", msg);
-            if (!eng->fetch_failure) {
-                eng->fetch_failure = st;
-                snprintf(eng->fetch_failure_msg, sizeof eng->fetch_failure_msg, "%s", msg);
-                zero__log(ZERO_LOG_ERROR, eng->rank, eng->world,
-                          "%s (gathering zeros in its place; the step fails on every rank)", msg);
-            }
+            zero__fetch_lost(eng, st, "%s", msg);
             shard = NULL;
         } else {
             un->send_mapped = 1;
@@ -280,14 +277,26 @@ void zero_unit_release(zero_engine_t *eng, int u) {
     if (--un->refs == 0) drop(eng, un);
 }
 
+void zero__fetch_lost(zero_engine_t *eng, zero_status_t st, const char *fmt, ...) {
+    if (eng->fetch_failure) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(eng->fetch_failure_msg, sizeof eng->fetch_failure_msg, fmt, ap);
+    va_end(ap);
+    eng->fetch_failure = st;
+    zero__log(ZERO_LOG_ERROR, eng->rank, eng->world,
+              "%s (gathering zeros in its place; every rank fails at the next step or check)",
+              eng->fetch_failure_msg);
+}
+
 zero_status_t zero__fetch_failure_agreed(zero_engine_t *eng, int bad, zero_status_t theirs) {
     if (eng->fetch_failure)
         return zero__engine_fail(eng, eng->fetch_failure, "%s (no rank updates anything)",
                                  eng->fetch_failure_msg);
     if (bad < 0) return ZERO_OK;
     return zero__engine_fail(eng, theirs,
-                             "step %lld: rank %d could not read a parameter shard from its swap "
-                             "file (NVMe) at a fetch (%s): no rank updates anything; that rank's "
+                             "step %lld: rank %d could not read its swap file (NVMe) at a fetch "
+                             "or the fingerprint (%s): no rank updates anything; that rank's "
                              "message names the file",
                              (long long)eng->step, bad, zero_status_str(theirs));
 }

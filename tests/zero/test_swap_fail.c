@@ -15,6 +15,8 @@
  *    read comes back short: ZERO_ERR_IO naming the file).
  *  - eval: the same flip, then only a forward (an evaluation: no step follows) and
  *    zero_engine_check, which must fail on every rank the same way, nothing changed.
+ *  - fingerprint: the same flip, then zero_engine_fingerprint alone (it reads the shards itself):
+ *    the same, on every rank.
  *  - stage 0: offload_optimizer nvme, the flip in unit 1's Adam m (its second sub-group, read
  *    during the update). Stage 0 all-gathers each unit's gradient inside the update: the failing
  *    rank posts the later units' gathers without the math, so every rank reaches the step's I/O
@@ -44,8 +46,16 @@
 #define FAST_S 15.0 /* well under the collective timeout: nobody waited for it */
 static const size_t sizes[UNITS] = {3000, 5000, 40, 700};
 
-typedef enum { CASE_PARAM, CASE_SHORT, CASE_EVAL, CASE_STAGE0, CASE_COUNT } case_kind_t;
-static const char *const case_names[] = {"param", "param short read", "eval", "stage 0"};
+typedef enum {
+    CASE_PARAM,
+    CASE_SHORT,
+    CASE_EVAL,
+    CASE_FINGERPRINT,
+    CASE_STAGE0,
+    CASE_COUNT
+} case_kind_t;
+static const char *const case_names[] = {"param", "param short read", "eval", "fingerprint",
+                                         "stage 0"};
 
 typedef struct fail_arg {
     case_kind_t kind;
@@ -74,15 +84,17 @@ static zero_engine_params_t params_of(case_kind_t kind, const char *dir, zero_co
     return p;
 }
 
-/* A forward (fetch, release in order), and unless forward_only a backward (fetch, gradient,
- * release in reverse) and the step. */
-static zero_status_t step(zero_engine_t *eng, int rank, int s, int forward_only) {
+/* A forward (fetch, release in order), a backward (fetch, gradient, release in reverse) and the
+ * step; eval: the forward and zero_engine_check; fingerprint: zero_engine_fingerprint alone. */
+static zero_status_t step(zero_engine_t *eng, int rank, int s, case_kind_t kind) {
     const zero_dtype_t dt = zero_engine_params(eng)->compute_dtype;
+    uint64_t fp = 0;
+    if (kind == CASE_FINGERPRINT) return zero_engine_fingerprint(eng, &fp);
     for (int u = 0; u < UNITS; u++) {
         if (!zero_unit_fetch(eng, u)) return ZERO_ERR_INTERNAL;
         zero_unit_release(eng, u);
     }
-    if (forward_only) return zero_engine_check(eng);
+    if (kind == CASE_EVAL) return zero_engine_check(eng);
     for (int u = UNITS - 1; u >= 0; u--) {
         if (!zero_unit_fetch(eng, u)) return ZERO_ERR_INTERNAL;
         void *g = zero_unit_grads(eng, u);
@@ -141,7 +153,7 @@ static void fail_rank(zero_comm_t *comm, void *argp) {
     zero_engine_t *eng = NULL;
     zero_status_t st = zero_engine_init(&eng, &p);
     if (!st) st = toy_add_units(eng, sizes, UNITS);
-    if (!st) st = step(eng, rank, 0, 0);
+    if (!st) st = step(eng, rank, 0, CASE_PARAM);
     CHECK(st == ZERO_OK, "%s, %d ranks, rank %d: the first step: %s", what, n, rank,
           zero_last_error());
     held_t before, after;
@@ -163,7 +175,7 @@ static void fail_rank(zero_comm_t *comm, void *argp) {
         return;
     }
     const double t0 = zero_time_now();
-    st = step(eng, rank, 1, a->kind == CASE_EVAL);
+    st = step(eng, rank, 1, a->kind);
     a->elapsed_s = zero_time_now() - t0;
     a->st = st;
     snprintf(a->error, sizeof a->error, "%s", zero_last_error());
