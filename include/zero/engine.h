@@ -202,7 +202,10 @@ typedef struct zero_engine_params {
      * a swap file of its own per rank under nvme_path; at most buffer_count shards (1 to 64,
      * DeepSpeed's default 5) are in RAM at once: a shard is read when its all-gather is posted
      * (the prefetch posts those ahead), the next one of the recorded schedule is read ahead, and
-     * the updated shards are written back after the step. pipeline_* are not used. */
+     * the updated shards are written back after the step. pipeline_* are not used. With
+     * offload_optimizer at nvme too, those units' gradient accumulators live in swap files under
+     * offload_optimizer.nvme_path as well (two buffers of the largest in RAM), written during
+     * backward as each gradient lands and read once by the step. */
     zero_offload_params_t offload_param;
     int64_t sub_group_elems;
     zero_aio_params_t aio;
@@ -485,7 +488,9 @@ typedef struct zero_engine_report {
      * every swapped state, and 4 bytes of checksum per 4 KiB of swap file. offload_param nvme
      * adds the parameter files (each shard in whole pages) and, in ZERO_MEM_OFFLOAD, its
      * buffer_count buffers of the largest shard and their checksums; ZERO_MEM_PARAMS then holds
-     * only the persistent units. The I/O below counts both. */
+     * only the persistent units. Both at nvme add the gradient accumulators' files, their two
+     * buffers and checksums; ZERO_MEM_GRADS then holds only the persistent units' accumulators
+     * and the working buffers. The I/O below counts all of them. */
     uint64_t swap_disk_bytes;
     /* ... and their I/O in the last completed step: bytes read and written (each sub-group is
      * written once per step, so written is swap_disk_bytes; read is about that: less what was

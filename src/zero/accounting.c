@@ -100,12 +100,13 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
     memcpy(out->memory_bytes, ms.live_bytes, sizeof out->memory_bytes);
     memcpy(out->memory_peak_bytes, ms.peak_bytes, sizeof out->memory_peak_bytes);
     const zero__stage_policy_t pol = eng->pol;
-    uint64_t P = 0, S = 0, S_np = 0, P_pers = 0;
+    uint64_t P = 0, S = 0, S_np = 0, P_pers = 0, S_acc = 0;
     for (int i = 0; i < eng->unit_count; i++) {
         const zero__unit_t *u = &eng->units[i];
         P += u->padded_count;
         S += u->shard_count;
         out->param_count += u->param_count;
+        if (!u->goff) S_acc += u->shard_count; /* gswap: the accumulator in its swap file */
         if (u->persistent) {
             P_pers += u->padded_count;
         } else if (!u->poff) { /* offload_param: in its swap file, not in RAM */
@@ -131,7 +132,7 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
      * backward (4 sum_p p K_p, K_p the most units of padded size p holding gradients at once;
      * kept between steps so that backward does not map fresh memory for every unit). */
     out->grad_pool_bytes = zero__pool_bytes(&eng->grad_pool, 0);
-    const uint64_t grads_kept = pol.shard_grads ? a * S : c * P + a * S;
+    const uint64_t grads_kept = pol.shard_grads ? a * S_acc : c * P + a * S_acc;
     out->memory_theory_bytes[ZERO_MEM_GRADS] = (size_t)grads_kept + out->grad_pool_bytes;
     /* Optimizer states: Adam m and v, plus the separate fp32 master with 16-bit compute. */
     const uint64_t ob = eng->swap ? 0 : zero__optim_state_bytes(eng->lowp); /* per element */

@@ -77,10 +77,19 @@ static zero_status_t wait_bucket(zero_engine_t *eng, zero__bucket_t *b) {
     for (int k = 0; k < b->entry_count; k++) {
         const zero__bucket_entry_t *e = &b->entries[k];
         zero__unit_t *un = &eng->units[e->unit];
-        if (!st && !e->into_acc)
-            zero__acc_add(eng, un->acc, eng->params.grad_accum_dtype,
-                          e->lent ? b->drecv : zero__elem(b->recv, e->offset, eng->ce),
-                          eng->params.compute_dtype, un->shard_count, 0, 0);
+        if (e->into_acc) { /* landed in the accumulator (gswap: its mapped buffer) */
+            zero_status_t s2 = zero__acc_unmap(eng, un, !st);
+            if (!st) st = s2;
+        } else if (!st) {
+            void *acc = NULL;
+            st = zero__acc_map(eng, un, ZERO__ACC_ZERO, &acc);
+            if (!st) {
+                zero__acc_add(eng, acc, eng->params.grad_accum_dtype,
+                              e->lent ? b->drecv : zero__elem(b->recv, e->offset, eng->ce),
+                              eng->params.compute_dtype, un->shard_count, 0, 0);
+                st = zero__acc_unmap(eng, un, 1);
+            }
+        }
         if (!e->lent) continue;
         if (eng->pol.shard_grads) {
             zero__pool_give(&eng->grad_pool, e->lent);
@@ -93,6 +102,7 @@ static zero_status_t wait_bucket(zero_engine_t *eng, zero__bucket_t *b) {
     }
     b->entry_count = 0;
     b->block = 0;
+    if (st && eng->failure) return st; /* an accumulator on NVMe: named already */
     if (st)
         return zero__engine_fail(
             eng, st,
@@ -207,8 +217,10 @@ static zero_status_t post_direct(zero_engine_t *eng, zero__unit_t *un) {
     /* Straight into the accumulator only while it is zero and of the dtype that lands. */
     zero__bucket_entry_t e = {(int)(un - eng->units), 0, un->work,
                               !un->acc_used && eng->ae == eng->ce};
-    void *recv = un->acc;
-    if (!e.into_acc) {
+    void *recv = NULL;
+    if (e.into_acc) { /* gswap: mapped until the reduce-scatter lands (wait_bucket) */
+        if ((st = zero__acc_map(eng, un, ZERO__ACC_OVERWRITE, &recv))) return st;
+    } else {
         if ((st = alloc_direct_recv(eng))) return st;
         recv = b->drecv;
     }
@@ -282,11 +294,13 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
         }
         /* One pass: add (widening a 16-bit gradient; into a zero fp32 accumulator a plain
          * store) and, without shard_grads, zero the working buffer for the next micro-step. */
-        zero__acc_add(eng, un->acc, eng->params.grad_accum_dtype, un->work,
-                      eng->params.compute_dtype, S,
-                      fresh && eng->params.grad_accum_dtype == ZERO_DTYPE_FP32, own);
+        void *acc = NULL;
+        zero_status_t st = zero__acc_map(eng, un, ZERO__ACC_ZERO, &acc);
+        if (st) return st;
+        zero__acc_add(eng, acc, eng->params.grad_accum_dtype, un->work, eng->params.compute_dtype,
+                      S, fresh && eng->params.grad_accum_dtype == ZERO_DTYPE_FP32, own);
         work_done(eng, un, own);
-        return ZERO_OK;
+        return zero__acc_unmap(eng, un, 1);
     } else {
         const size_t stride = eng->bucket_cap / (size_t)N;
         zero__bucket_t *b = &eng->buckets[eng->bucket_cur];

@@ -11,7 +11,8 @@
  *               kind; the formula of what a step sends
  * accounting.c  fingerprint and the memory / communication report
  *
- * pswap.c      offload_param nvme: stage 3's parameter shards in swap files, mapped on use
+ * uswap.c      stage 3's per-unit swap files, mapped on use: the parameter shards
+ *              (offload_param nvme) and, with both offloads at nvme, the gradient accumulators
  *
  * lowp.c       16-bit helpers: widen/round ranges, accumulate, the master -> params rounding
  *
@@ -40,6 +41,9 @@
 #define ZERO__BUCKET_SLOTS 2
 #define ZERO__SCRATCH_COUNT 65536
 #define ZERO__GROUP_MAX 8
+/* Buffers of the gradient accumulators on NVMe (uswap.c): one being added into while the last
+ * one's write is in flight (or a direct unit's reduce-scatter lands in it). */
+#define ZERO__GSWAP_SLOTS 2
 /* The step's control record (step.c), sent by every rank to every other once per step. */
 #define ZERO__CONTROL_BYTES 32u
 
@@ -71,7 +75,7 @@ typedef struct zero__unit {
      * owned range); NULL with fp32 compute. */
     void *full, *shard;
     float *master;
-    /* offload_param nvme: the shard lives in a swap file (pswap.c) and shard stays NULL; every
+    /* offload_param nvme: the shard lives in a swap file (uswap.c) and shard stays NULL; every
      * access maps it (zero__shard_map). zero__unit_sharded says whether a unit is held as a
      * shard, whatever holds it. */
     int poff;
@@ -89,6 +93,11 @@ typedef struct zero__unit {
     int direct;   /* reduce-scattered straight from work (2 P_u > the bucket), not packed */
     int inflight; /* stages 0-1, direct: work is being sent; zeroed when that lands */
     int acc_used; /* something was reduced into acc since it was last zeroed */
+    /* Both offloads at nvme (uswap.c): acc stays NULL and the accumulator lives in a swap file,
+     * reached through zero__acc_map. acc_on_disk: this step's accumulator was written there
+     * (else it is zero); acc_sumsq: its sum of squares then (the step's norm). */
+    int goff, acc_on_disk;
+    double acc_sumsq;
     /* One rank, stages 0-1, accumulator dtype != compute dtype: the step's only gradient so far
      * is still in work, acc is zero. The step reads work directly; a further micro-step first
      * widens it into acc (zero__flush_pending). */
@@ -167,7 +176,7 @@ typedef struct zero__xfer_counts {
 } zero__xfer_counts_t;
 
 typedef struct zero__swap zero__swap_t;
-typedef struct zero__pswap zero__pswap_t;
+typedef struct zero__uswap zero__uswap_t;
 
 struct zero_engine {
     zero_engine_params_t params;
@@ -195,7 +204,8 @@ struct zero_engine {
      * its map/unmap (optim/adamw.h). RAM: zero__state_residency_ram. */
     zero__optim_residency_t residency;
     zero__swap_t *swap;   /* offload_optimizer nvme: the swap files behind residency; else NULL */
-    zero__pswap_t *pswap; /* offload_param nvme (stage 3): the parameter shards' files; else NULL */
+    zero__uswap_t *pswap; /* offload_param nvme (stage 3): the parameter shards' files; else NULL */
+    zero__uswap_t *gswap; /* and offload_optimizer nvme: the gradient accumulators'; else NULL */
     /* The swap files' I/O context, shared by swap and pswap (either offload at device nvme; else
      * NULL), and its counters: at the previous step's end, and of that step. */
     zero__aio_t *aio;
@@ -338,23 +348,38 @@ size_t zero__swap_memory_bytes(const zero_engine_t *eng);
 uint64_t zero__swap_disk_bytes(const zero_engine_t *eng);
 void zero__swap_free(zero_engine_t *eng);
 
-/* pswap.c: stage 3's parameter shards in swap files (offload_param device nvme). */
+/* uswap.c: stage 3's per-unit swap files: parameter shards (offload_param device nvme) and, with
+ * offload_optimizer at nvme too, gradient accumulators. */
 zero_status_t zero__pswap_check_params(const zero_engine_params_t *p); /* the offload_param keys */
-zero_status_t zero__pswap_init(zero_engine_t *eng);            /* nothing unless device is nvme */
-zero_status_t zero__pswap_add_unit(zero_engine_t *eng, int u); /* its file, before its fill */
-void zero__pswap_drop_unit(zero_engine_t *eng, int u);         /* a failed declaration */
+zero_status_t zero__pswap_init(zero_engine_t *eng); /* nothing unless offload_param is nvme */
+/* Unit u's files (shard, and accumulator with gswap), before its fill. */
+zero_status_t zero__pswap_add_unit(zero_engine_t *eng, int u);
+void zero__pswap_drop_unit(zero_engine_t *eng, int u); /* a failed declaration */
 /* The unit's shard (S_u compute-dtype elements) in *ptr, resident and pinned until the unmap
  * (written: it was changed). Without offload the shard itself, and the unmap does nothing. An
  * I/O error or a checksum mismatch is the aio layer's named error. */
 zero_status_t zero__shard_map(const zero_engine_t *eng, const zero__unit_t *un, void **ptr);
 void zero__shard_unmap(const zero_engine_t *eng, const zero__unit_t *un, int written);
+/* Post the write of un's changed shard now (after its update), not when its buffer is needed. */
+zero_status_t zero__shard_write_behind(const zero_engine_t *eng, const zero__unit_t *un);
 /* 1 when a map of un would find a buffer now (it is resident or one is unpinned). */
 int zero__pswap_can_map(const zero_engine_t *eng, const zero__unit_t *un);
 /* Post the read of un's shard if a buffer is free or clean and unpinned; never waits. */
 void zero__pswap_read_ahead(const zero_engine_t *eng, const zero__unit_t *un);
-/* After the step's update: write the changed shards back and empty every unpinned buffer. */
+/* The unit's accumulator (S_u grad_accum_dtype elements) in *ptr until the unmap; without gswap
+ * un->acc itself. When this step has written none yet, fill ZERO__ACC_ZERO gives zeros and
+ * ZERO__ACC_OVERWRITE leaves the contents undefined (the caller stores every element). The unmap
+ * with written posts its write and takes its sum of squares (un->acc_sumsq). Failures are
+ * recorded on the engine (zero__engine_fail) and named. */
+#define ZERO__ACC_OVERWRITE 0
+#define ZERO__ACC_ZERO 1
+zero_status_t zero__acc_map(zero_engine_t *eng, zero__unit_t *un, int fill, void **ptr);
+zero_status_t zero__acc_unmap(zero_engine_t *eng, zero__unit_t *un, int written);
+/* Post the read of un's accumulator ahead (it was written this step); never waits. */
+void zero__acc_read_ahead(zero_engine_t *eng, const zero__unit_t *un);
+/* After the step's update: write the changed data back and empty every unpinned buffer. */
 zero_status_t zero__pswap_sync(zero_engine_t *eng);
-uint64_t zero__pswap_disk_bytes(const zero_engine_t *eng);
+uint64_t zero__pswap_disk_bytes(const zero_engine_t *eng); /* both kinds of files */
 size_t zero__pswap_memory_bytes(const zero_engine_t *eng); /* buffers + checksums (OFFLOAD) */
 void zero__pswap_free(zero_engine_t *eng);
 

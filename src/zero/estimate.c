@@ -86,6 +86,9 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
      * in RAM buffer_count buffers of the largest and the files' checksums */
     const int pswap = p->offload_param.device == ZERO_OFFLOAD_NVME && pol.shard_params;
     uint64_t pdisk = 0, max_pshard = 0;
+    /* and with offload_optimizer nvme too, their gradient accumulators (uswap.c: two buffers) */
+    const int gswap = pswap && swap;
+    uint64_t gdisk = 0, max_gshard = 0;
     for (int i = 0; i < unit_count; i++) {
         uint64_t count = 0, off = 0;
         int is_tied = 0;
@@ -123,7 +126,14 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
             } else {
                 optim += f * states * (lowp ? 3 : 2); /* master (16-bit), Adam m and v */
             }
-            grads += ae * Su + (pol.shard_grads ? 0 : ce * Pu);
+            if (gswap && !persistent) {
+                const uint64_t b = (ae * Su + 4095) / 4096 * 4096;
+                gdisk += b;
+                max_gshard = b > max_gshard ? b : max_gshard;
+                grads += pol.shard_grads ? 0 : ce * Pu;
+            } else {
+                grads += ae * Su + (pol.shard_grads ? 0 : ce * Pu);
+            }
         }
     }
     out->padded_param_count = (size_t)P;
@@ -203,8 +213,9 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
     }
     if (pswap) {
         out->bytes[ZERO_MEM_OFFLOAD] +=
-            (size_t)((uint64_t)p->offload_param.buffer_count * max_pshard + pdisk / 4096 * 4);
-        out->disk_bytes += pdisk;
+            (size_t)((uint64_t)p->offload_param.buffer_count * max_pshard + pdisk / 4096 * 4 +
+                     ZERO__GSWAP_SLOTS * max_gshard + gdisk / 4096 * 4);
+        out->disk_bytes += pdisk + gdisk;
     }
     out->model_state_bytes[0] = (size_t)params;
     out->model_state_bytes[1] = (size_t)grads;

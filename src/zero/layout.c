@@ -172,6 +172,7 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
         zero_status_t st = zero__pswap_add_unit(eng, index);
         if (st) return st;
         u->poff = 1;
+        u->goff = eng->gswap != NULL; /* its gradient accumulator too */
     }
     /* Offloaded states live in the unit's swap file, made before the master's fill below. */
     if (eng->swap) {
@@ -225,8 +226,10 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
         u->work = zero_mem_calloc(mem, ZERO_MEM_GRADS, P * ce, 64);
         if (!u->work) goto fail;
     }
-    u->acc = zero_mem_calloc(mem, ZERO_MEM_GRADS, S * ae, 64);
-    if (!u->acc) goto fail;
+    if (!u->goff) {
+        u->acc = zero_mem_calloc(mem, ZERO_MEM_GRADS, S * ae, 64);
+        if (!u->acc) goto fail;
+    }
     if (eng->pswap) {
         zero_status_t st = zero__pswap_sync(eng); /* the fill is on disk */
         if (st) return st;
@@ -444,11 +447,13 @@ zero_status_t zero_engine_grads_read(zero_engine_t *eng, int u, size_t offset, s
      * the current bucket is empty; the model calls it after grads_done on every rank. */
     zero_status_t st = zero__buckets_drain(eng);
     if (st) return st;
-    if (un->pending) /* one rank: the gradient is still in the working buffer (buckets.c) */
+    if (un->pending) { /* one rank: the gradient is still in the working buffer (buckets.c) */
         zero__widen(out, zero__elem(un->work, offset - lo, eng->ce), count,
                     eng->params.compute_dtype);
-    else
-        zero__widen(out, zero__elem(un->acc, offset - lo, eng->ae), count,
-                    eng->params.grad_accum_dtype);
-    return ZERO_OK;
+        return ZERO_OK;
+    }
+    void *acc = NULL;
+    if ((st = zero__acc_map(eng, un, ZERO__ACC_ZERO, &acc))) return st;
+    zero__widen(out, zero__elem(acc, offset - lo, eng->ae), count, eng->params.grad_accum_dtype);
+    return zero__acc_unmap(eng, un, 0);
 }

@@ -42,7 +42,7 @@ static float *ram_buffer(const zero_engine_t *eng, const zero__unit_t *un,
 }
 
 /* fp32 compute's master of a stage-3 shard in a parameter swap file (offload_param nvme): the
- * shard is mapped (pswap.c) between map and unmap, never held by the optimizer's swap. */
+ * shard is mapped (uswap.c) between map and unmap, never held by the optimizer's swap. */
 static int master_is_pshard(const zero_engine_t *eng, int u, zero_engine_state_t state) {
     return state == ZERO_ENGINE_STATE_MASTER && !eng->lowp && eng->units[u].poff;
 }

@@ -204,19 +204,32 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
         base = 0;
         span = u->padded_count;
     }
-    /* the parameters [base, base + span) the master rounds into (16-bit compute) */
-    void *lp = NULL;
-    const int map_lp = eng->lowp && u->poff; /* offload_param: the shard, mapped for the pass */
-    if (map_lp) {
-        zero_status_t st = zero__shard_map(eng, u, &lp);
+    /* offload_param: the shard stays mapped for the whole pass (with fp32 compute the master's
+     * tiles map it again and find it resident), and the next unit's shard and accumulator are
+     * read while this one is updated */
+    void *shard = NULL;
+    if (u->poff) {
+        zero_status_t st = zero__shard_map(eng, u, &shard);
         if (st) {
             if (pooled) zero__pool_give(&eng->grad_pool, pooled);
             return zero__engine_fail(eng, st, "step %lld: parameters of unit '%s' on NVMe: %s",
                                      (long long)eng->step, u->name, zero_last_error());
         }
-    } else if (eng->lowp) {
-        lp = u->shard ? u->shard : zero__elem(u->full, base, eng->ce);
     }
+    if (!u->pending && u->goff) { /* the accumulator on NVMe */
+        zero_status_t st = zero__acc_map(eng, u, ZERO__ACC_ZERO, &g);
+        if (st) {
+            zero__shard_unmap(eng, u, 0);
+            return st;
+        }
+    }
+    if (unit + 1 < eng->unit_count) {
+        zero__pswap_read_ahead(eng, &eng->units[unit + 1]);
+        zero__acc_read_ahead(eng, &eng->units[unit + 1]);
+    }
+    /* the parameters [base, base + span) the master rounds into (16-bit compute) */
+    void *lp = NULL;
+    if (eng->lowp) lp = u->poff ? shard : u->shard ? u->shard : zero__elem(u->full, base, eng->ce);
     const zero__adamw_t opt = zero__adamw_from_params(p);
     zero_status_t st = ZERO_OK;
     size_t done = base; /* [base, done) is finished: tensors in offset order, gaps between */
@@ -241,7 +254,15 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
         done = b;
     }
     if (!st) st = pass_gap(eng, unit, base, g, gsize, zero_g, lp, done - base, span);
-    if (map_lp) zero__shard_unmap(eng, u, 1);
+    if (!u->pending && u->goff) {
+        zero_status_t s2 = zero__acc_unmap(eng, u, 0); /* zeroed by the pass; acc_on_disk ends */
+        if (!st) st = s2;
+    }
+    if (u->poff) {
+        zero__shard_unmap(eng, u, 1);
+        zero_status_t s2 = zero__shard_write_behind(eng, u);
+        if (!st) st = s2;
+    }
     if (pooled) zero__pool_give(&eng->grad_pool, pooled);
     if (st)
         return zero__engine_fail(eng, st, "step %lld: optimizer state of unit '%s': %s",
@@ -298,9 +319,10 @@ static zero_status_t swap_agree(zero_engine_t *eng, zero_status_t mine) {
 static void end_step(zero_engine_t *eng, int acc_cleared) {
     for (int i = 0; i < eng->unit_count; i++) {
         zero__unit_t *u = &eng->units[i];
-        if (!acc_cleared)
+        if (!acc_cleared && u->acc)
             zero__zero(u->acc, u->shard_count * eng->ae / sizeof(float), eng->params.threads);
-        if (u->pending) /* a skipped step's gradient still in the working buffer */
+        u->acc_on_disk = 0; /* gswap: the file's contents are stale from here on */
+        if (u->pending)     /* a skipped step's gradient still in the working buffer */
             zero__zero(u->work, u->padded_count * eng->ce / sizeof(float), eng->params.threads);
         u->pending = 0;
         u->acc_used = 0;
@@ -335,6 +357,7 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
          * sum over one chunk of all of it is zero__sumsq of the widened values, same bits */
         double part = u->pending ? zero__sumsq_lp(u->work, p->compute_dtype, u->shard_count,
                                                   ZERO_MAX(u->shard_count, (size_t)1), p->threads)
+                      : u->goff  ? (u->acc_on_disk ? u->acc_sumsq : 0.0) /* taken when written */
                                  : zero__sumsq_dt(eng, u->acc, u->shard_count, p->grad_accum_dtype);
         if (u->grp->size != eng->world) {
             const double w = (double)eng->world / u->grp->size;
@@ -469,7 +492,8 @@ void zero_engine_zero_grads(zero_engine_t *eng) {
     for (int i = 0; i < eng->unit_count; i++) {
         zero__unit_t *u = &eng->units[i];
         if (u->work) memset(u->work, 0, u->padded_count * eng->ce);
-        memset(u->acc, 0, u->shard_count * eng->ae);
+        if (u->acc) memset(u->acc, 0, u->shard_count * eng->ae);
+        u->acc_on_disk = 0;
         u->acc_used = 0;
         u->pending = 0;
     }

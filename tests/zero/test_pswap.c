@@ -93,27 +93,34 @@ static zero_memory_estimate_t estimate(const pcase_t *c, int n) {
     return e;
 }
 
-/* steps [s0, s1) of training: forward then backward per micro-step */
-static zero_status_t train(zero_engine_t *eng, int rank, int micro, int s0, int s1) {
+/* micro-step m of step s: forward then backward */
+static zero_status_t micro_step(zero_engine_t *eng, int rank, int s, int m) {
     const zero_dtype_t dt = zero_engine_params(eng)->compute_dtype;
+    for (int u = 0; u < UNITS; u++) {
+        if (!zero_unit_fetch(eng, u)) return ZERO_ERR_INTERNAL;
+        zero_unit_release(eng, u);
+    }
+    for (int u = UNITS - 1; u >= 0; u--) {
+        if (!zero_unit_fetch(eng, u)) return ZERO_ERR_INTERNAL;
+        void *g = zero_unit_grads(eng, u);
+        if (!g) return ZERO_ERR_INTERNAL;
+        for (size_t i = 0; i < sizes[u]; i++) {
+            float x = toy_grad(rank, u, s, m, i);
+            zero__narrow((char *)g + i * zero_dtype_size(dt), &x, 1, dt);
+        }
+        zero_status_t st = zero_unit_grads_done(eng, u);
+        zero_unit_release(eng, u);
+        if (st) return st;
+    }
+    return ZERO_OK;
+}
+
+/* steps [s0, s1) of training */
+static zero_status_t train(zero_engine_t *eng, int rank, int micro, int s0, int s1) {
     for (int s = s0; s < s1; s++) {
         for (int m = 0; m < micro; m++) {
-            for (int u = 0; u < UNITS; u++) {
-                if (!zero_unit_fetch(eng, u)) return ZERO_ERR_INTERNAL;
-                zero_unit_release(eng, u);
-            }
-            for (int u = UNITS - 1; u >= 0; u--) {
-                if (!zero_unit_fetch(eng, u)) return ZERO_ERR_INTERNAL;
-                void *g = zero_unit_grads(eng, u);
-                if (!g) return ZERO_ERR_INTERNAL;
-                for (size_t i = 0; i < sizes[u]; i++) {
-                    float x = toy_grad(rank, u, s, m, i);
-                    zero__narrow((char *)g + i * zero_dtype_size(dt), &x, 1, dt);
-                }
-                zero_status_t st = zero_unit_grads_done(eng, u);
-                zero_unit_release(eng, u);
-                if (st) return st;
-            }
+            zero_status_t st = micro_step(eng, rank, s, m);
+            if (st) return st;
         }
         zero_status_t st = zero_engine_step(eng, NULL);
         if (st) return st;
@@ -220,7 +227,24 @@ static void compare(int n, const pcase_t *c) {
             }
             odisk += (uint64_t)(c->dtype == ZERO_DTYPE_FP32 ? 2 : 3) * pages(S * 4);
         }
-        const uint64_t want_disk = pdisk + (c->both ? odisk : 0);
+        /* both offloads: the sharded units' gradient accumulators in files too, in RAM only
+         * the persistent unit's (and the pool of working buffers) */
+        const size_t ae = zero_dtype_size(params_of(c, NULL).grad_accum_dtype);
+        uint64_t gdisk = 0, acc_ram = 0;
+        for (int u = 0; u < UNITS; u++) {
+            const size_t S = padded_of(u, n) / (size_t)n;
+            if (c->both && u != 2)
+                gdisk += pages(S * ae);
+            else
+                acc_ram += S * ae;
+        }
+        CHECK(rep->memory_bytes[ZERO_MEM_GRADS] == rep->memory_theory_bytes[ZERO_MEM_GRADS] &&
+                  rep->memory_bytes[ZERO_MEM_GRADS] == acc_ram + rep->grad_pool_bytes,
+              "%d ranks %s rank %d: grads %zu (theory %zu), expected accumulators %llu + pool %zu",
+              n, what, r, rep->memory_bytes[ZERO_MEM_GRADS],
+              rep->memory_theory_bytes[ZERO_MEM_GRADS], (unsigned long long)acc_ram,
+              rep->grad_pool_bytes);
+        const uint64_t want_disk = pdisk + (c->both ? odisk + gdisk : 0);
         const size_t want_params = padded_of(2, n) * ce;
         CHECK(rep->memory_bytes[ZERO_MEM_PARAMS] == want_params &&
                   rep->memory_theory_bytes[ZERO_MEM_PARAMS] == want_params,
@@ -241,11 +265,14 @@ static void compare(int n, const pcase_t *c) {
                   (unsigned long long)((uint64_t)c->buffers * maxb + pdisk / 4096 * 4));
         CHECK(rep->swap_disk_bytes == want_disk, "%d ranks %s rank %d: disk %llu, expected %llu", n,
               what, r, (unsigned long long)rep->swap_disk_bytes, (unsigned long long)want_disk);
-        /* the last step read every sharded unit at least once and wrote each back once */
-        CHECK(rep->swap_read_bytes_per_step >= pdisk && rep->swap_written_bytes_per_step >= pdisk,
-              "%d ranks %s rank %d: last step read %llu, wrote %llu (files %llu)", n, what, r,
-              (unsigned long long)rep->swap_read_bytes_per_step,
-              (unsigned long long)rep->swap_written_bytes_per_step, (unsigned long long)pdisk);
+        /* the last step read every sharded unit at least once and wrote each back once; each
+         * gradient accumulator was written at least once (each micro-step) */
+        CHECK(rep->swap_read_bytes_per_step >= pdisk &&
+                  rep->swap_written_bytes_per_step >= pdisk + gdisk,
+              "%d ranks %s rank %d: last step read %llu, wrote %llu (files %llu + %llu)", n, what,
+              r, (unsigned long long)rep->swap_read_bytes_per_step,
+              (unsigned long long)rep->swap_written_bytes_per_step, (unsigned long long)pdisk,
+              (unsigned long long)gdisk);
         const zero_memory_estimate_t e = estimate(c, n);
         CHECK(e.disk_bytes == want_disk && e.bytes[ZERO_MEM_PARAMS] == want_params &&
                   e.bytes[ZERO_MEM_OFFLOAD] >= rep->memory_peak_bytes[ZERO_MEM_OFFLOAD],
@@ -324,6 +351,32 @@ static void flipped_bit(const char *dir) {
           zero_last_error());
     zero_engine_free(eng);
     CHECK(swap_files_in(dir) == 0, "flip: swap files left");
+}
+
+/* Both offloads, one rank: a gradient accumulator rots on disk between backward and the step
+ * (unit 3's, written first in backward and evicted by the later units): the step fails naming
+ * the file and the unit, and the engine refuses to go on. */
+static void flipped_grad_bit(const char *dir) {
+    const pcase_t c = {1, 2, 1, ZERO_DTYPE_FP32, dir};
+    zero_engine_params_t p = params_of(&c, NULL);
+    zero_engine_t *eng = NULL;
+    zero_status_t st = zero_engine_init(&eng, &p);
+    if (!st) st = toy_add_units(eng, sizes, UNITS);
+    if (!st) st = train(eng, 0, 1, 0, 1);
+    if (!st) st = micro_step(eng, 0, 1, 0);
+    CHECK(st == ZERO_OK, "grad flip: training before the flip: %s", zero_last_error());
+    char path[1400];
+    snprintf(path, sizeof path, "%s/zero-%ld-r0-u3.grad.swp", dir, (long)getpid());
+    CHECK(flip_bit(path, 100), "grad flip: cannot change %s", path);
+    if (!st) st = zero_engine_step(eng, NULL);
+    CHECK(st == ZERO_ERR_FORMAT && strstr(zero_last_error(), path) &&
+              strstr(zero_last_error(), "checksum") && strstr(zero_last_error(), "'u3'"),
+          "grad flip: the step after a flipped bit gave %s: %s", zero_status_str(st),
+          zero_last_error());
+    CHECK(zero_engine_step(eng, NULL) == ZERO_ERR_FORMAT, "grad flip: the step goes on: %s",
+          zero_last_error());
+    zero_engine_free(eng);
+    CHECK(swap_files_in(dir) == 0, "grad flip: swap files left");
 }
 
 typedef struct flip_arg {
@@ -420,6 +473,7 @@ int main(void) {
     resume(disk, ZERO_DTYPE_FP32);
     resume(disk, ZERO_DTYPE_BF16);
     flipped_bit(disk);
+    flipped_grad_bit(disk);
     flipped_bit_ranks(disk);
     bad_settings(disk);
     rmdir(disk);
