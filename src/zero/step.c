@@ -11,9 +11,11 @@
  * elements is inf or NaN (argued where it is computed), so that one read-only pass is also the
  * overflow check; the flag goes in the same control all-gather as the norm partial and the
  * schedule hash, so every rank sees every flag without a collective of its own; the loss scaler
- * then decides on every rank alike. 16-bit compute: AdamW runs on the fp32 master (16-bit
- * accumulators widened in blocks), the master is rounded (RNE) into the parameters, and those
- * are all-gathered in the compute dtype.
+ * then decides on every rank alike. A parameter shard a rank could not read from its swap file
+ * at a fetch (fetch.c) travels in the same record: every rank fails the step before any
+ * update. 16-bit compute: AdamW runs on the fp32 master (16-bit accumulators widened in blocks),
+ * the master is rounded (RNE) into the parameters, and those are all-gathered in the compute
+ * dtype.
  * Passes over memory: one read-only pass (sum of squares), then one fused pass per tensor
  * (kernels/optim_fused.h: scale, AdamW, rounding into the 16-bit parameters and zeroing of the
  * gradient it read), bitwise what the former separate passes computed.

@@ -119,7 +119,8 @@ void zero__xfer_end_step(zero_engine_t *eng) {
     x->have_last = 1;
 }
 
-/* The control record of step.c: norm partial, schedule hash and length, overflow flag, step. */
+/* The control record of step.c: norm partial, schedule hash and length, overflow flag, the
+ * status of a parameter shard lost at a fetch, step. */
 #define CONTROL_BYTES 32u
 
 /* What the last completed step should have sent, per kind (bytes from this rank). Each unit u
