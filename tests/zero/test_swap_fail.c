@@ -11,6 +11,8 @@
  *    optimizer state and every parameter each rank holds read back the same bits as before
  *    (on the failing rank, unit 1's shard itself cannot be read any more: that read must fail
  *    naming the checksum).
+ *  - param, both offloads: the same with the optimizer's states and the gradient accumulators on
+ *    NVMe too.
  *  - param short read: the same, the file truncated to nothing instead of a bit flipped (the
  *    read comes back short: ZERO_ERR_IO naming the file).
  *  - eval: the same flip, then only a forward (an evaluation: no step follows) and
@@ -48,14 +50,15 @@ static const size_t sizes[UNITS] = {3000, 5000, 40, 700};
 
 typedef enum {
     CASE_PARAM,
+    CASE_BOTH,
     CASE_SHORT,
     CASE_EVAL,
     CASE_FINGERPRINT,
     CASE_STAGE0,
     CASE_COUNT
 } case_kind_t;
-static const char *const case_names[] = {"param", "param short read", "eval", "fingerprint",
-                                         "stage 0"};
+static const char *const case_names[] = {"param", "param, both offloads", "param short read",
+                                         "eval",  "fingerprint",          "stage 0"};
 
 typedef struct fail_arg {
     case_kind_t kind;
@@ -81,6 +84,10 @@ static zero_engine_params_t params_of(case_kind_t kind, const char *dir, zero_co
     o->device = ZERO_OFFLOAD_NVME;
     snprintf(o->nvme_path, sizeof o->nvme_path, "%s", dir);
     o->buffer_count = 2;
+    if (kind == CASE_BOTH) {
+        p.offload_optimizer = p.offload_param;
+        p.offload_optimizer.pipeline_read = p.offload_optimizer.pipeline_write = 1;
+    }
     return p;
 }
 
