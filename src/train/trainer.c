@@ -309,9 +309,9 @@ static void print_tables(const run_t *r, const zero_train_rank_report_t *all) {
     for (int k = 0; k < r->world; k++)
         if (all[k].swap_disk_bytes)
             say(r,
-                "report: rank %d: optimizer states on NVMe: %.2f MiB of swap files; in memory "
+                "report: rank %d: model states on NVMe: %.2f MiB of swap files; in memory "
                 "%.2f / %.2f MiB (staging buffers and checksums, measured / theory); last step "
-                "read %.2f MiB, wrote %.2f / %.2f MiB, waited %.3f s for the disk\n",
+                "read %.2f MiB, wrote %.2f MiB (the files: %.2f), waited %.3f s for the disk\n",
                 (int)all[k].rank, all[k].swap_disk_bytes / MiB,
                 all[k].memory_bytes[ZERO_MEM_OFFLOAD] / MiB,
                 all[k].memory_theory_bytes[ZERO_MEM_OFFLOAD] / MiB,
