@@ -1,7 +1,8 @@
 /* test_train_mpi.c — `zero train` under `mpirun -np 2` against the threads backend with 2 ranks:
  * the same config must give the same weights_fingerprint (the comm layer sums in rank order on
  * both backends, so the weights are bitwise equal), at stage 0 and, when the engine runs it,
- * stage 3; and at stage 2 with the optimizer's states on NVMe (swap files of each process).
+ * stage 3; and at stage 2 with the optimizer's states on NVMe (swap files of each process), and
+ * at stage 3 with parameters, gradient accumulators and optimizer states there.
  *
  * Arguments: the `zero` program and the MPI launcher (CTest passes both). Runs them as child
  * processes; when the engine does not run 2 ranks yet the case prints SKIP.
@@ -114,6 +115,22 @@ int main(int argc, char **argv) {
             swap);
     fclose(f);
     compare(argv[1], argv[2], nvme, 2);
+    /* stage 3 with everything on NVMe: parameter shards, gradient accumulators, m and v */
+    f = fopen(nvme, "w");
+    if (!f) return 1;
+    fprintf(f,
+            "{\"model\": {\"layers\": 2, \"heads\": 2, \"dim\": 32, \"seq\": 32},\n"
+            " \"data\": {\"builtin_bytes\": 65536},\n"
+            " \"train_batch_size\": 16, \"gradient_accumulation_steps\": 2,\n"
+            " \"zero_optimization\": {\"reduce_bucket_size\": 5000, \"sub_group_size\": 4096,\n"
+            "   \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"},\n"
+            "   \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\", "
+            "\"buffer_count\": 3}},\n"
+            " \"train\": {\"steps\": 5, \"eval_interval\": 0, \"eval_batches\": 2, "
+            "\"samples\": 0}}\n",
+            swap, swap);
+    fclose(f);
+    compare(argv[1], argv[2], nvme, 3);
     CHECK(rmdir(swap) == 0, "swap files left in %s", swap);
     unlink(nvme);
     unlink(cfg);
