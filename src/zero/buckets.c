@@ -82,7 +82,7 @@ static zero_status_t wait_bucket(zero_engine_t *eng, zero__bucket_t *b) {
             if (!st) st = s2;
         } else if (!st) {
             void *acc = NULL;
-            st = zero__acc_map(eng, un, ZERO__ACC_ZERO, &acc);
+            st = zero__acc_map(eng, un, ZERO__ACC_ZERO | ZERO__ACC_BACKWARD, &acc);
             if (!st) {
                 zero__acc_add(eng, acc, eng->params.grad_accum_dtype,
                               e->lent ? b->drecv : zero__elem(b->recv, e->offset, eng->ce),
@@ -219,7 +219,8 @@ static zero_status_t post_direct(zero_engine_t *eng, zero__unit_t *un) {
                               !un->acc_used && eng->ae == eng->ce};
     void *recv = NULL;
     if (e.into_acc) { /* gswap: mapped until the reduce-scatter lands (wait_bucket) */
-        if ((st = zero__acc_map(eng, un, ZERO__ACC_OVERWRITE, &recv))) return st;
+        if ((st = zero__acc_map(eng, un, ZERO__ACC_OVERWRITE | ZERO__ACC_BACKWARD, &recv)))
+            return st;
     } else {
         if ((st = alloc_direct_recv(eng))) return st;
         recv = b->drecv;
@@ -295,7 +296,7 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
         /* One pass: add (widening a 16-bit gradient; into a zero fp32 accumulator a plain
          * store) and, without shard_grads, zero the working buffer for the next micro-step. */
         void *acc = NULL;
-        zero_status_t st = zero__acc_map(eng, un, ZERO__ACC_ZERO, &acc);
+        zero_status_t st = zero__acc_map(eng, un, ZERO__ACC_ZERO | ZERO__ACC_BACKWARD, &acc);
         if (st) return st;
         zero__acc_add(eng, acc, eng->params.grad_accum_dtype, un->work, eng->params.compute_dtype,
                       S, fresh && eng->params.grad_accum_dtype == ZERO_DTYPE_FP32, own);

@@ -188,8 +188,9 @@ struct zero_engine {
     int world, rank;       /* groups[0]'s size and rank */
     zero_status_t failure; /* sticky: the first collective failure */
     char failure_msg[1024];
-    /* world > 1: the first swap-file read that failed at a fetch (offload_param) or in the
-     * fingerprint (its status and message, naming the unit and the file). Sticky. The rank goes
+    /* world > 1: the first swap-file read that failed at a fetch (offload_param), in backward
+     * (a gradient accumulator read back for the next micro-step) or in the fingerprint (its
+     * status and message, naming the unit and the file). Sticky. The rank goes
      * on gathering zeros in place of what it could not read so that every collective stays
      * matched; the step's control record (or zero_engine_check) then fails every rank, before
      * any update. */
@@ -370,9 +371,13 @@ void zero__pswap_read_ahead(const zero_engine_t *eng, const zero__unit_t *un);
  * un->acc itself. When this step has written none yet, fill ZERO__ACC_ZERO gives zeros and
  * ZERO__ACC_OVERWRITE leaves the contents undefined (the caller stores every element). The unmap
  * with written posts its write and takes its sum of squares (un->acc_sumsq). Failures are
- * recorded on the engine (zero__engine_fail) and named. */
+ * recorded on the engine (zero__engine_fail) and named; with fill | ZERO__ACC_BACKWARD (backward's
+ * accumulation, before the step's control record) and more than one rank, a failed read is
+ * recorded as fetch_failure instead and the map gives zeros, so that this rank's collectives go
+ * on and the step fails on every rank. */
 #define ZERO__ACC_OVERWRITE 0
 #define ZERO__ACC_ZERO 1
+#define ZERO__ACC_BACKWARD 2
 zero_status_t zero__acc_map(zero_engine_t *eng, zero__unit_t *un, int fill, void **ptr);
 zero_status_t zero__acc_unmap(zero_engine_t *eng, zero__unit_t *un, int written);
 /* Post the read of un's accumulator ahead (it was written this step); never waits. */

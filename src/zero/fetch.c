@@ -295,9 +295,8 @@ zero_status_t zero__fetch_failure_agreed(zero_engine_t *eng, int bad, zero_statu
                                  eng->fetch_failure_msg);
     if (bad < 0) return ZERO_OK;
     return zero__engine_fail(eng, theirs,
-                             "step %lld: rank %d could not read its swap file (NVMe) at a fetch "
-                             "or the fingerprint (%s): no rank updates anything; that rank's "
-                             "message names the file",
+                             "step %lld: rank %d could not read one of its swap files (NVMe) "
+                             "(%s): no rank updates anything; that rank's message names the file",
                              (long long)eng->step, bad, zero_status_str(theirs));
 }
 

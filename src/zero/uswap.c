@@ -376,7 +376,19 @@ zero_status_t zero__acc_map(zero_engine_t *eng, zero__unit_t *un, int fill, void
     }
     const int u = (int)(un - eng->units);
     zero_status_t st = uswap_map(eng->gswap, u, un->acc_on_disk, ptr);
-    if (!st && !un->acc_on_disk && fill == ZERO__ACC_ZERO)
+    if (st && eng->world > 1 && (fill & ZERO__ACC_BACKWARD)) {
+        /* Backward: the other ranks' reduce-scatters go on, and the model stops at an error.
+         * As for a parameter shard lost at a fetch (fetch.c): recorded, this rank accumulates
+         * into zeros, and the step's control record fails every rank before any update. */
+        zero__fetch_lost(eng, st,
+                         "step %lld: reading the gradient of unit %d '%s' from NVMe failed: %s",
+                         (long long)eng->step, u, un->name, zero_last_error());
+        if (!(st = uswap_map(eng->gswap, u, 0, ptr))) {
+            memset(*ptr, 0, un->shard_count * eng->ae);
+            return ZERO_OK;
+        }
+    }
+    if (!st && !un->acc_on_disk && (fill & ZERO__ACC_ZERO))
         memset(*ptr, 0, un->shard_count * eng->ae);
     if (st)
         return zero__engine_fail(eng, st, "step %lld: the gradient of unit '%s' on NVMe: %s",

@@ -13,6 +13,10 @@
  *    naming the checksum).
  *  - param, both offloads: the same with the optimizer's states and the gradient accumulators on
  *    NVMe too.
+ *  - gradient: both offloads and two micro-steps; unit 1's gradient accumulator file gets the
+ *    flip between them, so the second micro-step's backward cannot read it back: that rank
+ *    accumulates into zeros, its reduce-scatters go on, and the step fails on every rank before
+ *    any update, nothing changed.
  *  - param short read: the same, the file truncated to nothing instead of a bit flipped (the
  *    read comes back short: ZERO_ERR_IO naming the file).
  *  - eval: the same flip, then only a forward (an evaluation: no step follows) and
@@ -51,14 +55,16 @@ static const size_t sizes[UNITS] = {3000, 5000, 40, 700};
 typedef enum {
     CASE_PARAM,
     CASE_BOTH,
+    CASE_GRAD,
     CASE_SHORT,
     CASE_EVAL,
     CASE_FINGERPRINT,
     CASE_STAGE0,
     CASE_COUNT
 } case_kind_t;
-static const char *const case_names[] = {"param", "param, both offloads", "param short read",
-                                         "eval",  "fingerprint",          "stage 0"};
+static const char *const case_names[] = {
+    "param", "param, both offloads", "gradient", "param short read",
+    "eval",  "fingerprint",          "stage 0"};
 
 typedef struct fail_arg {
     case_kind_t kind;
@@ -84,37 +90,50 @@ static zero_engine_params_t params_of(case_kind_t kind, const char *dir, zero_co
     o->device = ZERO_OFFLOAD_NVME;
     snprintf(o->nvme_path, sizeof o->nvme_path, "%s", dir);
     o->buffer_count = 2;
-    if (kind == CASE_BOTH) {
+    if (kind == CASE_GRAD) p.grad_accum_steps = 2;
+    if (kind == CASE_BOTH || kind == CASE_GRAD) {
         p.offload_optimizer = p.offload_param;
         p.offload_optimizer.pipeline_read = p.offload_optimizer.pipeline_write = 1;
     }
     return p;
 }
 
-/* A forward (fetch, release in order), a backward (fetch, gradient, release in reverse) and the
- * step; eval: the forward and zero_engine_check; fingerprint: zero_engine_fingerprint alone. */
-static zero_status_t step(zero_engine_t *eng, int rank, int s, case_kind_t kind) {
+/* One micro-step m of step s: a forward (fetch, release in order) and unless forward_only a
+ * backward (fetch, gradient, release in reverse). */
+static zero_status_t micro_step(zero_engine_t *eng, int rank, int s, int m, int forward_only) {
     const zero_dtype_t dt = zero_engine_params(eng)->compute_dtype;
-    uint64_t fp = 0;
-    if (kind == CASE_FINGERPRINT) return zero_engine_fingerprint(eng, &fp);
     for (int u = 0; u < UNITS; u++) {
         if (!zero_unit_fetch(eng, u)) return ZERO_ERR_INTERNAL;
         zero_unit_release(eng, u);
     }
-    if (kind == CASE_EVAL) return zero_engine_check(eng);
-    for (int u = UNITS - 1; u >= 0; u--) {
+    for (int u = UNITS - 1; u >= 0 && !forward_only; u--) {
         if (!zero_unit_fetch(eng, u)) return ZERO_ERR_INTERNAL;
         void *g = zero_unit_grads(eng, u);
         if (!g) return ZERO_ERR_INTERNAL;
         for (size_t i = 0; i < sizes[u]; i++) {
-            float x = toy_grad(rank, u, s, 0, i);
+            float x = toy_grad(rank, u, s, m, i);
             zero__narrow((char *)g + i * zero_dtype_size(dt), &x, 1, dt);
         }
         zero_status_t st = zero_unit_grads_done(eng, u);
         zero_unit_release(eng, u);
         if (st) return st;
     }
-    return zero_engine_step(eng, NULL);
+    return ZERO_OK;
+}
+
+/* Step s from its micro-step m0 on, and the engine's step; eval: a forward and
+ * zero_engine_check; fingerprint: zero_engine_fingerprint alone. */
+static zero_status_t step(zero_engine_t *eng, int rank, int s, case_kind_t kind, int m0) {
+    uint64_t fp = 0;
+    if (kind == CASE_FINGERPRINT) return zero_engine_fingerprint(eng, &fp);
+    if (kind == CASE_EVAL) {
+        zero_status_t st = micro_step(eng, rank, s, 0, 1);
+        return st ? st : zero_engine_check(eng);
+    }
+    zero_status_t st = ZERO_OK;
+    for (int m = m0; !st && m < zero_engine_params(eng)->grad_accum_steps; m++)
+        st = micro_step(eng, rank, s, m, 0);
+    return st ? st : zero_engine_step(eng, NULL);
 }
 
 /* What this rank holds, read back: every optimizer state and the parameters, per unit. */
@@ -160,15 +179,23 @@ static void fail_rank(zero_comm_t *comm, void *argp) {
     zero_engine_t *eng = NULL;
     zero_status_t st = zero_engine_init(&eng, &p);
     if (!st) st = toy_add_units(eng, sizes, UNITS);
-    if (!st) st = step(eng, rank, 0, CASE_PARAM);
+    if (!st) st = step(eng, rank, 0, CASE_PARAM, 0);
     CHECK(st == ZERO_OK, "%s, %d ranks, rank %d: the first step: %s", what, n, rank,
           zero_last_error());
     held_t before, after;
     if (!st) read_held(eng, &before);
+    int m0 = 0;
+    if (!st && a->kind == CASE_GRAD) { /* the first micro-step, every write landed */
+        st = micro_step(eng, rank, 1, 0, 0);
+        if (!st) st = zero__pswap_sync(eng);
+        m0 = 1;
+    }
     if (!st && rank == a->bad) {
         const int param = a->kind != CASE_STAGE0;
         snprintf(a->path, sizeof a->path, "%s/zero-%ld-r%d-u1.%s", a->dir, (long)getpid(), rank,
-                 param ? "param.swp" : "swp");
+                 a->kind == CASE_GRAD ? "grad.swp"
+                 : param              ? "param.swp"
+                                      : "swp");
         /* parameters: the shard's first page; stage 0: Adam m's third page, in the second
          * sub-group (the first ones were read ahead before the flip) */
         if (a->kind == CASE_SHORT ? truncate(a->path, 0) != 0
@@ -182,7 +209,7 @@ static void fail_rank(zero_comm_t *comm, void *argp) {
         return;
     }
     const double t0 = zero_time_now();
-    st = step(eng, rank, 1, a->kind);
+    st = step(eng, rank, 1, a->kind, m0);
     a->elapsed_s = zero_time_now() - t0;
     a->st = st;
     snprintf(a->error, sizeof a->error, "%s", zero_last_error());
@@ -216,8 +243,8 @@ static void fail_rank(zero_comm_t *comm, void *argp) {
         for (int u = 0; u < UNITS; u++)
             for (int s = 0; s < ENTRIES; s++) {
                 /* the failing rank's lost shard (with fp32 the master is the shard) */
-                const int lost =
-                    rank == a->bad && u == 1 && (s == ENTRIES - 1 || s == ZERO_ENGINE_STATE_MASTER);
+                const int lost = rank == a->bad && u == 1 && a->kind != CASE_GRAD &&
+                                 (s == ENTRIES - 1 || s == ZERO_ENGINE_STATE_MASTER);
                 if (lost) {
                     CHECK(after.st[u][s] == want, "%s, rank %d: the flipped shard reads back (%s)",
                           what, rank, zero_status_str(after.st[u][s]));
