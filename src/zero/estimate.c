@@ -70,10 +70,12 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
     uint64_t *padded = calloc((size_t)(total_units ? total_units : 1), sizeof *padded);
     uint64_t *np = calloc((size_t)(total_units ? total_units : 1), sizeof *np);
     char *tied = calloc((size_t)(total_units ? total_units : 1), 1);
-    if (!padded || !np || !tied) {
+    char *np_tied = calloc((size_t)(total_units ? total_units : 1), 1);
+    if (!padded || !np || !tied || !np_tied) {
         free(padded);
         free(np);
         free(tied);
+        free(np_tied);
         return zero__error(ZERO_ERR_OUT_OF_MEMORY, "zero_engine_estimate_memory: out of memory");
     }
     int n = 0, n_np = 0;
@@ -116,6 +118,7 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
                 params += ce * (!pol.shard_params || persistent ? Pu : Su);
             }
             if (pol.shard_params && !persistent) {
+                np_tied[n_np] = (char)is_tied;
                 np[n_np++] = Pu;
                 P_np += Pu;
             }
@@ -186,6 +189,31 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
         }
         uint64_t gathered = sum_largest(np, n_np, k);
         if (gathered > P_np) gathered = P_np;
+        /* A second bound, per padded size p (the pool's key): in use at once are one unit
+         * and the units with a TIED tensor (held across the step, as above); ahead at most
+         * bucket / p units of size p, since the prefetch posts a gather only while the
+         * prefetched elements stay within the bucket. Tighter when a small unit sits beside
+         * large ones: the count above, by the smallest unit, takes a 0.8M-element embedding
+         * beside 28M-element blocks for 64 units ahead where one block fits
+         * (docs/benchmarks.md, "ZeRO-Infinity"). */
+        uint64_t per_size = 0;
+        for (int i = 0; i < n_np; i++) {
+            int seen = 0;
+            uint64_t count = 0, in_use = 0;
+            for (int j = 0; j < n_np; j++) {
+                seen |= j < i && np[j] == np[i];
+                if (np[j] != np[i]) continue;
+                count++;
+                in_use += np_tied[j] != 0;
+            }
+            if (seen) continue;
+            in_use += in_use < count; /* the one untied unit in use */
+            const uint64_t most =
+                in_use +
+                (p->prefetch_bucket_elems > 0 ? (uint64_t)p->prefetch_bucket_elems / np[i] : 0);
+            per_size += np[i] * (count < most ? count : most);
+        }
+        if (per_size < gathered) gathered = per_size;
         comm += ce * gathered;
     }
     /* zero_engine_fingerprint at the end of a run gathers each unit in fp32 when the fp32
@@ -194,6 +222,7 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
     free(padded);
     free(np);
     free(tied);
+    free(np_tied);
     out->bytes[ZERO_MEM_PARAMS] = (size_t)params;
     out->bytes[ZERO_MEM_GRADS] = (size_t)(grads + grad_pool);
     out->bytes[ZERO_MEM_OPTIM] = (size_t)optim;
