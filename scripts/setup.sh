@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake pkg-config python3 clang clang-format
-          openmpi-bin libopenmpi-dev libopenblas-dev libdnnl-dev libcjson-dev liburing-dev)
+          openmpi-bin libopenmpi-dev libopenblas-dev libdnnl-dev libcjson-dev liburing-dev
+          iproute2)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

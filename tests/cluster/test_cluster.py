@@ -1,0 +1,298 @@
+#!/usr/bin/env python3
+"""`zero` on a cluster of 2 hosts made by scripts/cluster.sh (network namespaces joined by a
+bridge, the link shaped by tc), 2 MPI ranks per host: ranks 0, 1 on host 0 and 2, 3 on host 1.
+
+Usage: test_cluster.py CASE CLUSTER_SH ZERO
+  train     stages 0-3: `zero train` on the cluster gives the weights_fingerprint of the same
+            config on 4 thread ranks (--backend threads --ranks 4), bitwise.
+  linkdown  host 1's link taken down while training with --timeout 10: every rank prints an
+            error naming a rank of the other host within the timeout + 15 s, and no rank
+            process is left afterwards; a hard limit kills everything and fails.
+  bench     `zero bench comm` (all_gather, 4 MiB) across the hosts, unshaped and with
+            --link 100mbit: both check their outputs, and the shaped run's bandwidth is below
+            half the unshaped one (a 100 Mbit/s link carries at most 12.5 MB/s; the unshaped
+            veth moves hundreds of MB/s even on a loaded machine). Prints both.
+
+Exits 77 (skipped) when cluster.sh cannot make network namespaces here. Every case takes its
+own cluster (prefix zt<pid>-), removes it on exit, also on failure, and first removes the
+clusters of earlier runs of this test whose process is gone.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+failures = 0
+PREFIX = f"zt{os.getpid()}-"
+TIMEOUT_S = 10
+SLACK_S = 15
+
+
+def check(cond, what):
+    global failures
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures += 1
+    return cond
+
+
+def read(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def env():
+    e = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+             OMP_WAIT_POLICY="passive")
+    e.pop("ZERO_TIMEOUT", None)
+    return e
+
+
+class Cluster:
+    def __init__(self, script):
+        self.script = script
+
+    def sh(self, *args, timeout=60, **kw):
+        cmd = ["bash", self.script, args[0], "--prefix", PREFIX, *args[1:]]
+        return subprocess.run(cmd, env=env(), timeout=timeout, **kw)
+
+    def up(self, *flags):
+        r = self.sh("up", "--hosts", "2", *flags, capture_output=True, text=True)
+        sys.stdout.write(r.stderr)
+        if r.returncode == 77:
+            print(f"SKIP: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else 'cluster.sh up: 77'}")
+            self.down()
+            sys.exit(77)
+        if not check(r.returncode == 0, f"cluster.sh up {' '.join(flags)}"):
+            self.down()
+            sys.exit(1)
+
+    def down(self):
+        try:
+            self.sh("down", timeout=60)
+        except subprocess.TimeoutExpired:
+            print("FAIL cluster.sh down did not finish within 60 s")
+
+    def run(self, argv, timeout, **kw):
+        """cluster.sh run --np 4 -- argv, in a session of its own (killed on timeout)."""
+        cmd = ["bash", self.script, "run", "--prefix", PREFIX, "--np", "4", "--", *argv]
+        print("$ " + " ".join(cmd), flush=True)
+        return subprocess.Popen(cmd, env=env(), start_new_session=True, **kw)
+
+
+def reap_stale(script):
+    """Remove the clusters of earlier runs of this test whose process is gone."""
+    r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    stale = set()
+    for line in r.stdout.splitlines():
+        m = re.match(r"^zt(\d+)-(h\d+|br)\b", line)
+        if m and not os.path.exists(f"/proc/{m.group(1)}"):
+            stale.add(f"zt{m.group(1)}-")
+    for p in sorted(stale):
+        print(f"removing the stale cluster {p}")
+        subprocess.run(["bash", script, "down", "--prefix", p], env=env(), timeout=60)
+
+
+def kill_group(p):
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    p.wait()
+
+
+def fingerprint(path):
+    try:
+        with open(path) as f:
+            rep = json.load(f)
+    except (OSError, ValueError) as e:
+        check(False, f"{path}: a JSON report ({e})")
+        return None
+    check(rep.get("world_size") == 4, f"{path}: world_size 4 (is {rep.get('world_size')})")
+    return rep.get("weights_fingerprint")
+
+
+TINY = {"model": {"layers": 2, "heads": 2, "dim": 32, "vocab": 256, "seq": 32},
+        "data": {"builtin_bytes": 65536},
+        "train_batch_size": 32, "gradient_accumulation_steps": 2,
+        "zero_optimization": {"reduce_bucket_size": 5000},
+        "train": {"steps": 5, "eval_interval": 0, "eval_batches": 2, "samples": 0}}
+
+
+def case_train(cluster, zero, tmp):
+    cfg = os.path.join(tmp, "tiny.json")
+    with open(cfg, "w") as f:
+        json.dump(TINY, f)
+    cluster.up()
+    for stage in range(4):
+        a, b = os.path.join(tmp, f"threads-{stage}.json"), os.path.join(tmp, f"cluster-{stage}.json")
+        common = ["train", "-q", "--no-peak", "--config", cfg, "--stage", str(stage)]
+        r = subprocess.run([zero, *common, "--backend", "threads", "--ranks", "4",
+                            "--json-report", a], env=env(), timeout=60,
+                           capture_output=True, text=True)
+        if not check(r.returncode == 0, f"stage {stage}: 4 thread ranks ({r.stderr.strip()})"):
+            continue
+        p = cluster.run([zero, *common, "--timeout", "30", "--json-report", b], timeout=60,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            out, _ = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            kill_group(p)
+            check(False, f"stage {stage}: the cluster run did not end within 60 s")
+            continue
+        if not check(p.returncode == 0, f"stage {stage}: 2 hosts x 2 ranks under cluster.sh run"):
+            print(out.decode("utf-8", "replace"))
+            continue
+        fa, fb = fingerprint(a), fingerprint(b)
+        print(f"stage {stage}: threads {fa}, cluster {fb}")
+        check(fa is not None and fa == fb,
+              f"stage {stage}: the cluster's weights_fingerprint equals 4 thread ranks'")
+
+
+def case_linkdown(cluster, zero, tmp):
+    cluster.up()
+    host1 = f"{PREFIX}h1"
+    # Each rank's stdout and stderr go to files of their own (host 1's messages cannot reach
+    # mpirun once its link is down).
+    wrapper = (f'r=$OMPI_COMM_WORLD_RANK; exec "$0" "$@" >"{tmp}/out.$r" 2>"{tmp}/err.$r"')
+    argv = ["bash", "-c", wrapper, zero, "train", "--no-peak", "--timeout", str(TIMEOUT_S),
+            "--steps", "1000000", "--stage", "3",
+            "--set", "model.layers=2", "--set", "model.dim=32", "--set", "model.seq=32",
+            "--set", "train.samples=0", "--set", "train.eval_interval=0",
+            "--set", "data.builtin_bytes=65536", "--set", "steps_per_print=10"]
+    log = open(os.path.join(tmp, "mpirun.txt"), "wb")
+    p = cluster.run(argv, timeout=0, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and p.poll() is None:
+            if "| loss" in read(f"{tmp}/out.0"):
+                break
+            time.sleep(0.2)
+        if not check("| loss" in read(f"{tmp}/out.0") and p.poll() is None,
+                     "training runs on 2 hosts x 2 ranks"):
+            print(read(os.path.join(tmp, "mpirun.txt")))
+            return
+        time.sleep(1)
+        r = subprocess.run(["ip", "-n", host1, "link", "set", "eth0", "down"])
+        t_down = time.time()
+        check(r.returncode == 0, f"host 1's link taken down (ip -n {host1} link set eth0 down)")
+        limit = t_down + TIMEOUT_S + SLACK_S
+        errs = {}
+        while time.time() < limit:
+            errs = {r: read(f"{tmp}/err.{r}") for r in range(4)}
+            if all("training failed" in e for e in errs.values()) and not rank_processes(zero):
+                break
+            time.sleep(0.2)
+        elapsed = time.time() - t_down
+        for r in range(4):
+            lines = [ln for ln in errs[r].splitlines() if "training failed" in ln]
+            other = (2, 3) if r < 2 else (0, 1)
+            named = re.search(r"rank\(s\) ([0-9, ]+)", lines[0]) if lines else None
+            ranks = {int(x) for x in named.group(1).split(",")} if named else set()
+            check(bool(lines) and bool(ranks) and ranks <= set(other),
+                  f"rank {r}: an error naming the unreachable rank(s) {ranks or '-'} "
+                  f"(expected some of {other}): {lines[0] if lines else errs[r].strip()[-300:]}")
+        left = rank_processes(zero)
+        check(not left, f"every rank process ended within {TIMEOUT_S} + {SLACK_S} s of the link "
+              f"going down (after {elapsed:.1f} s; left: {left})")
+    finally:
+        kill_group(p)
+        log.close()
+
+
+def rank_processes(zero):
+    """PIDs of `zero` processes running in this cluster's host namespaces."""
+    pids = []
+    for h in ("h0", "h1"):
+        r = subprocess.run(["ip", "netns", "pids", f"{PREFIX}{h}"], capture_output=True, text=True)
+        for pid in r.stdout.split():
+            try:
+                exe = os.readlink(f"/proc/{pid}/exe")
+            except OSError:
+                continue
+            if os.path.basename(exe) == os.path.basename(zero):
+                pids.append(int(pid))
+    return pids
+
+
+def bench(cluster, zero, flags, tmp):
+    cluster.up(*flags)
+    argv = [zero, "bench", "comm", "--op", "all_gather", "--min-bytes", "4M", "--max-bytes", "4M",
+            "--iters", "3", "--warmup", "1", "--membw-bytes", "4M", "--json"]
+    p = cluster.run(argv, timeout=60, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        kill_group(p)
+        check(False, f"bench comm {' '.join(flags) or 'unshaped'} ended within 60 s")
+        return None
+    rows = [json.loads(ln) for ln in out.decode().splitlines() if ln.startswith("{")]
+    label = " ".join(flags) or "unshaped"
+    if not check(p.returncode == 0 and len(rows) == 1,
+                 f"zero bench comm across 2 hosts x 2 ranks ({label})"):
+        print(out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+        return None
+    row = rows[0]
+    check(row["ranks"] == 4 and row["backend"] == "mpi" and row["check"] == "ok",
+          f"{label}: 4 MPI ranks, outputs checked ({row['check']})")
+    mbs = row["algbw_gbs"] * 1e3
+    print(f"all_gather 4 MiB, {label}: {row['time_us'] / 1e3:.1f} ms, algbw {mbs:.1f} MB/s, "
+          f"raw MPI_Allgather {row['raw_time_us'] / 1e3:.1f} ms (load {row['loadavg_1m']:.2f})",
+          flush=True)
+    return row
+
+
+def case_bench(cluster, zero, tmp):
+    fast = bench(cluster, zero, [], tmp)
+    slow = bench(cluster, zero, ["--link", "100mbit"], tmp)
+    if fast and slow:
+        check(slow["algbw_gbs"] < 0.5 * fast["algbw_gbs"],
+              f"the 100mbit link's algbw ({slow['algbw_gbs'] * 1e3:.1f} MB/s) is below half the "
+              f"unshaped one ({fast['algbw_gbs'] * 1e3:.1f} MB/s)")
+        # Each host sends its 2 ranks' 1 MiB blocks to the other host's 2 ranks: 4 MiB through
+        # one 100 Mbit/s link take at least 0.34 s.
+        check(slow["time_us"] >= 0.9 * 4 * 2**20 * 8 / 100e6 * 1e6,
+              f"the shaped all_gather takes at least the time the link needs for its bytes "
+              f"({slow['time_us'] / 1e3:.0f} ms >= {0.9 * 4 * 2**20 * 8 / 100e6 * 1e3:.0f} ms)")
+
+
+def main():
+    if len(sys.argv) != 4 or sys.argv[1] not in ("train", "linkdown", "bench"):
+        print(__doc__)
+        return 2
+    case, script, zero = sys.argv[1:]
+    zero = os.path.abspath(zero)
+    if shutil.which("ip") is None:
+        print("SKIP: no 'ip' command (iproute2): cannot make network namespaces")
+        return 77
+    reap_stale(script)
+    cluster = Cluster(script)
+
+    def on_signal(signum, frame):
+        cluster.down()
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    tmp = tempfile.mkdtemp(prefix="zero-test-cluster-")
+    try:
+        {"train": case_train, "linkdown": case_linkdown, "bench": case_bench}[case](
+            cluster, zero, tmp)
+    finally:
+        cluster.down()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{'FAILED' if failures else 'passed'} ({failures} failure(s))")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
