@@ -8,6 +8,11 @@ Usage: test_cluster.py CASE CLUSTER_SH ZERO
   linkdown  host 1's link taken down while training with --timeout 10: every rank prints an
             error naming a rank of the other host within the timeout + 15 s, and no rank
             process is left afterwards; a hard limit kills everything and fails.
+  script    cluster.sh itself: up --hosts 3 --link 1gbit makes the namespaces, addresses and
+            shaping it says and nothing in the caller's namespace; run puts rank r on host r
+            under that host's hostname; bad flags fail naming them; after a crash (the whole
+            run killed with SIGKILL while ranks sleep) down kills what is left and deletes
+            every namespace; down again succeeds; run without a cluster fails saying so.
   bench     `zero bench comm` (all_gather, 4 MiB) across the hosts, unshaped and with
             --link 100mbit: both check their outputs, and the shaped run's bandwidth is below
             half the unshaped one (a 100 Mbit/s link carries at most 12.5 MB/s; the unshaped
@@ -209,6 +214,89 @@ def case_linkdown(cluster, zero, tmp):
         log.close()
 
 
+def namespaces():
+    r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    return sorted(ln.split()[0] for ln in r.stdout.splitlines() if ln.startswith(PREFIX))
+
+
+def root_links():
+    """The caller's interfaces and their addresses (not lifetimes or counters)."""
+    a = subprocess.run(["ip", "-o", "addr", "show"], capture_output=True, text=True).stdout
+    ln = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    return (sorted(tuple(x.split()[1:4]) for x in a.splitlines()),
+            sorted(x.split()[1] for x in ln.splitlines()))
+
+
+def case_script(cluster, zero, tmp):
+    before = root_links()
+    for flags, word in ((["--hosts", "0"], "--hosts"), (["--link", "fast"], "--link"),
+                        (["--delay", "soon"], "--delay"), (["--bogus"], "--bogus")):
+        r = cluster.sh("up", *flags, capture_output=True, text=True)
+        check(r.returncode == 1 and word in r.stderr and not namespaces(),
+              f"up {' '.join(flags)} fails naming {word}: {r.stderr.strip()}")
+    r = cluster.sh("run", "--", "true", capture_output=True, text=True)
+    check(r.returncode == 1 and "not up" in r.stderr, f"run without a cluster: {r.stderr.strip()}")
+    r = cluster.sh("up", "--hosts", "3", "--link", "1gbit", capture_output=True, text=True)
+    if r.returncode == 77:
+        print("SKIP: " + r.stderr.strip().splitlines()[-1])
+        sys.exit(77)
+    check(r.returncode == 0, f"up --hosts 3 --link 1gbit ({r.stderr.strip()})")
+    want = sorted([f"{PREFIX}br"] + [f"{PREFIX}h{i}" for i in range(3)])
+    check(namespaces() == want, f"namespaces {namespaces()} (expected {want})")
+    for i in range(3):
+        ns = f"{PREFIX}h{i}"
+        a = subprocess.run(["ip", "-n", ns, "-o", "addr", "show"], capture_output=True, text=True).stdout
+        q = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", "eth0"],
+                           capture_output=True, text=True).stdout
+        check(f"eth0    inet 10.231.0.{i + 1}/24" in a and "lo    inet 127.0.0.1/8" in a,
+              f"{ns}: loopback and eth0 at 10.231.0.{i + 1}/24")
+        check("tbf" in q and "rate 1Gbit" in q, f"{ns}: eth0 limited to 1 Gbit/s ({q.strip()})")
+    check(root_links() == before, "nothing changed in the caller's namespace (links, addresses)")
+    p = cluster.run(["bash", "-c", 'echo "rank $OMPI_COMM_WORLD_RANK on $(hostname)"'], timeout=0,
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        out, _ = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        kill_group(p)
+        out = b""
+    lines = sorted(out.decode().split("\n"))
+    print(out.decode())
+    # --np 4 over 3 hosts: 2 slots each, ranks 0, 1 on h0, 2, 3 on h1
+    want = [f"rank {r} on {PREFIX}h{r // 2}" for r in range(4)]
+    check(all(w in lines for w in want), f"run --np 4: ranks placed on hosts by 2s, named by host")
+    # a crash: the run killed outright while its ranks sleep
+    p = cluster.run(["sleep", "600"], timeout=0, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    while time.time() < deadline and len(sleepers()) < 4:
+        time.sleep(0.2)
+    check(len(sleepers()) == 4, f"4 ranks running ({len(sleepers())})")
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    print(f"left after the launcher was killed: {len(sleepers())} rank(s)")
+    r = cluster.sh("down", capture_output=True, text=True)
+    check(r.returncode == 0 and not namespaces() and not sleepers(),
+          f"down after the crash: no namespace, no rank left ({namespaces()}, {sleepers()})")
+    r = cluster.sh("down", capture_output=True, text=True)
+    check(r.returncode == 0, "down again succeeds")
+    check(root_links() == before, "the caller's namespace is as before")
+
+
+def sleepers():
+    """`sleep 600` processes in this cluster's host namespaces."""
+    pids = []
+    for ns in namespaces():
+        r = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+        for pid in r.stdout.split():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if f.read().split(b"\0")[:2] == [b"sleep", b"600"]:
+                        pids.append(int(pid))
+            except OSError:
+                pass
+    return pids
+
+
 def rank_processes(zero):
     """PIDs of `zero` processes running in this cluster's host namespaces."""
     pids = []
@@ -266,7 +354,7 @@ def case_bench(cluster, zero, tmp):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("train", "linkdown", "bench"):
+    if len(sys.argv) != 4 or sys.argv[1] not in ("train", "linkdown", "bench", "script"):
         print(__doc__)
         return 2
     case, script, zero = sys.argv[1:]
@@ -285,7 +373,8 @@ def main():
     signal.signal(signal.SIGINT, on_signal)
     tmp = tempfile.mkdtemp(prefix="zero-test-cluster-")
     try:
-        {"train": case_train, "linkdown": case_linkdown, "bench": case_bench}[case](
+        {"train": case_train, "linkdown": case_linkdown, "bench": case_bench,
+         "script": case_script}[case](
             cluster, zero, tmp)
     finally:
         cluster.down()
