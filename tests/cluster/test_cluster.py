@@ -35,7 +35,8 @@ import time
 failures = 0
 PREFIX = f"zt{os.getpid()}-"
 TIMEOUT_S = 10
-SLACK_S = 15
+SLACK_S = 20  # the rank processes' exit (mpirun's SIGKILL comes 5 s after an abort)
+ERR_SLACK_S = 8  # each rank's error line
 
 
 def check(cond, what):
@@ -86,9 +87,11 @@ class Cluster:
         except subprocess.TimeoutExpired:
             print("FAIL cluster.sh down did not finish within 60 s")
 
-    def run(self, argv, timeout, **kw):
-        """cluster.sh run --np 4 -- argv, in a session of its own (killed on timeout)."""
-        cmd = ["bash", self.script, "run", "--prefix", PREFIX, "--np", "4", "--", *argv]
+    def run(self, argv, timeout, np=4, **kw):
+        """cluster.sh run --np 4 -- argv (np=None: argv is an mpirun command), in a session of
+        its own."""
+        cmd = ["bash", self.script, "run", "--prefix", PREFIX,
+               *(["--np", str(np)] if np else []), "--", *argv]
         print("$ " + " ".join(cmd), flush=True)
         return subprocess.Popen(cmd, env=env(), start_new_session=True, **kw)
 
@@ -175,7 +178,13 @@ def case_linkdown(cluster, zero, tmp):
             "--set", "train.samples=0", "--set", "train.eval_interval=0",
             "--set", "data.builtin_bytes=65536", "--set", "steps_per_print=10"]
     log = open(os.path.join(tmp, "mpirun.txt"), "wb")
-    p = cluster.run(argv, timeout=0, stdout=log, stderr=subprocess.STDOUT)
+    # When a rank of host 0 fails first, its MPI_Abort has mpirun end the others: SIGTERM, which
+    # zero train takes as "stop after this step" and so goes on waiting, then SIGKILL after
+    # odls_base_sigkill_timeout (1 s). 5 s lets the other rank of host 0 reach its own timeout
+    # and say so even when it entered the collective a little later (mpirun does nothing else
+    # meanwhile: that rank's own MPI_Abort then waits for it, until the SIGKILL).
+    argv = ["mpirun", "-np", "4", "--mca", "odls_base_sigkill_timeout", "5", *argv]
+    p = cluster.run(argv, timeout=0, np=None, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.time() + 60
         while time.time() < deadline and p.poll() is None:
@@ -191,13 +200,19 @@ def case_linkdown(cluster, zero, tmp):
         t_down = time.time()
         check(r.returncode == 0, f"host 1's link taken down (ip -n {host1} link set eth0 down)")
         limit = t_down + TIMEOUT_S + SLACK_S
-        errs = {}
+        errs, seen = {}, {}
         while time.time() < limit:
             errs = {r: read(f"{tmp}/err.{r}") for r in range(4)}
-            if all("training failed" in e for e in errs.values()) and not rank_processes(zero):
+            for r, e in errs.items():
+                if "training failed" in e and r not in seen:
+                    seen[r] = time.time() - t_down
+            if len(seen) == 4 and not rank_processes(zero):
                 break
             time.sleep(0.2)
         elapsed = time.time() - t_down
+        print("error lines after (s): " + ", ".join(f"rank {r} {t:.1f}" for r, t in sorted(seen.items())))
+        check(len(seen) == 4 and max(seen.values()) <= TIMEOUT_S + ERR_SLACK_S,
+              f"every rank's error within {TIMEOUT_S} + {ERR_SLACK_S} s of the link going down")
         for r in range(4):
             lines = [ln for ln in errs[r].splitlines() if "training failed" in ln]
             other = (2, 3) if r < 2 else (0, 1)
