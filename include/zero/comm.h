@@ -57,6 +57,10 @@ typedef struct zero_comm_request zero_comm_request_t;
 typedef struct zero_comm_params {
     double timeout_s; /* collective timeout in seconds (default 300) */
     zero_mem_t *mem;  /* borrowed; scratch buffers are accounted under ZERO_MEM_COMM (NULL: not) */
+    /* Threads backend: the ranks stand for nodes of this many consecutive ranks (rank r on node
+     * r / ranks_per_node), to study a multi-node layout in one process; 0: one node. The MPI
+     * backend ignores it: its nodes are the MPI library's (MPI_COMM_TYPE_SHARED). */
+    int ranks_per_node;
 } zero_comm_params_t;
 
 ZERO_API zero_comm_params_t zero_comm_params_default(void);
@@ -101,6 +105,12 @@ ZERO_API int zero_comm_size(const zero_comm_t *comm);
 ZERO_API zero_backend_t zero_comm_backend(const zero_comm_t *comm);
 ZERO_API void zero_comm_set_timeout(zero_comm_t *comm, double timeout_s);
 ZERO_API void zero_comm_set_mem(zero_comm_t *comm, zero_mem_t *mem);
+
+/* Topology: the nodes (machines, or the threads backend's simulated ones) the ranks run on,
+ * numbered 0.. in the order of their lowest rank; fixed at creation, inherited by splits. */
+ZERO_API int zero_comm_node_count(const zero_comm_t *comm);
+/* The node of `rank` (0 <= rank < size), -1 for a rank out of range. */
+ZERO_API int zero_comm_node_of(const zero_comm_t *comm, int rank);
 
 /* ------------------------------------------------------------------------------ blocking */
 
@@ -171,6 +181,10 @@ typedef struct zero_comm_stats {
     uint64_t calls[ZERO_COLL_COUNT];
     uint64_t sent_bytes[ZERO_COLL_COUNT];
     uint64_t recv_bytes[ZERO_COLL_COUNT];
+    /* Of those, the bytes sent to and received from ranks on other nodes (what crosses the
+     * slower link between machines). */
+    uint64_t inter_node_sent_bytes[ZERO_COLL_COUNT];
+    uint64_t inter_node_recv_bytes[ZERO_COLL_COUNT];
 } zero_comm_stats_t;
 
 ZERO_API void zero_comm_get_stats(const zero_comm_t *comm, zero_comm_stats_t *out);

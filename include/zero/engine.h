@@ -467,6 +467,9 @@ typedef struct zero_engine_report {
     uint64_t comm_sent_bytes_per_step_by_coll[ZERO_COLL_COUNT];
     uint64_t comm_sent_bytes_per_step_by_kind[ZERO_XFER_KIND_COUNT];
     uint64_t comm_theory_bytes_per_step_by_kind[ZERO_XFER_KIND_COUNT];
+    /* Of comm_bytes_per_step, what goes to ranks on other nodes (zero_comm_node_of), measured
+     * and its theory (0 on one node). */
+    uint64_t comm_inter_node_bytes_per_step, comm_inter_node_theory_bytes_per_step;
     size_t param_count;        /* unpadded */
     size_t padded_param_count; /* P */
     int stage, world_size, rank;

@@ -82,8 +82,9 @@ typedef struct options {
     int ranks; /* threads: rank threads; MPI: the expected job size when ranks_set
                 */
     int ranks_set;
-    int use[N_COLLS]; /* 1 where the collective is selected, in the order of
-                         colls[] */
+    int ranks_per_node; /* threads: simulated nodes of this many ranks (0: one node) */
+    int use[N_COLLS];   /* 1 where the collective is selected, in the order of
+                           colls[] */
     zero_dtype_t dtype;
     size_t min_bytes, max_bytes, membw_bytes;
     int step_factor;
@@ -529,6 +530,12 @@ static void print_header(const rank_ctx_t *c) {
            "host %s, %s)\n",
            zero_backend_name(zero_comm_backend(c->comm)), c->n, zero_dtype_name(o->dtype),
            ZERO_VERSION_STRING, u.nodename, when);
+    const int nodes = zero_comm_node_count(c->comm);
+    printf("# nodes: %d", nodes);
+    for (int r = 0; nodes > 1 && r < c->n; r++)
+        printf("%s%d", r ? "," : " (node of each rank: ", zero_comm_node_of(c->comm, r));
+    printf("%s; a rank on a node of L ranks sends (n-L)/(n-1) of its bytes to other nodes\n",
+           nodes > 1 ? ")" : "");
     printf("# size S = bytes of the full vector (nccl-tests); count = the API's "
            "count argument\n");
     printf("# time = median over samples of the slowest rank's time per call; a "
@@ -758,6 +765,8 @@ static void usage(FILE *out) {
             "threads\n"
             "  --ranks N              threads: rank threads (default 2); mpi: "
             "must equal the job size\n"
+            "  --ranks-per-node K     threads: the ranks stand for nodes of K ranks "
+            "(default 0: one node); mpi: the MPI library's nodes\n"
             "  --op NAME[,NAME...]    all_reduce, reduce_scatter, all_gather, "
             "all_to_all or all "
             "(default all)\n"
@@ -885,8 +894,8 @@ static int parse_options(int argc, char **argv, options_t *o) {
             continue;
         }
         static const char *const valued[] = {
-            "--backend",     "--ranks", "--op",     "--dtype", "--min-bytes",  "--max-bytes",
-            "--step-factor", "--iters", "--warmup", "--batch", "--membw-bytes"};
+            "--backend",     "--ranks", "--op",     "--dtype", "--min-bytes",   "--max-bytes",
+            "--step-factor", "--iters", "--warmup", "--batch", "--membw-bytes", "--ranks-per-node"};
         int known = 0;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
             known |= !strcmp(flag, valued[k]);
@@ -906,6 +915,11 @@ static int parse_options(int argc, char **argv, options_t *o) {
             if (parse_int(val, 1, 256, &o->ranks))
                 return usage_error("--ranks '%s': expected an integer from 1 to 256", val);
             o->ranks_set = 1;
+        } else if (!strcmp(flag, "--ranks-per-node")) {
+            if (parse_int(val, 0, 256, &o->ranks_per_node))
+                return usage_error("--ranks-per-node '%s': expected an integer from 0 to 256 (0: "
+                                   "one node)",
+                                   val);
         } else if (!strcmp(flag, "--op")) {
             if (parse_ops(val, o->use))
                 return usage_error("--op '%s': expected all_reduce, reduce_scatter, all_gather, "
@@ -970,6 +984,7 @@ static int run_threads(const options_t *o) {
     int n = o->ranks, rc = 0;
     zero_comm_params_t params = zero_comm_params_default();
     params.timeout_s = TIMEOUT_S;
+    params.ranks_per_node = o->ranks_per_node;
     zero_comm_t **comms = calloc((size_t)n, sizeof *comms);
     rank_thread_t *threads = calloc((size_t)n, sizeof *threads);
     if (!comms || !threads) {

@@ -49,7 +49,7 @@ zero_status_t zero_backend_parse(const char *name, zero_backend_t *out) {
 }
 
 zero_comm_params_t zero_comm_params_default(void) {
-    return (zero_comm_params_t){.timeout_s = 300.0, .mem = NULL};
+    return (zero_comm_params_t){.timeout_s = 300.0, .mem = NULL, .ranks_per_node = 0};
 }
 
 /* ------------------------------------------------------------------------------ traffic */
@@ -94,6 +94,70 @@ void zero__coll_traffic(const zero__coll_args_t *a, int rank, int n, uint64_t *s
     *recv_bytes = recvd;
 }
 
+void zero__coll_peer_traffic(const zero__coll_args_t *a, int rank, int peer, int n,
+                             uint64_t *sent_bytes, uint64_t *recv_bytes) {
+    uint64_t es = zero_dtype_size(a->dtype), sent = 0, recvd = 0;
+    size_t off, len;
+    switch (a->coll) {
+    case ZERO_COLL_REDUCE_SCATTER:
+    case ZERO_COLL_ALL_GATHER:
+    case ZERO_COLL_ALL_TO_ALL: sent = recvd = a->count * es; break;
+    case ZERO_COLL_ALL_REDUCE:
+        zero__block_range(a->count, n, peer, &off, &len);
+        sent = recvd = 2 * (uint64_t)len * es;
+        break;
+    case ZERO_COLL_ALL_TO_ALLV:
+        sent = a->send_counts[peer] * es;
+        recvd = a->recv_counts[peer] * es;
+        break;
+    case ZERO_COLL_BROADCAST:
+        if (rank == a->root) sent = a->count * es;
+        if (peer == a->root) recvd = a->count * es;
+        break;
+    default: break;
+    }
+    *sent_bytes = sent;
+    *recv_bytes = recvd;
+}
+
+zero_status_t zero__comm_set_nodes(zero_comm_t *comm, const int32_t *keys) {
+    const int n = comm->size;
+    int *node_of = malloc((size_t)n * sizeof *node_of);
+    if (!node_of) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "communicator: out of memory");
+    int nodes = 0;
+    for (int r = 0; r < n; r++) {
+        int j = 0;
+        while (j < r && keys[j] != keys[r]) j++;
+        node_of[r] = j < r ? node_of[j] : nodes++;
+    }
+    free(comm->node_of);
+    comm->node_of = nodes > 1 ? node_of : NULL;
+    comm->node_count = nodes;
+    if (nodes <= 1) free(node_of);
+    return ZERO_OK;
+}
+
+int zero_comm_node_count(const zero_comm_t *comm) { return comm->node_of ? comm->node_count : 1; }
+
+int zero_comm_node_of(const zero_comm_t *comm, int rank) {
+    if (rank < 0 || rank >= comm->size) return -1;
+    return comm->node_of ? comm->node_of[rank] : 0;
+}
+
+/* Bytes of a completed collective to and from ranks of other nodes. */
+static void inter_node_traffic(const zero_comm_t *comm, const zero__coll_args_t *a, uint64_t *sent,
+                               uint64_t *recvd) {
+    *sent = *recvd = 0;
+    if (!comm->node_of) return;
+    for (int r = 0; r < comm->size; r++) {
+        if (comm->node_of[r] == comm->node_of[comm->rank]) continue;
+        uint64_t s, v;
+        zero__coll_peer_traffic(a, comm->rank, r, comm->size, &s, &v);
+        *sent += s;
+        *recvd += v;
+    }
+}
+
 /* ------------------------------------------------------------------------------ progress */
 
 static void *progress_main(void *arg) {
@@ -128,6 +192,9 @@ static void *progress_main(void *arg) {
             comm->stats.calls[req->args.coll]++;
             comm->stats.sent_bytes[req->args.coll] += sent;
             comm->stats.recv_bytes[req->args.coll] += recvd;
+            inter_node_traffic(comm, &req->args, &sent, &recvd);
+            comm->stats.inter_node_sent_bytes[req->args.coll] += sent;
+            comm->stats.inter_node_recv_bytes[req->args.coll] += recvd;
         } else {
             snprintf(req->message, sizeof req->message, "%s", zero_last_error());
             if ((status == ZERO_ERR_TIMEOUT || status == ZERO_ERR_MISMATCH ||
@@ -159,6 +226,8 @@ zero_status_t zero__comm_base_init(zero_comm_t *comm, const zero__comm_backend_t
     comm->failure = ZERO_OK;
     comm->failure_message[0] = '\0';
     memset(&comm->stats, 0, sizeof comm->stats);
+    comm->node_of = NULL;
+    comm->node_count = 1;
     pthread_mutex_init(&comm->lock, NULL);
     pthread_cond_init(&comm->work, NULL);
     pthread_cond_init(&comm->done, NULL);
@@ -190,6 +259,8 @@ void zero__comm_base_stop(zero_comm_t *comm) {
 void zero_comm_free(zero_comm_t *comm) {
     if (!comm) return;
     zero__comm_base_stop(comm);
+    free(comm->node_of);
+    comm->node_of = NULL;
     comm->backend->destroy(comm);
 }
 
@@ -469,6 +540,24 @@ zero_status_t zero_comm_split(zero_comm_t *comm, int colour, int key, zero_comm_
         return zero__error(ZERO_ERR_INVALID_ARG,
                            "split: colour %d is invalid (expected >= 0, or ZERO_COMM_NO_COLOUR)",
                            colour);
-    return run_blocking(
+    zero_status_t st = run_blocking(
         comm, ARGS(.coll = ZERO_COLL_SPLIT, .colour = colour, .key = key, .split_out = out));
+    if (st || !*out || !comm->node_of || (*out)->node_of) return st;
+    /* The child's ranks keep their nodes: every member tells the others its parent node (every
+     * member takes this branch: the parent's topology is the same on all its ranks, and a child
+     * the backend gave nodes of its own has them on all its ranks). The exchange is set-up, not
+     * traffic: the child's statistics start from zero. */
+    zero_comm_t *child = *out;
+    int32_t mine = comm->node_of[comm->rank];
+    int32_t *keys = malloc((size_t)child->size * sizeof *keys);
+    st = keys ? zero_comm_all_gather(&mine, keys, 1, ZERO_DTYPE_INT32, child)
+              : zero__error(ZERO_ERR_OUT_OF_MEMORY, "split: out of memory");
+    if (!st) st = zero__comm_set_nodes(child, keys);
+    free(keys);
+    zero_comm_reset_stats(child);
+    if (st) {
+        zero_comm_free(child);
+        *out = NULL;
+    }
+    return st;
 }

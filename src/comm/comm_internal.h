@@ -65,6 +65,9 @@ struct zero_comm {
     zero_status_t failure;      /* non-zero once a collective timed out or ranks disagreed */
     char failure_message[1024]; /* that first failure's message, repeated by later calls */
     zero_comm_stats_t stats;
+    /* Topology: node_of[r] is rank r's node (numbered by lowest rank); NULL: one node. Owned. */
+    int *node_of;
+    int node_count;
 };
 
 /* Initialise the base part of a backend's communicator and start its progress thread. */
@@ -93,5 +96,12 @@ void zero__block_range(size_t count, int n, int r, size_t *offset, size_t *len);
  *   barrier, split: 0. */
 void zero__coll_traffic(const zero__coll_args_t *args, int rank, int n, uint64_t *sent_bytes,
                         uint64_t *recv_bytes);
+/* The same per peer: what rank `rank` sends to and receives from rank `peer` (!= rank). The
+ * per-peer amounts add up to zero__coll_traffic's (all_reduce: 2 x peer's block each way). */
+void zero__coll_peer_traffic(const zero__coll_args_t *args, int rank, int peer, int n,
+                             uint64_t *sent_bytes, uint64_t *recv_bytes);
+/* Set comm's nodes from each rank's node key (size entries; equal keys: one node), numbering
+ * them in the order of their lowest rank. ZERO_ERR_OUT_OF_MEMORY leaves one node. */
+zero_status_t zero__comm_set_nodes(zero_comm_t *comm, const int32_t *keys);
 
 #endif /* ZERO_COMM_INTERNAL_H */

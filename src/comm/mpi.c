@@ -157,7 +157,12 @@ static zero_status_t create(MPI_Comm mc, int oversubscribed, double timeout_s, z
     MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
     MPI_Comm_rank(mc, &rank);
     MPI_Comm_size(mc, &size);
-    int local = zero__mpi_node_size(mc);
+    int32_t *keys = malloc((size_t)size * sizeof *keys);
+    if (!keys) {
+        MPI_Comm_free(&mc);
+        return zero__error(ZERO_ERR_OUT_OF_MEMORY, "MPI backend: out of memory (rank %d)", rank);
+    }
+    int local = zero__mpi_node_keys(mc, size, keys);
     if (oversubscribed < 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         oversubscribed = cores > 0 && local > cores;
@@ -192,6 +197,9 @@ static zero_status_t create(MPI_Comm mc, int oversubscribed, double timeout_s, z
     if (zero__mpi_reqs_reserve(c, (SLOTS + SEND_WINDOW) * (size > 1 ? size - 1 : 1) + 2 * size))
         goto fail_buffers;
     zero_status_t st = zero__comm_base_init(&c->super, &mpi_backend, rank, size, timeout_s, mem);
+    if (!st && (st = zero__comm_set_nodes(&c->super, keys))) zero__comm_base_stop(&c->super);
+    free(keys);
+    keys = NULL;
     if (st) {
         release(c);
         MPI_Comm_free(&mc);
@@ -204,6 +212,7 @@ static zero_status_t create(MPI_Comm mc, int oversubscribed, double timeout_s, z
 fail_buffers:
     release(c);
 fail_oom:
+    free(keys);
     MPI_Comm_free(&mc);
     return zero__error(ZERO_ERR_OUT_OF_MEMORY,
                        "MPI backend: out of memory creating a communicator of %d ranks (rank %d)",

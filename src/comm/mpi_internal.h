@@ -9,7 +9,7 @@
  *
  * Not here: anything a file uses alone (it stays static there). Every function takes the
  * communicator of the running collective and is called only on its progress thread, except
- * zero__mpi_node_size and zero__mpi_shm_map, which are collective over an MPI communicator
+ * zero__mpi_node_keys and zero__mpi_shm_map, which are collective over an MPI communicator
  * being wrapped.
  */
 #ifndef ZERO_COMM_MPI_INTERNAL_H
@@ -116,7 +116,9 @@ zero_status_t zero__mpi_shm_reduce_phase(mpi_comm_t *c, const zero__coll_args_t 
 size_t zero__mpi_eager_bytes(const mpi_comm_t *c, const zero__coll_args_t *a);
 void zero__mpi_eager_publish(mpi_comm_t *c, const zero__coll_args_t *a, uint64_t seq, size_t bytes);
 zero_status_t zero__mpi_eager_finish(mpi_comm_t *c, const zero__coll_args_t *a, uint64_t seq);
-int zero__mpi_node_size(MPI_Comm mc);
+/* Each rank's node key (the lowest rank of mc on its node, MPI_COMM_TYPE_SHARED) into keys (size
+ * entries); returns how many of mc's ranks are on this rank's node. Collective over mc. */
+int zero__mpi_node_keys(MPI_Comm mc, int size, int32_t *keys);
 shm_mapping_t zero__mpi_shm_map(MPI_Comm mc, int n, int me, int local, size_t sig_bytes);
 
 /* mpi_p2p.c: the data paths after the agreement. */

@@ -272,15 +272,23 @@ zero_status_t zero__mpi_eager_finish(mpi_comm_t *c, const zero__coll_args_t *a, 
     return ZERO_OK;
 }
 
-/* Number of mc's ranks on this node (collective over mc). */
-int zero__mpi_node_size(MPI_Comm mc) {
+int zero__mpi_node_keys(MPI_Comm mc, int size, int32_t *keys) {
     MPI_Comm node = MPI_COMM_NULL;
-    int local = 1;
+    int rank = 0, key;
+    MPI_Comm_rank(mc, &rank);
+    key = rank;
     if (MPI_Comm_split_type(mc, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS &&
         node != MPI_COMM_NULL) {
-        MPI_Comm_size(node, &local);
+        MPI_Allreduce(&rank, &key, 1, MPI_INT, MPI_MIN, node);
         MPI_Comm_free(&node);
     }
+    int32_t mine = key;
+    if (MPI_Allgather(&mine, 1, MPI_INT32_T, keys, 1, MPI_INT32_T, mc) != MPI_SUCCESS) {
+        for (int r = 0; r < size; r++) keys[r] = r; /* unknown: nobody counts as on-node */
+        keys[rank] = mine;
+    }
+    int local = 0;
+    for (int r = 0; r < size; r++) local += keys[r] == mine;
     return local;
 }
 

@@ -177,6 +177,7 @@ static threads_comm_t *comm_create(clique_t *cl, int rank, double timeout_s, zer
 /* Undo comm_create after the progress thread was started but the communicator never escaped. */
 static void comm_discard(threads_comm_t *tc) {
     zero__comm_base_stop(&tc->super);
+    free(tc->super.node_of);
     free(tc);
 }
 
@@ -194,6 +195,14 @@ zero_status_t zero_comm_threads_init_all(int n, zero_comm_t **comms,
                            "threads init_all: %d ranks requested (expected at least 1)", n);
     for (int r = 0; r < n; r++) comms[r] = NULL; /* also what a failed call leaves */
     zero_comm_params_t p = params ? *params : zero_comm_params_default();
+    if (p.ranks_per_node < 0)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "threads init_all: ranks_per_node %d is invalid (expected >= 0; 0: one "
+                           "node)",
+                           p.ranks_per_node);
+    int32_t *keys = malloc((size_t)n * sizeof *keys);
+    if (!keys) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "threads init_all: out of memory");
+    for (int r = 0; r < n; r++) keys[r] = p.ranks_per_node ? r / p.ranks_per_node : 0;
     clique_t *cl = clique_create(n, n);
     if (!cl) return ZERO_ERR_OUT_OF_MEMORY;
     int r;
@@ -201,10 +210,16 @@ zero_status_t zero_comm_threads_init_all(int n, zero_comm_t **comms,
         threads_comm_t *tc = comm_create(cl, r, p.timeout_s, NULL);
         if (!tc) goto fail;
         comms[r] = &tc->super;
+        if (zero__comm_set_nodes(comms[r], keys)) {
+            r++;
+            goto fail;
+        }
     }
+    free(keys);
     return ZERO_OK;
 
-fail:;
+fail:
+    free(keys);
     zero_status_t st = ZERO_ERR_OUT_OF_MEMORY; /* the message is comm_create's */
     while (r-- > 0) {
         comm_discard((threads_comm_t *)comms[r]);

@@ -225,6 +225,10 @@ static const cfg_key_t keys[] = {
      "with the rank count (each unit is padded to 16 x ranks elements), so a 1-layer model needs "
      "1.4 GiB at 1024 ranks, 5.3 GiB at 2048 and about 20 GiB at 4096 (docs/benchmarks.md); the "
      "memory check refuses what does not fit"},
+    {"train.ranks_per_node", K_INT, OFF(ranks_per_node), 0, 0, 4096, NULL, NULL, "--ranks-per-node",
+     "threads backend: the ranks stand for nodes of this many consecutive ranks (0: one node), and "
+     "the report counts the bytes that cross between nodes; under MPI the nodes are the MPI "
+     "library's (setting it there is an error)"},
     {"train.backend", K_STR, OFF(backend), 0, 0, 0, "auto", "auto|threads|mpi", "--backend",
      "auto: MPI when started by mpirun, else threads"},
     {"train.timeout_s", K_DOUBLE, OFF(timeout_s), 300, 0.001, 1e9, NULL, NULL, "--timeout",

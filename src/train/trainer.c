@@ -243,6 +243,8 @@ static void rank_report(run_t *r, zero_train_rank_report_t *rr) {
     }
     rr->comm_bytes_per_step = er.comm_bytes_per_step;
     rr->comm_theory_bytes_per_step = er.comm_theory_bytes_per_step;
+    rr->comm_inter_node_bytes_per_step = er.comm_inter_node_bytes_per_step;
+    rr->comm_inter_node_theory_bytes_per_step = er.comm_inter_node_theory_bytes_per_step;
     for (int c = 0; c < ZERO_COLL_COUNT; c++)
         rr->comm_sent_bytes_per_step_by_coll[c] = er.comm_sent_bytes_per_step_by_coll[c];
     for (int k = 0; k < ZERO_XFER_KIND_COUNT; k++) {
@@ -325,6 +327,10 @@ static void print_tables(const run_t *r, const zero_train_rank_report_t *all) {
             say(r, "%s%s %.3f / %.3f", x ? ", " : " (", zero_xfer_kind_name((zero_xfer_kind_t)x),
                 (double)all[k].comm_sent_bytes_per_step_by_kind[x] / MiB,
                 (double)all[k].comm_theory_bytes_per_step_by_kind[x] / MiB);
+        if (all[k].comm_inter_node_bytes_per_step || all[k].comm_inter_node_theory_bytes_per_step)
+            say(r, "; to other nodes %.3f / %.3f",
+                (double)all[k].comm_inter_node_bytes_per_step / MiB,
+                (double)all[k].comm_inter_node_theory_bytes_per_step / MiB);
         int any = 0;
         for (int c = 0; c < ZERO_COLL_COUNT; c++)
             if (all[k].comm_sent_bytes_per_step_by_coll[c]) {
@@ -842,6 +848,7 @@ static zero_status_t run_threads(job_t *job, zero_train_report_t *rep) {
     int started = 1;
     zero_comm_params_t cp = zero_comm_params_default();
     cp.timeout_s = job->cfg->timeout_s;
+    cp.ranks_per_node = job->cfg->ranks_per_node;
     zero_status_t st = zero_comm_threads_init_all(n, comms, &cp);
     if (st) goto done;
     for (int k = 0; k < n; k++) {
@@ -888,7 +895,13 @@ static zero_status_t run_mpi(job_t *job, zero_train_report_t *rep) {
     zero_status_t st = zero_comm_mpi_init(&comm, &cp);
     if (st) return st;
     int world = zero_comm_size(comm), rank = zero_comm_rank(comm);
-    if (zero__train_config_is_set(job->cfg, "train.ranks") && job->cfg->ranks != world) {
+    if (zero__train_config_is_set(job->cfg, "train.ranks_per_node")) {
+        st = zero__error(ZERO_ERR_CONFIG,
+                         "train.ranks_per_node = %d is for the threads backend: under MPI the "
+                         "nodes are the MPI library's (ranks on one machine share a node); leave "
+                         "it out",
+                         job->cfg->ranks_per_node);
+    } else if (zero__train_config_is_set(job->cfg, "train.ranks") && job->cfg->ranks != world) {
         st = zero__error(ZERO_ERR_CONFIG,
                          "train.ranks = %d but the MPI job has %d ranks (expected the same, or "
                          "no --ranks under mpirun)",
@@ -1021,6 +1034,10 @@ zero_status_t zero__train_report_write(const zero_train_report_t *rep,
         cJSON_AddNumberToObject(o, "comm_bytes_per_step", (double)rr->comm_bytes_per_step);
         cJSON_AddNumberToObject(o, "comm_theory_bytes_per_step",
                                 (double)rr->comm_theory_bytes_per_step);
+        cJSON_AddNumberToObject(o, "comm_inter_node_bytes_per_step",
+                                (double)rr->comm_inter_node_bytes_per_step);
+        cJSON_AddNumberToObject(o, "comm_inter_node_theory_bytes_per_step",
+                                (double)rr->comm_inter_node_theory_bytes_per_step);
         cJSON *bc = cJSON_AddObjectToObject(o, "comm_sent_bytes_per_step_by_collective");
         for (int c = 0; bc && c < ZERO_COLL_COUNT; c++)
             cJSON_AddNumberToObject(bc, zero_coll_name((zero_coll_t)c),

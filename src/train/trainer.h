@@ -24,6 +24,7 @@ typedef struct zero_train_rank_report {
     uint64_t memory_theory_bytes[ZERO_MEM_CATEGORY_COUNT]; /* ARCHITECTURE.md section 3 (0: n/a) */
     uint64_t peak_rss_bytes; /* of the process (shared by the ranks of the threads backend) */
     uint64_t comm_bytes_per_step, comm_theory_bytes_per_step;
+    uint64_t comm_inter_node_bytes_per_step, comm_inter_node_theory_bytes_per_step;
     uint64_t comm_sent_bytes_per_step_by_coll[ZERO_COLL_COUNT];
     uint64_t comm_sent_bytes_per_step_by_kind[ZERO_XFER_KIND_COUNT];
     uint64_t comm_theory_bytes_per_step_by_kind[ZERO_XFER_KIND_COUNT];

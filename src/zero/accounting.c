@@ -162,6 +162,8 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
         out->comm_bytes_per_step += eng->xfer.last_sent[k];
         out->comm_theory_bytes_per_step += out->comm_theory_bytes_per_step_by_kind[k];
     }
+    out->comm_inter_node_bytes_per_step = eng->xfer.last_inter_sent;
+    out->comm_inter_node_theory_bytes_per_step = zero__xfer_inter_node_theory(eng);
     memcpy(out->comm_sent_bytes_per_step_by_coll, eng->xfer.last_sent_coll,
            sizeof out->comm_sent_bytes_per_step_by_coll);
     out->stage = eng->params.stage;

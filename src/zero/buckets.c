@@ -255,6 +255,7 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
     const size_t S = un->shard_count;
     const int N = un->grp->size;
     eng->xfer.rs_elems += (uint64_t)(N - 1) * S;
+    eng->xfer.rs_inter_elems += (uint64_t)(N - un->grp->local) * S;
     if (eng->world > 1 && !eng->buckets_ready) {
         zero_status_t st = alloc_buckets(eng);
         if (st) return st;

@@ -53,6 +53,7 @@
 typedef struct zero__group {
     zero_comm_t *comm; /* owned; NULL with one rank */
     int size, rank;
+    int local; /* of its ranks, those on this rank's node (size on one node) */
     int color;
 } zero__group_t;
 
@@ -171,7 +172,10 @@ zero__stage_policy_t zero__stage_policy(int stage, int world);
 typedef struct zero__xfer_counts {
     uint64_t sent[ZERO_XFER_KIND_COUNT], last_sent[ZERO_XFER_KIND_COUNT];
     uint64_t sent_coll[ZERO_COLL_COUNT], last_sent_coll[ZERO_COLL_COUNT];
+    uint64_t inter_sent, last_inter_sent; /* to ranks of other nodes */
     uint64_t rs_elems, gather_elems, last_rs_elems, last_gather_elems;
+    /* the same with (group size - ranks of the group on this node) x shard elements */
+    uint64_t rs_inter_elems, gather_inter_elems, last_rs_inter_elems, last_gather_inter_elems;
     int have_last;
 } zero__xfer_counts_t;
 
@@ -418,5 +422,7 @@ zero_status_t zero__xfer_max(zero_engine_t *eng, const zero__group_t *g, int32_t
 zero_status_t zero__xfer_wait(zero_comm_request_t *req);
 void zero__xfer_end_step(zero_engine_t *eng); /* the step's counts become the last step's */
 void zero__xfer_theory(const zero_engine_t *eng, uint64_t out[ZERO_XFER_KIND_COUNT]);
+/* The same formula counting only the bytes to ranks of other nodes, summed over kinds. */
+uint64_t zero__xfer_inter_node_theory(const zero_engine_t *eng);
 
 #endif /* ZERO_ENGINE_INTERNAL_H */

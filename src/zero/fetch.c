@@ -250,6 +250,8 @@ const void *zero_unit_fetch(zero_engine_t *eng, int u) {
     if (un->refs == 0) {
         /* a new fetch window: one gather */
         eng->xfer.gather_elems += (uint64_t)(un->grp->size - 1) * un->shard_count;
+        eng->xfer.gather_inter_elems +=
+            (uint64_t)(un->grp->size - un->grp->local) * un->shard_count;
         if (!un->full && start_gather(eng, un)) return NULL;
         if (un->gather) {
             zero_status_t st = zero__xfer_wait(un->gather);

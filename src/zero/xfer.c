@@ -28,10 +28,18 @@ const char *zero_xfer_kind_name(zero_xfer_kind_t kind) {
 
 /* ------------------------------------------------------------------------------ groups */
 
+/* Ranks of comm on this rank's node. */
+static int local_ranks(const zero_comm_t *comm) {
+    const int me = zero_comm_node_of(comm, zero_comm_rank(comm));
+    int local = 0;
+    for (int r = 0; r < zero_comm_size(comm); r++) local += zero_comm_node_of(comm, r) == me;
+    return local;
+}
+
 zero_status_t zero__xfer_world_init(zero_engine_t *eng, zero_comm_t *parent) {
     zero__group_t *g = &eng->groups[0];
     memset(g, 0, sizeof *g);
-    g->size = 1;
+    g->size = g->local = 1;
     eng->group_count = 1;
     if (parent && zero_comm_size(parent) > 1) {
         /* A private communicator: our posted reduce-scatters and gathers queue behind nobody
@@ -40,6 +48,7 @@ zero_status_t zero__xfer_world_init(zero_engine_t *eng, zero_comm_t *parent) {
         if (st) return st;
         g->size = zero_comm_size(g->comm);
         g->rank = zero_comm_rank(g->comm);
+        g->local = local_ranks(g->comm);
     }
     eng->world = g->size;
     eng->rank = g->rank;
@@ -55,13 +64,14 @@ zero_status_t zero__xfer_group_split(zero_engine_t *eng, int color, int *group_o
                            "engine: partition group color %d is invalid (expected >= 0)", color);
     zero__group_t g;
     memset(&g, 0, sizeof g);
-    g.size = 1;
+    g.size = g.local = 1;
     g.color = color;
     if (eng->groups[0].comm) {
         zero_status_t st = zero_comm_split(eng->groups[0].comm, color, eng->rank, &g.comm);
         if (st) return st;
         g.size = zero_comm_size(g.comm);
         g.rank = zero_comm_rank(g.comm);
+        g.local = local_ranks(g.comm);
     }
     eng->groups[eng->group_count] = g;
     *group_out = eng->group_count++;
@@ -81,6 +91,7 @@ static void count(zero_engine_t *eng, const zero__group_t *g, zero__xfer_kind_t 
     const uint64_t bytes = (uint64_t)(g->size - 1) * n * zero_dtype_size(dt);
     eng->xfer.sent[kind] += bytes;
     eng->xfer.sent_coll[coll] += bytes;
+    eng->xfer.inter_sent += (uint64_t)(g->size - g->local) * n * zero_dtype_size(dt);
 }
 
 zero_status_t zero__xfer_gather(zero_engine_t *eng, const zero__group_t *g, zero__xfer_kind_t kind,
@@ -113,9 +124,12 @@ void zero__xfer_end_step(zero_engine_t *eng) {
     memcpy(x->last_sent_coll, x->sent_coll, sizeof x->sent_coll);
     memset(x->sent, 0, sizeof x->sent);
     memset(x->sent_coll, 0, sizeof x->sent_coll);
+    x->last_inter_sent = x->inter_sent;
     x->last_rs_elems = x->rs_elems;
     x->last_gather_elems = x->gather_elems;
-    x->rs_elems = x->gather_elems = 0;
+    x->last_rs_inter_elems = x->rs_inter_elems;
+    x->last_gather_inter_elems = x->gather_inter_elems;
+    x->inter_sent = x->rs_elems = x->gather_elems = x->rs_inter_elems = x->gather_inter_elems = 0;
     x->have_last = 1;
 }
 
@@ -138,13 +152,16 @@ void zero__xfer_end_step(zero_engine_t *eng) {
  * fetch.c logs a warning and the step sends that much more than this). The windows and
  * micro-steps are the last step's (counted as they happen, in elements of (n_u - 1) S_u);
  * before the first step, M = grad_accum_steps micro-steps and 2M windows per unit. */
-void zero__xfer_theory(const zero_engine_t *eng, uint64_t out[ZERO_XFER_KIND_COUNT]) {
+/* The formula above over the peers a byte goes to: every other rank of the group, or (inter) only
+ * those on other nodes. */
+static void theory(const zero_engine_t *eng, int inter, uint64_t out[ZERO_XFER_KIND_COUNT]) {
     const zero__stage_policy_t pol = eng->pol;
     const uint64_t c = eng->ce, a = eng->ae, M = (uint64_t)eng->params.grad_accum_steps;
     uint64_t rs = 0, ag = 0, after = 0;
     for (int i = 0; i < eng->unit_count; i++) {
         const zero__unit_t *u = &eng->units[i];
-        const uint64_t peers = (uint64_t)(u->grp->size - 1) * u->shard_count;
+        const uint64_t peers =
+            (uint64_t)(u->grp->size - (inter ? u->grp->local : 1)) * u->shard_count;
         rs += M * peers;
         if (pol.shard_params && !u->persistent) ag += 2 * M * peers;
         if (!pol.shard_optim)
@@ -153,12 +170,23 @@ void zero__xfer_theory(const zero_engine_t *eng, uint64_t out[ZERO_XFER_KIND_COU
             after += c * peers;
     }
     if (eng->xfer.have_last) {
-        rs = eng->xfer.last_rs_elems;
-        ag = eng->xfer.last_gather_elems;
+        rs = inter ? eng->xfer.last_rs_inter_elems : eng->xfer.last_rs_elems;
+        ag = inter ? eng->xfer.last_gather_inter_elems : eng->xfer.last_gather_elems;
     }
     out[ZERO_XFER_GRADS] = c * rs + (pol.shard_optim ? 0 : after);
     out[ZERO_XFER_PARAMS] = c * ag + (pol.shard_optim ? after : 0);
     /* + with swapped optimizer states, the step's 4-byte I/O agreement (step.c) */
-    out[ZERO_XFER_CONTROL] =
-        (uint64_t)(eng->world - 1) * (CONTROL_BYTES + (eng->swap ? sizeof(int32_t) : 0));
+    out[ZERO_XFER_CONTROL] = (uint64_t)(eng->world - (inter ? eng->groups[0].local : 1)) *
+                             (CONTROL_BYTES + (eng->swap ? sizeof(int32_t) : 0));
+}
+
+void zero__xfer_theory(const zero_engine_t *eng, uint64_t out[ZERO_XFER_KIND_COUNT]) {
+    theory(eng, 0, out);
+}
+
+uint64_t zero__xfer_inter_node_theory(const zero_engine_t *eng) {
+    uint64_t out[ZERO_XFER_KIND_COUNT], sum = 0;
+    theory(eng, 1, out);
+    for (int k = 0; k < ZERO_XFER_KIND_COUNT; k++) sum += out[k];
+    return sum;
 }

@@ -172,6 +172,39 @@ static void run_crash(zero_comm_t *comm) {
 
 /* ------------------------------------------------------------------------------ main */
 
+/* The communicator's nodes against an independent reference: the processor names of the ranks,
+ * numbered in the order of their lowest rank. On one node no byte crosses between nodes. */
+static void check_nodes(zero_comm_t *comm) {
+    char *names = calloc((size_t)mpi_size, MPI_MAX_PROCESSOR_NAME);
+    char mine[MPI_MAX_PROCESSOR_NAME] = "";
+    int len = 0;
+    if (!names) abort();
+    MPI_Get_processor_name(mine, &len);
+    MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names, MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                  MPI_COMM_WORLD);
+    int nodes = 0, *node = calloc((size_t)mpi_size, sizeof *node);
+    if (!node) abort();
+    for (int r = 0; r < mpi_size; r++) {
+        int j = 0;
+        while (j < r && strcmp(names + (size_t)j * MPI_MAX_PROCESSOR_NAME,
+                               names + (size_t)r * MPI_MAX_PROCESSOR_NAME))
+            j++;
+        node[r] = j < r ? node[j] : nodes++;
+        CHECK(zero_comm_node_of(comm, r) == node[r], "rank %d ('%s') on node %d, expected %d", r,
+              names + (size_t)r * MPI_MAX_PROCESSOR_NAME, zero_comm_node_of(comm, r), node[r]);
+    }
+    CHECK(zero_comm_node_count(comm) == nodes, "%d nodes, the processor names say %d",
+          zero_comm_node_count(comm), nodes);
+    zero_comm_stats_t st;
+    zero_comm_get_stats(comm, &st);
+    for (int c = 0; nodes == 1 && c < ZERO_COLL_COUNT; c++)
+        CHECK(st.inter_node_sent_bytes[c] == 0 && st.inter_node_recv_bytes[c] == 0,
+              "one node, yet %s counted %llu bytes across nodes", zero_coll_name((zero_coll_t)c),
+              (unsigned long long)st.inter_node_sent_bytes[c]);
+    free(node);
+    free(names);
+}
+
 int main(int argc, char **argv) {
     int quick = 0, mode = 0; /* 0 matrix, 1 timeout, 2 crash */
     for (int i = 1; i < argc; i++) {
@@ -217,6 +250,7 @@ int main(int argc, char **argv) {
         run_timeout(comm);
     } else {
         run_matrix(comm, quick);
+        check_nodes(comm);
     }
 
     if (mode == 0) {

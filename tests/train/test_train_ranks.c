@@ -307,6 +307,47 @@ static void test_stages(void) {
     cJSON_Delete(base);
 }
 
+/* Simulated nodes (train.ranks_per_node) change no bit, and each rank's bytes to other nodes are
+ * its bytes times (N - L) / (N - 1), L the ranks of its node: every collective is over the world,
+ * each rank's share going to every other rank alike. Nodes of 2 + 2, of 3 + 1, of 1 each. */
+static void test_nodes(void) {
+    if (!engine_runs(4, 3)) return;
+    cJSON *flat = train(4, 3, NULL, NULL);
+    if (!flat) return;
+    const int ks[] = {0, 2, 3, 1};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
+        char k[8];
+        snprintf(k, sizeof k, "%d", ks[i]);
+        cJSON *rep = ks[i] ? train(4, 3, "train.ranks_per_node", k) : flat;
+        if (!rep) continue;
+        check_report_fields(rep, 4, 3);
+        CHECK(!strcmp(fingerprint(rep), fingerprint(flat)),
+              "ranks_per_node %d: fingerprint %s, one node %s", ks[i], fingerprint(rep),
+              fingerprint(flat));
+        const cJSON *per = cJSON_GetObjectItemCaseSensitive(rep, "per_rank");
+        for (int r = 0; r < 4; r++) {
+            const cJSON *pr = cJSON_GetArrayItem(per, r);
+            int local = 4;
+            if (ks[i]) {
+                const int first = r / ks[i] * ks[i];
+                local = first + ks[i] <= 4 ? ks[i] : 4 - first;
+            }
+            const double want = num(pr, "comm_bytes_per_step") / 3 * (4 - local);
+            CHECK(num(pr, "comm_inter_node_bytes_per_step") == want &&
+                      num(pr, "comm_inter_node_theory_bytes_per_step") == want,
+                  "ranks_per_node %d rank %d: %.0f bytes to other nodes (theory %.0f), closed "
+                  "form %.0f",
+                  ks[i], r, num(pr, "comm_inter_node_bytes_per_step"),
+                  num(pr, "comm_inter_node_theory_bytes_per_step"), want);
+        }
+        if (rep != flat) cJSON_Delete(rep);
+    }
+    cJSON_Delete(flat);
+    CHECK(train_cli((const char *[]){"train", "-q", "--ranks-per-node", "-1", NULL}) == 1 &&
+              strstr(zero_last_error(), "train.ranks_per_node = -1"),
+          "--ranks-per-node -1: '%s'", zero_last_error());
+}
+
 /* A ds_config.json like DeepSpeed's documentation examples runs (in fp16 now, with its loss
  * scaling keys), and says what it ignored. */
 static void test_deepspeed_config(const char *path) {
@@ -380,6 +421,7 @@ int main(int argc, char **argv) {
             "bad metrics path: '%s'", zero_last_error());
     }
     test_stages();
+    test_nodes();
     if (argc > 1) test_deepspeed_config(argv[1]);
     unlink(cfgpath);
     rmdir(dir);
