@@ -164,6 +164,26 @@ def case_train(cluster, zero, tmp):
         print(f"stage {stage}: threads {fa}, cluster {fb}")
         check(fa is not None and fa == fb,
               f"stage {stage}: the cluster's weights_fingerprint equals 4 thread ranks'")
+        inter_node_bytes(b, stage)
+
+
+def inter_node_bytes(path, stage):
+    """Each rank's node has 2 of the 4 ranks: 2 of the 3 peers every collective reaches are on
+    the other host, so 2/3 of a rank's bytes cross, measured and in theory (the MPI backend must
+    see the two hosts as two nodes)."""
+    try:
+        with open(path) as f:
+            per = json.load(f).get("per_rank", [])
+    except (OSError, ValueError):
+        per = []
+    check(len(per) == 4, f"stage {stage}: 4 per-rank reports")
+    for pr in per:
+        total = pr.get("comm_bytes_per_step", 0)
+        inter = pr.get("comm_inter_node_bytes_per_step", -1)
+        theory = pr.get("comm_inter_node_theory_bytes_per_step", -1)
+        check(total > 0 and inter == theory and 3 * inter == 2 * total,
+              f"stage {stage} rank {pr.get('rank')}: {inter:.0f} bytes to the other host "
+              f"(theory {theory:.0f}), 2/3 of {total:.0f}")
 
 
 def case_linkdown(cluster, zero, tmp):
