@@ -419,6 +419,10 @@ zero_status_t zero__xfer_reduce_scatter(zero_engine_t *eng, const zero__group_t 
                                         size_t n, zero_dtype_t dt, zero_comm_request_t **req);
 /* In-place maximum of n int32 over group g (checks). */
 zero_status_t zero__xfer_max(zero_engine_t *eng, const zero__group_t *g, int32_t *buf, size_t n);
+/* Every rank's status gathered over the world (4 bytes each): *bad the first rank whose status
+ * is not ZERO_OK (-1: none) and *theirs that status. Returns the gather's own status. */
+zero_status_t zero__xfer_statuses(zero_engine_t *eng, zero__xfer_kind_t kind, zero_status_t mine,
+                                  int *bad, zero_status_t *theirs);
 zero_status_t zero__xfer_wait(zero_comm_request_t *req);
 void zero__xfer_end_step(zero_engine_t *eng); /* the step's counts become the last step's */
 void zero__xfer_theory(const zero_engine_t *eng, uint64_t out[ZERO_XFER_KIND_COUNT]);

@@ -306,16 +306,10 @@ zero_status_t zero_engine_check(zero_engine_t *eng) {
     if (!eng) return zero__error(ZERO_ERR_INVALID_ARG, "zero_engine_check: engine is NULL");
     if (eng->failure) return zero__error(eng->failure, "%s", eng->failure_msg);
     if (eng->world == 1) return ZERO_OK;
-    int32_t *all = malloc((size_t)eng->world * sizeof *all);
-    if (!all) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "engine: out of memory (check)");
-    const int32_t mine = (int32_t)eng->fetch_failure;
-    zero_status_t st = zero__xfer_gather(eng, &eng->groups[0], ZERO__XFER_CHECK, &mine, all,
-                                         sizeof mine, ZERO_DTYPE_UINT8, NULL);
-    int bad = -1;
-    for (int r = 0; !st && r < eng->world && bad < 0; r++)
-        if (all[r]) bad = r;
-    const zero_status_t theirs = bad >= 0 ? (zero_status_t)all[bad] : ZERO_OK;
-    free(all);
+    int bad;
+    zero_status_t theirs;
+    zero_status_t st =
+        zero__xfer_statuses(eng, ZERO__XFER_CHECK, eng->fetch_failure, &bad, &theirs);
     if (st) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", zero_last_error());

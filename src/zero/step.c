@@ -298,16 +298,9 @@ static void gathers_after(zero_engine_t *eng, int from, int posted) {
  * any rank is this step's failure everywhere, named with the first failing rank. */
 static zero_status_t swap_agree(zero_engine_t *eng, zero_status_t mine) {
     if (eng->world == 1) return mine;
-    int32_t *all = malloc((size_t)eng->world * sizeof *all);
-    if (!all) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "engine: out of memory (step)");
-    const int32_t flag = (int32_t)mine;
-    zero_status_t st = zero__xfer_gather(eng, &eng->groups[0], ZERO_XFER_CONTROL, &flag, all,
-                                         sizeof flag, ZERO_DTYPE_UINT8, NULL);
-    int bad = -1;
-    for (int r = 0; !st && r < eng->world && bad < 0; r++)
-        if (all[r]) bad = r;
-    const zero_status_t theirs = bad >= 0 ? (zero_status_t)all[bad] : ZERO_OK;
-    free(all);
+    int bad;
+    zero_status_t theirs;
+    zero_status_t st = zero__xfer_statuses(eng, ZERO_XFER_CONTROL, mine, &bad, &theirs);
     if (st) return comm_fail(eng, st, "the optimizer-swap agreement all-gather");
     if (mine || bad < 0) return mine;
     return zero__engine_fail(eng, theirs,

@@ -114,6 +114,24 @@ zero_status_t zero__xfer_max(zero_engine_t *eng, const zero__group_t *g, int32_t
     return zero_comm_all_reduce(buf, buf, n, ZERO_DTYPE_INT32, ZERO_OP_MAX, g->comm);
 }
 
+zero_status_t zero__xfer_statuses(zero_engine_t *eng, zero__xfer_kind_t kind, zero_status_t mine,
+                                  int *bad, zero_status_t *theirs) {
+    *bad = -1;
+    *theirs = ZERO_OK;
+    int32_t *all = malloc((size_t)eng->world * sizeof *all);
+    if (!all) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "engine: out of memory (statuses)");
+    const int32_t m = (int32_t)mine;
+    zero_status_t st =
+        zero__xfer_gather(eng, &eng->groups[0], kind, &m, all, sizeof m, ZERO_DTYPE_UINT8, NULL);
+    for (int r = 0; !st && r < eng->world && *bad < 0; r++)
+        if (all[r]) {
+            *bad = r;
+            *theirs = (zero_status_t)all[r];
+        }
+    free(all);
+    return st;
+}
+
 zero_status_t zero__xfer_wait(zero_comm_request_t *req) { return zero_comm_wait(req); }
 
 /* ------------------------------------------------------------------------------ the step */

@@ -32,27 +32,14 @@ import sys
 import tempfile
 import time
 
-failures = 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
+import proc_checks  # noqa: E402  (tests/train: check, read)
+from proc_checks import check, read  # noqa: E402
+
 PREFIX = f"zt{os.getpid()}-"
 TIMEOUT_S = 10
 SLACK_S = 20  # the rank processes' exit (mpirun's SIGKILL comes 5 s after an abort)
 ERR_SLACK_S = 8  # each rank's error line
-
-
-def check(cond, what):
-    global failures
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures += 1
-    return cond
-
-
-def read(path):
-    try:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 def env():
@@ -414,6 +401,7 @@ def main():
     finally:
         cluster.down()
         shutil.rmtree(tmp, ignore_errors=True)
+    failures = proc_checks.failures
     print(f"{'FAILED' if failures else 'passed'} ({failures} failure(s))")
     return 1 if failures else 0
 

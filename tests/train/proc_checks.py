@@ -1,5 +1,5 @@
 """proc_checks.py — what the Python drivers of `zero train` (test_train_hang.py,
-test_train_signals.py) share: a check that counts failures, a tolerant file read, and finding an
+test_train_signals.py, tests/cluster/test_cluster.py) share: a check that counts failures, a tolerant file read, and finding an
 MPI rank's process under mpirun through /proc.
 """
 import os

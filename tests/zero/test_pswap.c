@@ -21,7 +21,6 @@
  */
 #include "check.h"
 #include "ranks.h"
-#include "toy_grads.h"
 #include "toy_units.h"
 #include "zero/engine_internal.h"
 
@@ -95,24 +94,8 @@ static zero_memory_estimate_t estimate(const pcase_t *c, int n) {
 
 /* micro-step m of step s: forward then backward */
 static zero_status_t micro_step(zero_engine_t *eng, int rank, int s, int m) {
-    const zero_dtype_t dt = zero_engine_params(eng)->compute_dtype;
-    for (int u = 0; u < UNITS; u++) {
-        if (!zero_unit_fetch(eng, u)) return ZERO_ERR_INTERNAL;
-        zero_unit_release(eng, u);
-    }
-    for (int u = UNITS - 1; u >= 0; u--) {
-        if (!zero_unit_fetch(eng, u)) return ZERO_ERR_INTERNAL;
-        void *g = zero_unit_grads(eng, u);
-        if (!g) return ZERO_ERR_INTERNAL;
-        for (size_t i = 0; i < sizes[u]; i++) {
-            float x = toy_grad(rank, u, s, m, i);
-            zero__narrow((char *)g + i * zero_dtype_size(dt), &x, 1, dt);
-        }
-        zero_status_t st = zero_unit_grads_done(eng, u);
-        zero_unit_release(eng, u);
-        if (st) return st;
-    }
-    return ZERO_OK;
+    zero_status_t st = toy_forward(eng, UNITS);
+    return st ? st : toy_backward(eng, sizes, UNITS, rank, s, m);
 }
 
 /* steps [s0, s1) of training */

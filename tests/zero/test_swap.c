@@ -16,7 +16,6 @@
  */
 #include "check.h"
 #include "ranks.h"
-#include "toy_grads.h"
 #include "toy_units.h"
 #include "zero/engine_internal.h"
 
@@ -85,20 +84,10 @@ static zero_memory_estimate_t estimate(const swap_case_t *c, int n) {
 
 static zero_status_t train(zero_engine_t *eng, int rank, int micro) {
     for (int s = 0; s < STEPS; s++) {
-        for (int m = 0; m < micro; m++)
-            for (int u = UNITS - 1; u >= 0; u--) {
-                if (!zero_unit_fetch(eng, u)) return ZERO_ERR_INTERNAL;
-                void *g = zero_unit_grads(eng, u);
-                if (!g) return ZERO_ERR_INTERNAL;
-                const zero_dtype_t dt = zero_engine_params(eng)->compute_dtype;
-                for (size_t i = 0; i < sizes[u]; i++) {
-                    float x = toy_grad(rank, u, s, m, i);
-                    zero__narrow((char *)g + i * zero_dtype_size(dt), &x, 1, dt);
-                }
-                zero_status_t st = zero_unit_grads_done(eng, u);
-                zero_unit_release(eng, u);
-                if (st) return st;
-            }
+        for (int m = 0; m < micro; m++) {
+            zero_status_t st = toy_backward(eng, sizes, UNITS, rank, s, m);
+            if (st) return st;
+        }
         zero_status_t st = zero_engine_step(eng, NULL);
         if (st) return st;
     }

@@ -32,7 +32,6 @@
  * process per rank.
  */
 #include "check.h"
-#include "toy_grads.h"
 #include "toy_units.h"
 #include "zero/engine_internal.h"
 
@@ -101,24 +100,8 @@ static zero_engine_params_t params_of(case_kind_t kind, const char *dir, zero_co
 /* One micro-step m of step s: a forward (fetch, release in order) and unless forward_only a
  * backward (fetch, gradient, release in reverse). */
 static zero_status_t micro_step(zero_engine_t *eng, int rank, int s, int m, int forward_only) {
-    const zero_dtype_t dt = zero_engine_params(eng)->compute_dtype;
-    for (int u = 0; u < UNITS; u++) {
-        if (!zero_unit_fetch(eng, u)) return ZERO_ERR_INTERNAL;
-        zero_unit_release(eng, u);
-    }
-    for (int u = UNITS - 1; u >= 0 && !forward_only; u--) {
-        if (!zero_unit_fetch(eng, u)) return ZERO_ERR_INTERNAL;
-        void *g = zero_unit_grads(eng, u);
-        if (!g) return ZERO_ERR_INTERNAL;
-        for (size_t i = 0; i < sizes[u]; i++) {
-            float x = toy_grad(rank, u, s, m, i);
-            zero__narrow((char *)g + i * zero_dtype_size(dt), &x, 1, dt);
-        }
-        zero_status_t st = zero_unit_grads_done(eng, u);
-        zero_unit_release(eng, u);
-        if (st) return st;
-    }
-    return ZERO_OK;
+    zero_status_t st = toy_forward(eng, UNITS);
+    return st || forward_only ? st : toy_backward(eng, sizes, UNITS, rank, s, m);
 }
 
 /* Step s from its micro-step m0 on, and the engine's step; eval: a forward and

@@ -1,8 +1,11 @@
 /* toy_units.h — what the swap tests' toy models share: units of a weight and a 7-element bias
- * declared by size, the swap files left in a directory, and a bit flipped on disk. */
+ * declared by size, their forward and backward (toy_grads.h's gradients), the swap files left
+ * in a directory, and a bit flipped on disk. */
 #ifndef ZERO_TESTS_ZERO_TOY_UNITS_H
 #define ZERO_TESTS_ZERO_TOY_UNITS_H
 
+#include "core/core_internal.h"
+#include "toy_grads.h"
 #include "zero/engine.h"
 
 #include <dirent.h>
@@ -29,6 +32,35 @@ static inline zero_status_t toy_add_units(zero_engine_t *eng, const size_t *size
         st = zero_engine_add_unit(eng, name, t, 2, NULL);
     }
     return st;
+}
+
+/* The toy model's forward: units 0 .. n-1 fetched and released in order. */
+static inline zero_status_t toy_forward(zero_engine_t *eng, int n) {
+    for (int u = 0; u < n; u++) {
+        if (!zero_unit_fetch(eng, u)) return ZERO_ERR_INTERNAL;
+        zero_unit_release(eng, u);
+    }
+    return ZERO_OK;
+}
+
+/* Its backward of micro-step m of step s on rank `rank`: units n-1 .. 0 each fetched, given
+ * toy_grad's values for its sizes[u] elements (in the compute dtype), handed back, released. */
+static inline zero_status_t toy_backward(zero_engine_t *eng, const size_t *sizes, int n, int rank,
+                                         int s, int m) {
+    const zero_dtype_t dt = zero_engine_params(eng)->compute_dtype;
+    for (int u = n - 1; u >= 0; u--) {
+        if (!zero_unit_fetch(eng, u)) return ZERO_ERR_INTERNAL;
+        void *g = zero_unit_grads(eng, u);
+        if (!g) return ZERO_ERR_INTERNAL;
+        for (size_t i = 0; i < sizes[u]; i++) {
+            float x = toy_grad(rank, u, s, m, i);
+            zero__narrow((char *)g + i * zero_dtype_size(dt), &x, 1, dt);
+        }
+        zero_status_t st = zero_unit_grads_done(eng, u);
+        zero_unit_release(eng, u);
+        if (st) return st;
+    }
+    return ZERO_OK;
 }
 
 /* Swap files (*.swp) in dir. */
