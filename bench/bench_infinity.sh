@@ -39,9 +39,8 @@
 #   -i            pass --ignore-memory-check to the capped run (the script says so)
 # Exit status: 0 done (the bars are printed, not enforced), 1 a run failed, 2 bad usage or not
 # enough disk, 77 no cgroup v1 memory controller or no right to make a cgroup (one SKIP line).
-# Small (a minute; 51M parameters at 2 x the cap; -i since the trainer's estimate counts the
-# whole model as prefetched, docs/benchmarks.md):
-#   bench/bench_infinity.sh -l 16 -d 512 -H 8 -x 2 -g 1000000 -b 3 -f 4000000 -S 256M -i
+# Small (a minute; 51M parameters at 4 x the cap):
+#   bench/bench_infinity.sh -l 16 -d 512 -H 8 -g 1000000 -b 2 -f 4000000 -S 256M
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base=build layers=30 dim=1536 heads=12 seq=256 steps=3 ratio=4 subgroup=10000000 pbuf=5
@@ -256,7 +255,8 @@ print(f"  validation loss (the same held-out batch) before step 1 {v0:.4f}, afte
       f"{len(recs)} {v1:.4f}: {'falling' if v1 < v0 else 'NOT falling'}")
 step = statistics.median(r["step_s"] for r in recs[1:])
 print("  step times (s) " + " ".join(f"{r['step_s']:.2f}" for r in recs) +
-      f"; median after the first {step:.2f}")
+      f"; median after the first {step:.2f}, of which the optimizer step "
+      f"{statistics.median(r['optimizer_step_s'] for r in recs[1:]):.2f}")
 ok = rc == 0 and oom_kill in ("0", "n/a") and r0["peak_rss_bytes"] < cap and \
     max_usage <= cap and v1 < v0 and states >= 4 * cap
 print(f"  beyond-memory bar (states >= 4 x cap, no OOM kill, exit 0, peak RSS < cap, "
@@ -319,7 +319,9 @@ rd_bw, wr_bw = float(sys.argv[4]), float(sys.argv[5])
 ram = statistics.median(r["step_s"] for r in recs[1:])
 disk = rd / rd_bw + wr / wr_bw
 print(f"  in RAM: step times (s) " + " ".join(f"{r['step_s']:.2f}" for r in recs) +
-      f"; median after the first {ram:.2f}; peak RSS {rep['per_rank'][0]['peak_rss_bytes'] / 2**30:.2f} GiB")
+      f"; median after the first {ram:.2f}, of which the optimizer step "
+      f"{statistics.median(r['optimizer_step_s'] for r in recs[1:]):.2f}; peak RSS "
+      f"{rep['per_rank'][0]['peak_rss_bytes'] / 2**30:.2f} GiB")
 fp = rep["weights_fingerprint"]
 print("  in RAM: losses " + " ".join(f"{r['loss']:.4f}" for r in recs) + f"; weights fingerprint "
       f"{fp}, the capped run's {fp_cap}: {'equal' if fp == fp_cap else 'DIFFERENT'}")
