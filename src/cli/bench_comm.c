@@ -304,6 +304,20 @@ static double model_bytes(zero_coll_t coll, size_t S, int n) {
     }
 }
 
+/* Bytes this rank sends per call to ranks of other nodes, by the definition: every other rank
+ * gets count elements (all_reduce: twice its block of the reduce-scatter split). */
+static double inter_node_theory(const rank_ctx_t *c, zero_coll_t coll, size_t count, size_t es) {
+    const int me = zero_comm_node_of(c->comm, c->rank);
+    double bytes = 0;
+    for (int r = 0; r < c->n; r++) {
+        if (zero_comm_node_of(c->comm, r) == me) continue;
+        const uint64_t cnt = count, n = (uint64_t)c->n;
+        const uint64_t block = cnt * (uint64_t)(r + 1) / n - cnt * (uint64_t)r / n;
+        bytes += (double)(coll == ZERO_COLL_ALL_REDUCE ? 2 * block : cnt) * (double)es;
+    }
+    return bytes;
+}
+
 static zero_status_t call_ours(rank_ctx_t *c, zero_coll_t coll, size_t count) {
     zero_dtype_t dt = c->o->dtype;
     switch (coll) {
@@ -582,9 +596,12 @@ static void print_coll_header(const rank_ctx_t *c, int ci, int raw) {
     if (raw)
         printf(" | %10s %9s %8s %6s   (raw = %s on MPI_COMM_WORLD)", "raw time", "raw busbw",
                "ours/raw", "check", raw_names[ci]);
+    if (zero_comm_node_count(c->comm) > 1)
+        printf(" | %11s %11s   (rank 0 to other nodes)", "measured", "theory");
     printf("\n#%12s %11s %6s %7s %10s %8s %8s %8s %7s %6s", "(B)", "(elements)", "", "", "(us)",
            "(GB/s)", "(GB/s)", "(GB/s)", "", "");
     if (raw) printf(" | %10s %9s", "(us)", "(GB/s)");
+    if (zero_comm_node_count(c->comm) > 1) printf(" | %11s %11s", "(B/call)", "(B/call)");
     printf("\n");
 }
 
@@ -598,6 +615,9 @@ typedef struct row {
     timing_t ours, raw;
     int has_raw;
     long long errors, raw_errors;
+    /* rank 0's bytes per call to ranks of other nodes: the comm statistics of one more call,
+     * and the closed form */
+    double inter_bytes, inter_theory;
 } row_t;
 
 static void print_row(const rank_ctx_t *c, int raw_columns, const row_t *w) {
@@ -625,6 +645,8 @@ static void print_row(const rank_ctx_t *c, int raw_columns, const row_t *w) {
         print_json_num(stdout, "model_bytes", model_bytes(w->coll, w->S, n), 0);
         print_json_num(stdout, "bound_busbw_gbs", bound_busbw * 1e-9, 0);
         print_json_num(stdout, "frac_of_bound", frac, 0);
+        print_json_num(stdout, "inter_node_bytes", w->inter_bytes, 0);
+        print_json_num(stdout, "inter_node_theory_bytes", w->inter_theory, 0);
         double load[1] = {NAN};
         getloadavg(load, 1);
         print_json_num(stdout, "loadavg_1m", load[0], 0);
@@ -649,6 +671,8 @@ static void print_row(const rank_ctx_t *c, int raw_columns, const row_t *w) {
                    check_word(o, w->raw_errors));
         else if (raw_columns)
             printf(" | %10s %9s %8s %6s", "-", "-", "-", "-");
+        if (zero_comm_node_count(c->comm) > 1)
+            printf(" | %11.0f %11.0f", w->inter_bytes, w->inter_theory);
         printf("\n");
     }
     fflush(stdout);
@@ -668,6 +692,22 @@ static int run_impl(rank_ctx_t *c, int raw, zero_coll_t coll, size_t count, size
         if (*errors < 0) return -1;
         c->check_errors += (size_t)*errors;
     }
+    return 0;
+}
+
+/* One more call of ours with the statistics read around it: its bytes to other nodes, beside
+ * the closed form. Collective. */
+static int measure_inter_node(rank_ctx_t *c, zero_coll_t coll, size_t count, size_t es, row_t *w) {
+    zero_comm_stats_t a, b;
+    zero_comm_get_stats(c->comm, &a);
+    zero_status_t st = call_ours(c, coll, count);
+    zero_comm_get_stats(c->comm, &b);
+    if (st) {
+        report_failure(c, "the call counted for the inter-node bytes", st);
+        return -1;
+    }
+    w->inter_bytes = (double)(b.inter_node_sent_bytes[coll] - a.inter_node_sent_bytes[coll]);
+    w->inter_theory = inter_node_theory(c, coll, count, es);
     return 0;
 }
 
@@ -721,6 +761,7 @@ static int run_rank(const options_t *o, zero_comm_t *comm) {
             w.S = coll_bytes(coll, w.count, c->n, es);
             if (w.count > 0) { /* the same on every rank */
                 rc = run_impl(c, 0, coll, w.count, w.S, &w.ours, &w.errors);
+                if (rc == 0) rc = measure_inter_node(c, coll, w.count, es, &w);
                 w.has_raw = raw_possible(c, coll, w.count);
                 if (rc == 0 && w.has_raw)
                     rc = run_impl(c, 1, coll, w.count, w.S, &w.raw, &w.raw_errors);

@@ -36,6 +36,10 @@ def expected_rows(op, n, dtype, min_bytes, max_bytes, factor):
     return rows
 
 
+def json_rows(out):
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
 def check_json(out, backend, n, dtype, ops, min_bytes, max_bytes, factor, want_raw):
     rows = []
     for i, line in enumerate(out.splitlines()):
@@ -87,6 +91,21 @@ def mode_threads(zero):
     rc, out, err = run(base + TINY + ["--json"])
     ok(rc == 0, "threads json run exit %d: %s" % (rc, err.strip()))
     check_json(out, "threads", n, "fp32", OPS, 1024, 64 << 10, 2, False)
+
+    # One node: nothing to other nodes. Nodes of 2 + 1 ranks: rank 0's one remote peer (rank 2)
+    # gets count elements per call (all_reduce: twice rank 2's block of count split in 3).
+    for r in json_rows(out):
+        ok(r.get("inter_node_bytes") == 0 and r.get("inter_node_theory_bytes") == 0,
+           "one node: %s S=%s sends nothing to other nodes" % (r.get("op"), r.get("size_bytes")))
+    rc, out, err = run(base + TINY + ["--ranks-per-node", "2", "--json"])
+    ok(rc == 0, "threads --ranks-per-node 2 run exit %d: %s" % (rc, err.strip()))
+    for r in json_rows(out):
+        count, es = r["count"], 4
+        want = 2 * (count - count * 2 // 3) * es if r["op"] == "all_reduce" else count * es
+        ok(r.get("inter_node_bytes") == want and r.get("inter_node_theory_bytes") == want,
+           "nodes 2 + 1: %s S=%s: rank 0 sends %s bytes per call to the other node (theory %s), "
+           "closed form %d" % (r["op"], r["size_bytes"], r.get("inter_node_bytes"),
+                               r.get("inter_node_theory_bytes"), want))
 
     # Other dtypes through the reductions (bf16 is summed in fp32; int8 wraps).
     for dtype in ("bf16", "int8"):
