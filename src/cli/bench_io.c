@@ -15,10 +15,14 @@
  * (queue depth, then block size, ascending) within 5% of that maximum, so noise does not buy a
  * deeper queue or bigger blocks for nothing.
  *
+ * Beside them, the checksum alone: the layer's CRC32C of every 4 KiB page of one buffer on one
+ * thread (median of --repeat + 2 passes), the CPU cost every byte read or written pays once.
+ *
  * Files: the test file is unlinked as soon as it is created (the open descriptor keeps it), so
  * nothing is left behind on failure, Ctrl-C or a kill. Free space is checked before anything.
  */
 #include "cli/cli.h"
+#include "core/crc32c.h"
 #include "io/aio.h"
 #include "zero/zero.h"
 
@@ -252,6 +256,27 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* Seconds (median of passes) of the per-page CRC32C of buf on this thread. */
+static double crc_seconds(const unsigned char *buf, size_t bytes, int passes) {
+    const size_t pages = bytes / ZERO__AIO_ALIGN;
+    uint32_t *crc = malloc((pages ? pages : 1) * sizeof *crc);
+    double *t = malloc((size_t)passes * sizeof *t);
+    if (!crc || !t) {
+        free(crc);
+        free(t);
+        return -1;
+    }
+    for (int i = 0; i < passes; i++) {
+        double t0 = zero_time_now();
+        zero__crc32c_pages(crc, buf, ZERO__AIO_ALIGN, pages);
+        t[i] = zero_time_now() - t0;
+    }
+    double m = median(t, passes);
+    free(crc);
+    free(t);
+    return m;
+}
+
 static int measure(const options_t *o, point_t *pt, unsigned char *buf, size_t bufsize,
                    const char *file) {
     zero__aio_params_t p = zero__aio_params_default();
@@ -374,6 +399,21 @@ int zero__bench_io(int argc, char **argv) {
                o.uring_threads);
         printf("# median of %d read and rewrite passes per point; first write: one pass\n",
                o.repeat);
+    }
+    /* the checksum's own cost, before the disk's */
+    const size_t crc_bytes = bufsize / ZERO__AIO_ALIGN * ZERO__AIO_ALIGN;
+    const double crc_s = crc_seconds(buf, crc_bytes, o.repeat + 2);
+    if (crc_s <= 0) {
+        fprintf(stderr, "zero bench io: out of memory (checksum timing)\n");
+        rc = 1;
+    } else if (o.json) {
+        printf("{\"bench\":\"io\",\"op\":\"crc32c\",\"threads\":1,\"bytes\":%zu,"
+               "\"seconds\":%.6f,\"gbps\":%.4f,\"passes\":%d}\n",
+               crc_bytes, crc_s, crc_bytes / crc_s / 1e9, o.repeat + 2);
+    } else {
+        printf("# CRC32C per 4 KiB page on one thread: %.2f GB/s (%s, median of %d passes): the "
+               "CPU time every byte read or written costs once\n",
+               crc_bytes / crc_s / 1e9, human(crc_bytes, hs, sizeof hs), o.repeat + 2);
         printf("# %-8s %6s  %-9s %10s %10s %12s\n", "block", "depth", "engine", "write GB/s",
                "read GB/s", "first write");
     }

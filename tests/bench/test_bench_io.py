@@ -37,7 +37,7 @@ def main():
                             "128K,1M", "--queue-depths", "1,4", "--repeat", "2", "--json",
                             "--tune"])
         ok(rc == 0, "json run exit %d: %s" % (rc, err.strip()))
-        rows, tune = [], None
+        rows, tune, crc = [], None, []
         for line in out.splitlines():
             try:
                 obj = json.loads(line)
@@ -46,6 +46,8 @@ def main():
                 continue
             if "aio" in obj:
                 tune = obj["aio"]
+            elif obj.get("op") == "crc32c":
+                crc.append(obj)
             else:
                 rows.append(obj)
         engines = ["io_uring", "threads"]
@@ -57,6 +59,11 @@ def main():
         got = sorted((r.get("engine"), r.get("op"), r.get("block_size"), r.get("queue_depth"))
                      for r in rows)
         ok(got == want, "rows: %r, expected %r" % (got, want))
+        # the checksum alone: one row, over the whole (8 MiB) buffer, 2 + 2 passes, one thread
+        ok(len(crc) == 1 and crc[0].get("bytes") == size and crc[0].get("passes") == 4 and
+           crc[0].get("threads") == 1 and crc[0].get("seconds", 0) > 0 and
+           close(crc[0]["gbps"], size / crc[0]["seconds"] / 1e9, 2e-3, 0.5e-4),
+           "crc32c row: %r" % crc)
         for r in rows:
             ok(r.get("bench") == "io" and r.get("bytes") == size and r.get("path") == d and
                r.get("passes") == (1 if r.get("op") == "first_write" else 2),
@@ -113,6 +120,7 @@ def main():
                                 "256K", "--queue-depths", "2", "--engine", "io_uring",
                                 "--threads", "3", "--repeat", "1", "--json", "--tune"])
             objs = [json.loads(l) for l in out.splitlines() if l.startswith("{")] if rc == 0 else []
+            objs = [o for o in objs if o.get("op") != "crc32c"]
             ok(rc == 0 and len(objs) == 4 and all(o.get("threads") == 3 for o in objs[:3]) and
                objs[3].get("aio", {}).get("intra_op_parallelism") == 3,
                "--threads 3: %r %r" % (out, err))
