@@ -6,15 +6,18 @@
  * and the read-ahead from the third step on. The same run with the shards in RAM is the
  * reference: the weights fingerprint, every optimizer state and every parameter this rank holds
  * (zero_engine_state_read, zero_engine_params_read: the checkpoint's paths) must be equal bit for
- * bit, with offload_param alone and with offload_optimizer too, on 1, 2 and 4 thread ranks, fp32
- * and bf16, 1 and 3 micro-steps, with 1, 2 and 5 resident buffers. Then:
- *  - the report: the offloaded shards gone from the params category, the buffers and checksums
- *    in the offload one as their closed form, the files' bytes as the closed form, the estimate
- *    the same, and no file left after zero_engine_free;
+ * bit, with offload_param alone and with offload_optimizer too (then the gradient accumulators
+ * live in swap files as well), on 1, 2 and 4 thread ranks, fp32 and bf16, 1 and 3 micro-steps,
+ * with 1, 2 and 5 resident buffers. Then:
+ *  - the report: the offloaded shards gone from the params category (and with both offloads the
+ *    sharded units' accumulators from the grads one), the buffers and checksums in the offload
+ *    one as their closed form, the files' bytes and each step's writes as the closed form, the
+ *    estimate the same, and no file left after zero_engine_free;
  *  - a state written into an offloaded engine (a checkpoint's load) is read back the same, and
  *    training on from it equals training on in RAM;
  *  - a bit flipped in a parameter swap file is a named error (the file, a checksum) at the next
- *    fetch and fails the step, not a wrong step; on 2 ranks the other rank fails that step too,
+ *    fetch and fails the step, not a wrong step; one in a gradient accumulator's file fails the
+ *    step that reads it, naming the file and the unit; on 2 ranks the other rank fails that step too,
  *    naming rank 1 (test_swap_fail.c: timing, more ranks, MPI, nothing changed);
  *  - bad settings (stage 2 with device nvme, buffer_count 0, an empty or missing nvme_path) are
  *    named errors at zero_engine_init.
