@@ -16,9 +16,9 @@
  *  - a state written into an offloaded engine (a checkpoint's load) is read back the same, and
  *    training on from it equals training on in RAM;
  *  - a bit flipped in a parameter swap file is a named error (the file, a checksum) at the next
- *    fetch and fails the step, not a wrong step; one in a gradient accumulator's file fails the
- *    step that reads it, naming the file and the unit; on 2 ranks the other rank fails that step too,
- *    naming rank 1 (test_swap_fail.c: timing, more ranks, MPI, nothing changed);
+ *    fetch and fails the step, not a wrong step; on 2 ranks the other rank fails that step too,
+ *    naming rank 1 (test_swap_fail.c: timing, more ranks, MPI, nothing changed); a bit flipped
+ *    in a gradient accumulator's file fails the step that reads it, naming the file and unit;
  *  - bad settings (stage 2 with device nvme, buffer_count 0, an empty or missing nvme_path) are
  *    named errors at zero_engine_init.
  */
