@@ -27,7 +27,6 @@ static zero_ckpt_state_t state_of(int kind, int index) {
     return kind == ZERO__CKPT_KIND_PARAMS ? ZERO_CKPT_PARAMS
                                           : (index == 0 ? ZERO_CKPT_ADAM_M : ZERO_CKPT_ADAM_V);
 }
-static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 static uint64_t chunks_of(uint64_t count) {
     return (count + ZERO__CKPT_CHUNK_ELEMS - 1) / ZERO__CKPT_CHUNK_ELEMS;
 }
@@ -58,7 +57,7 @@ zero_status_t zero__shard_write(const char *path, int kind, int rank, int world,
     }
     size_t table_bytes = ZERO__CKPT_FIXED_HEADER_BYTES + nb * ZERO__CKPT_BLOCK_ENTRY_BYTES +
                          (size_t)chunk_total * 4 + 4;
-    uint64_t header_bytes = round_up(table_bytes, ZERO__CKPT_DATA_ALIGN);
+    uint64_t header_bytes = zero__align_up(table_bytes, ZERO__CKPT_DATA_ALIGN);
     uint64_t cursor = header_bytes;
     for (size_t i = 0; i < nb; i++) {
         blocks[i].data_offset_bytes = cursor;

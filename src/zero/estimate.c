@@ -111,7 +111,7 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
             P += Pu;
             S += Su;
             if (pswap && !persistent) {
-                const uint64_t b = (ce * Su + 4095) / 4096 * 4096;
+                const uint64_t b = zero__align_up(ce * Su, ZERO__AIO_ALIGN);
                 pdisk += b;
                 max_pshard = b > max_pshard ? b : max_pshard;
             } else {
@@ -124,13 +124,13 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
             }
             const uint64_t states = pol.shard_optim ? Su : Pu;
             if (swap) { /* in the unit's swap file, each state's region whole pages */
-                disk += (uint64_t)swapped * ((f * states + 4095) / 4096 * 4096);
+                disk += (uint64_t)swapped * zero__align_up(f * states, ZERO__AIO_ALIGN);
                 max_held = states > max_held ? states : max_held;
             } else {
                 optim += f * states * (lowp ? 3 : 2); /* master (16-bit), Adam m and v */
             }
             if (gswap && !persistent) {
-                const uint64_t b = (ae * Su + 4095) / 4096 * 4096;
+                const uint64_t b = zero__align_up(ae * Su, ZERO__AIO_ALIGN);
                 gdisk += b;
                 max_gshard = b > max_gshard ? b : max_gshard;
                 grads += pol.shard_grads ? 0 : ce * Pu;
@@ -237,7 +237,7 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
         const uint64_t group = G < max_held ? G : (max_held + 1023) / 1024 * 1024;
         out->bytes[ZERO_MEM_OFFLOAD] =
             (size_t)((uint64_t)p->offload_optimizer.buffer_count * swapped * group * f +
-                     disk / 4096 * 4 + (max_held * f + 4095) / 4096 * 4096);
+                     disk / 4096 * 4 + zero__align_up(max_held * f, ZERO__AIO_ALIGN));
         out->disk_bytes = disk;
     }
     if (pswap) {

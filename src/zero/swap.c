@@ -84,8 +84,6 @@ struct zero__swap {
     zero__optim_residency_t ram;
 };
 
-static size_t round_up(size_t x, size_t q) { return (x + q - 1) / q * q; }
-
 static void group_range(const zero__swap_t *sw, const swap_unit_t *su, int g, size_t *rel,
                         size_t *len) {
     *rel = (size_t)g * sw->G;
@@ -97,7 +95,7 @@ static zero_status_t post(zero__swap_t *sw, slot_t *s, int write) {
     const swap_unit_t *su = &sw->units[s->unit];
     size_t rel, len;
     group_range(sw, su, s->group, &rel, &len);
-    const size_t bytes = round_up(len * sizeof(float), ZERO__AIO_ALIGN);
+    const size_t bytes = zero__align_up(len * sizeof(float), ZERO__AIO_ALIGN);
     s->nreq = 0;
     for (int i = 0; i < sw->nstates; i++) {
         const int64_t off = i * su->region_bytes + (int64_t)(rel * sizeof(float));
@@ -273,7 +271,8 @@ static zero_status_t slow_map(zero__swap_t *sw, int unit, int idx, size_t rel, s
     if (st) return st;
     const swap_unit_t *su = &sw->units[unit];
     const int64_t b0 = (int64_t)(rel * sizeof(float)) / ZERO__AIO_ALIGN * ZERO__AIO_ALIGN;
-    const size_t bytes = round_up((rel + count) * sizeof(float), ZERO__AIO_ALIGN) - (size_t)b0;
+    const size_t bytes =
+        zero__align_up((rel + count) * sizeof(float), ZERO__AIO_ALIGN) - (size_t)b0;
     float *buf = zero__aio_buffer_alloc(sw->eng->mem, bytes);
     if (!buf) return ZERO_ERR_OUT_OF_MEMORY;
     st = zero__aio_read(su->file, buf, bytes, idx * su->region_bytes + b0);
@@ -444,7 +443,7 @@ zero_status_t zero__swap_add_unit(zero_engine_t *eng, int u) {
     swap_unit_t su;
     memset(&su, 0, sizeof su);
     zero__optim_held_range(eng, &eng->units[u], ZERO_ENGINE_STATE_ADAM_M, &su.lo, &su.n);
-    su.region_bytes = (int64_t)round_up(su.n * sizeof(float), ZERO__AIO_ALIGN);
+    su.region_bytes = (int64_t)zero__align_up(su.n * sizeof(float), ZERO__AIO_ALIGN);
     su.groups = (int)((su.n + sw->G - 1) / sw->G);
     char path[1200];
     snprintf(path, sizeof path, "%s/zero-%ld-r%d-u%d.swp", eng->params.offload_optimizer.nvme_path,
@@ -453,7 +452,7 @@ zero_status_t zero__swap_add_unit(zero_engine_t *eng, int u) {
         zero__aio_file_create(sw->aio, path, sw->nstates * su.region_bytes, &su.file);
     if (st) return st;
     sw->units[sw->unit_count++] = su;
-    st = grow_slots(sw, round_up(ZERO_MIN(sw->G, su.n), QUANTUM));
+    st = grow_slots(sw, zero__align_up(ZERO_MIN(sw->G, su.n), QUANTUM));
     if (st) {
         zero__aio_file_close(su.file, 1);
         sw->unit_count--;

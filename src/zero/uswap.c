@@ -62,12 +62,8 @@ struct zero__uswap {
     uint64_t clock;
 };
 
-static size_t round_page(size_t b) {
-    return (b + ZERO__AIO_ALIGN - 1) / ZERO__AIO_ALIGN * ZERO__AIO_ALIGN;
-}
-
 static size_t unit_bytes(const zero__uswap_t *us, int u) {
-    return round_page(us->eng->units[u].shard_count * us->esize);
+    return zero__align_up(us->eng->units[u].shard_count * us->esize, ZERO__AIO_ALIGN);
 }
 
 static zero_status_t uswap_init(zero_engine_t *eng, zero__uswap_t **out, const char *key,
