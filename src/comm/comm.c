@@ -63,37 +63,6 @@ void zero__block_range(size_t count, int n, int r, size_t *offset, size_t *len) 
     *len = end - begin;
 }
 
-void zero__coll_traffic(const zero__coll_args_t *a, int rank, int n, uint64_t *sent_bytes,
-                        uint64_t *recv_bytes) {
-    uint64_t es = zero_dtype_size(a->dtype), sent = 0, recvd = 0;
-    size_t off, own;
-    switch (a->coll) {
-    case ZERO_COLL_REDUCE_SCATTER:
-    case ZERO_COLL_ALL_GATHER:
-    case ZERO_COLL_ALL_TO_ALL: sent = recvd = (uint64_t)(n - 1) * a->count * es; break;
-    case ZERO_COLL_ALL_REDUCE:
-        zero__block_range(a->count, n, rank, &off, &own);
-        sent = recvd = 2 * (uint64_t)(a->count - own) * es;
-        break;
-    case ZERO_COLL_ALL_TO_ALLV:
-        for (int r = 0; r < n; r++) {
-            if (r == rank) continue;
-            sent += a->send_counts[r] * es;
-            recvd += a->recv_counts[r] * es;
-        }
-        break;
-    case ZERO_COLL_BROADCAST:
-        if (rank == a->root)
-            sent = (uint64_t)(n - 1) * a->count * es;
-        else
-            recvd = a->count * es;
-        break;
-    default: break;
-    }
-    *sent_bytes = sent;
-    *recv_bytes = recvd;
-}
-
 void zero__coll_peer_traffic(const zero__coll_args_t *a, int rank, int peer, int n,
                              uint64_t *sent_bytes, uint64_t *recv_bytes) {
     uint64_t es = zero_dtype_size(a->dtype), sent = 0, recvd = 0;
@@ -144,17 +113,21 @@ int zero_comm_node_of(const zero_comm_t *comm, int rank) {
     return comm->node_of ? comm->node_of[rank] : 0;
 }
 
-/* Bytes of a completed collective to and from ranks of other nodes. */
-static void inter_node_traffic(const zero_comm_t *comm, const zero__coll_args_t *a, uint64_t *sent,
-                               uint64_t *recvd) {
-    *sent = *recvd = 0;
-    if (!comm->node_of) return;
+/* A completed collective's bytes, summed over the peers: to and from every other rank, and of
+ * those to and from ranks of other nodes; out = {sent, received, inter-node sent, received}. */
+static void collective_traffic(const zero_comm_t *comm, const zero__coll_args_t *a,
+                               uint64_t out[4]) {
+    out[0] = out[1] = out[2] = out[3] = 0;
     for (int r = 0; r < comm->size; r++) {
-        if (comm->node_of[r] == comm->node_of[comm->rank]) continue;
+        if (r == comm->rank) continue;
         uint64_t s, v;
         zero__coll_peer_traffic(a, comm->rank, r, comm->size, &s, &v);
-        *sent += s;
-        *recvd += v;
+        out[0] += s;
+        out[1] += v;
+        if (comm->node_of && comm->node_of[r] != comm->node_of[comm->rank]) {
+            out[2] += s;
+            out[3] += v;
+        }
     }
 }
 
@@ -185,16 +158,16 @@ static void *progress_main(void *arg) {
             status = comm->backend->run(comm, &req->args);
         }
 
+        uint64_t bytes[4];
+        if (status == ZERO_OK) collective_traffic(comm, &req->args, bytes);
         pthread_mutex_lock(&comm->lock);
         if (status == ZERO_OK) {
-            uint64_t sent, recvd;
-            zero__coll_traffic(&req->args, comm->rank, comm->size, &sent, &recvd);
-            comm->stats.calls[req->args.coll]++;
-            comm->stats.sent_bytes[req->args.coll] += sent;
-            comm->stats.recv_bytes[req->args.coll] += recvd;
-            inter_node_traffic(comm, &req->args, &sent, &recvd);
-            comm->stats.inter_node_sent_bytes[req->args.coll] += sent;
-            comm->stats.inter_node_recv_bytes[req->args.coll] += recvd;
+            const zero_coll_t c = req->args.coll;
+            comm->stats.calls[c]++;
+            comm->stats.sent_bytes[c] += bytes[0];
+            comm->stats.recv_bytes[c] += bytes[1];
+            comm->stats.inter_node_sent_bytes[c] += bytes[2];
+            comm->stats.inter_node_recv_bytes[c] += bytes[3];
         } else {
             snprintf(req->message, sizeof req->message, "%s", zero_last_error());
             if ((status == ZERO_ERR_TIMEOUT || status == ZERO_ERR_MISMATCH ||

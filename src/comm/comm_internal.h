@@ -34,7 +34,7 @@ typedef struct zero__comm_backend {
     /* Run one collective on the progress thread. On failure return the status with the message
      * set through zero__error (it travels to the waiting thread). A split creates the child with
      * zero__comm_base_init and stores it in *args->split_out. Traffic statistics are kept by the
-     * front end from the formulas of zero__coll_traffic, which every backend's algorithm must
+     * front end from the formulas of zero__coll_peer_traffic, which every backend's algorithm must
      * match (direct algorithms: each rank sends exactly what the others need from it). */
     zero_status_t (*run)(zero_comm_t *comm, const zero__coll_args_t *args);
     /* Release backend state and the struct itself, after the progress thread has stopped. */
@@ -88,16 +88,14 @@ void zero__reduce_blocks(void *out, const void *const *in, int n, size_t count, 
  * reduce-scatter phase): [count*r/n, count*(r+1)/n). Both backends use this partition. */
 void zero__block_range(size_t count, int n, int r, size_t *offset, size_t *len);
 
-/* Bytes rank `rank` sends to and receives from the other ranks in one collective:
- *   reduce_scatter, all_gather, all_to_all: (n-1) * count * elem each way;
- *   all_reduce: 2 * (count - own block) * elem each way (reduce-scatter + all-gather);
- *   all_to_allv: the counts addressed to / coming from the other ranks;
- *   broadcast: root sends (n-1) * count * elem, others receive count * elem;
+/* Bytes rank `rank` sends to and receives from rank `peer` (!= rank) in one collective; a
+ * rank's statistics are their sums over its peers (all of them, and those of other nodes):
+ *   reduce_scatter, all_gather, all_to_all: count * elem each way, so (n-1) * count * elem;
+ *   all_reduce: 2 * peer's block * elem each way (reduce-scatter + all-gather), so
+ *     2 * (count - own block) * elem;
+ *   all_to_allv: the counts addressed to / coming from that peer;
+ *   broadcast: the root sends count * elem to each, the others receive count * elem from it;
  *   barrier, split: 0. */
-void zero__coll_traffic(const zero__coll_args_t *args, int rank, int n, uint64_t *sent_bytes,
-                        uint64_t *recv_bytes);
-/* The same per peer: what rank `rank` sends to and receives from rank `peer` (!= rank). The
- * per-peer amounts add up to zero__coll_traffic's (all_reduce: 2 x peer's block each way). */
 void zero__coll_peer_traffic(const zero__coll_args_t *args, int rank, int peer, int n,
                              uint64_t *sent_bytes, uint64_t *recv_bytes);
 /* Set comm's nodes from each rank's node key (size entries; equal keys: one node), numbering

@@ -412,7 +412,7 @@ static void make_reference(const coll_case_t *c, int r, int n, const layout_t *L
     }
 }
 
-/* Independent statement of zero__coll_traffic's formulas. */
+/* Independent statement of the totals of zero__coll_peer_traffic's formulas. */
 static void expected_traffic(const coll_case_t *c, int r, int n, const layout_t *L, uint64_t *sent,
                              uint64_t *recvd) {
     uint64_t es = zero_dtype_size(c->dtype), cnt = c->count, N = (uint64_t)n;

@@ -6,8 +6,8 @@
  * out-of-place x blocking / post+wait / post+test. Inputs are a pure function of (case seed,
  * rank, index), so every rank can regenerate any rank's input, and the expected result of each
  * element is recomputed independently, in rank order, by a naive reference; results must be
- * bitwise equal. The traffic statistics are checked against the formulas of zero__coll_traffic,
- * recomputed here without calling the library.
+ * bitwise equal. The traffic statistics are checked against the formulas of
+ * zero__coll_peer_traffic, recomputed here without calling the library.
  *
  * Not here: argument errors, timeouts, split (see test_comm_errors.c and test_comm_split.c).
  * Threads cliques to run it on: tests/thread_ranks.h.
