@@ -1,0 +1,228 @@
+/* test_quant.c — the blockwise int8 quantization of ZeRO++ qwZ (src/kernels/quant.c).
+ *
+ * Oracles: (1) bitwise, a naive scalar quantizer and dequantizer written here from the format's
+ * definition (quant.h: per block of 256, s = max|x| / 127, q = rint(x / s) clamped to
+ * [-127, 127], x' = q s), element by element with no blocking or threads; (2) closed forms: the
+ * wire size 4 ceil(n / 256) + n, the error bound |x - x'| <= s / 2 (plus the fp32 rounding of the
+ * division and product, and with 16-bit dtypes half an ulp of the result), exact round trips
+ * of values that are integer multiples of their block's scale; (3) the edge cases the format
+ * promises: zero blocks give zeros (no division by zero), an inf or NaN makes its whole block
+ * NaN and never a finite value, blocks too small for max / 127 to be a normal number come back
+ * exactly. Sizes 1, 7, 255, 256, 257, 1000003 (short last blocks, across the threading
+ * threshold); fp32, bf16, fp16; 1 and 2 threads (the bits must not change).
+ */
+#include "check.h"
+#include "core/core_internal.h"
+#include "kernels/quant.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 41) * (1.0 / 8388608.0)) * 2.0f - 1.0f;
+}
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) abort();
+    return p;
+}
+
+static const zero_dtype_t dtypes[] = {ZERO_DTYPE_FP32, ZERO_DTYPE_BF16, ZERO_DTYPE_FP16};
+
+/* x as stored in dt, and back (the value the quantizer sees). */
+static float in_dtype(float x, zero_dtype_t dt) {
+    if (dt == ZERO_DTYPE_BF16) return zero_bf16_to_fp32(zero_fp32_to_bf16(x));
+    if (dt == ZERO_DTYPE_FP16) return zero_fp16_to_fp32(zero_fp32_to_fp16(x));
+    return x;
+}
+
+static void store(void *buf, size_t i, float x, zero_dtype_t dt) {
+    if (dt == ZERO_DTYPE_FP32)
+        ((float *)buf)[i] = x;
+    else
+        ((uint16_t *)buf)[i] = dt == ZERO_DTYPE_BF16 ? zero_fp32_to_bf16(x) : zero_fp32_to_fp16(x);
+}
+
+static float load(const void *buf, size_t i, zero_dtype_t dt) {
+    if (dt == ZERO_DTYPE_FP32) return ((const float *)buf)[i];
+    uint16_t h = ((const uint16_t *)buf)[i];
+    return dt == ZERO_DTYPE_BF16 ? zero_bf16_to_fp32(h) : zero_fp16_to_fp32(h);
+}
+
+/* The naive reference: scales (nb) and q (n) of the n values x (already in fp32). */
+static void ref_quantize(float *scales, int8_t *q, const float *x, size_t n) {
+    for (size_t b = 0; b * 256 < n; b++) {
+        size_t lo = b * 256, hi = lo + 256 < n ? lo + 256 : n;
+        float amax = 0.0f;
+        int finite = 1;
+        for (size_t i = lo; i < hi; i++) {
+            if (!isfinite(x[i])) finite = 0;
+            if (fabsf(x[i]) > amax) amax = fabsf(x[i]);
+        }
+        float s = !finite ? NAN : amax == 0.0f ? 0.0f : amax / 127.0f;
+        if (finite && amax > 0.0f && s == 0.0f) s = FLT_TRUE_MIN;
+        scales[b] = s;
+        for (size_t i = lo; i < hi; i++) {
+            if (!(s > 0.0f)) {
+                q[i] = 0;
+                continue;
+            }
+            float v = nearbyintf(x[i] / s);
+            if (v > 127.0f) v = 127.0f;
+            if (v < -127.0f) v = -127.0f;
+            q[i] = (int8_t)v;
+        }
+    }
+}
+
+/* Quantize x (n values of dt) with the kernel on `threads` threads, compare the wire bytes with
+ * the reference bitwise, dequantize and compare with q s rounded into dt; check the bound.
+ * Returns the wire bytes (owned by the caller) for further checks. */
+static unsigned char *round_trip(const char *what, const void *x, zero_dtype_t dt, size_t n,
+                                 int threads, void *y) {
+    const size_t nb = (n + 255) / 256;
+    CHECK(zero__q8_blocks(n) == nb && zero__q8_bytes(n) == 4 * nb + n,
+          "%s: n=%zu: %zu bytes on the wire (expected 4 x %zu + %zu)", what, n, zero__q8_bytes(n),
+          nb, n);
+    unsigned char *wire = xmalloc(4 * nb + n);
+    zero__q8_quantize(wire, x, dt, n, threads);
+    float *xf = xmalloc(n * sizeof *xf), *rs = xmalloc(nb * sizeof *rs);
+    int8_t *rq = xmalloc(n);
+    for (size_t i = 0; i < n; i++) xf[i] = load(x, i, dt);
+    ref_quantize(rs, rq, xf, n);
+    const float *ks = (const float *)wire;
+    const int8_t *kq = (const int8_t *)(wire + 4 * nb);
+    size_t bad_s = 0, bad_q = 0;
+    for (size_t b = 0; b < nb; b++) bad_s += memcmp(&ks[b], &rs[b], 4) != 0;
+    for (size_t i = 0; i < n; i++) bad_q += kq[i] != rq[i];
+    CHECK(!bad_s && !bad_q,
+          "%s: %s n=%zu threads=%d: %zu scales and %zu values differ from the "
+          "naive reference",
+          what, zero_dtype_name(dt), n, threads, bad_s, bad_q);
+    zero__q8_dequantize(y, dt, wire, n, threads);
+    size_t bad_y = 0, bad_bound = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float s = rs[i / 256];
+        const float want = in_dtype((float)rq[i] * s, dt);
+        const float got = load(y, i, dt);
+        if (memcmp(&want, &got, 4) && !(isnan(want) && isnan(got))) bad_y++;
+        if (isfinite(s)) {
+            /* s/2, the fp32 rounding of x/s and q s (relative 2^-23 of |x|), half an ulp of dt */
+            const double ulp = dt == ZERO_DTYPE_FP32   ? 0x1p-24
+                               : dt == ZERO_DTYPE_BF16 ? 0x1p-8
+                                                       : 0x1p-11;
+            const double tol = s / 2.0 * (1.0 + 0x1p-20) + fabs(xf[i]) * (0x1p-22 + ulp) + s * ulp +
+                               (dt == ZERO_DTYPE_FP16 ? 0x1p-24 : FLT_TRUE_MIN);
+            if (!(fabs((double)got - (double)xf[i]) <= tol)) bad_bound++;
+        }
+    }
+    CHECK(!bad_y, "%s: %s n=%zu threads=%d: %zu dequantized values are not q x scale", what,
+          zero_dtype_name(dt), n, threads, bad_y);
+    CHECK(!bad_bound, "%s: %s n=%zu threads=%d: %zu values off by more than scale / 2", what,
+          zero_dtype_name(dt), n, threads, bad_bound);
+    free(xf);
+    free(rs);
+    free(rq);
+    return wire;
+}
+
+/* Random values of several magnitudes per block (a layernorm gain beside small weights). */
+static void sizes_and_threads(void) {
+    const size_t sizes[] = {1, 7, 255, 256, 257, 1000, 1000003};
+    for (size_t d = 0; d < ZERO_ARRAY_LEN(dtypes); d++)
+        for (size_t k = 0; k < ZERO_ARRAY_LEN(sizes); k++) {
+            const zero_dtype_t dt = dtypes[d];
+            const size_t n = sizes[k], es = zero_dtype_size(dt);
+            void *x = xmalloc(n * es), *y1 = xmalloc(n * es), *y2 = xmalloc(n * es);
+            for (size_t i = 0; i < n; i++) {
+                float mag = (i / 300) % 3 == 0 ? 1.0f : (i / 300) % 3 == 1 ? 0.02f : 3e-5f;
+                store(x, i, frand() * mag, dt);
+            }
+            unsigned char *w1 = round_trip("random", x, dt, n, 1, y1);
+            unsigned char *w2 = round_trip("random", x, dt, n, 2, y2);
+            CHECK(!memcmp(w1, w2, zero__q8_bytes(n)) && !memcmp(y1, y2, n * es),
+                  "%s n=%zu: 1 and 2 threads give different bits", zero_dtype_name(dt), n);
+            free(w1);
+            free(w2);
+            free(x);
+            free(y1);
+            free(y2);
+        }
+}
+
+/* Values k s of a block whose max is 127 s (s a power of two, so max / 127 is s exactly) come
+ * back bitwise; so do the integers -127..127 (s = 1). */
+static void exact_multiples(void) {
+    for (int e = -20; e <= 20; e += 5) {
+        const size_t n = 700;
+        const float s = ldexpf(1.0f, e);
+        float *x = xmalloc(n * sizeof *x), *y = xmalloc(n * sizeof *y);
+        for (size_t i = 0; i < n; i++) x[i] = (float)((int)(i * 37 % 255) - 127) * s;
+        for (size_t b = 0; b * 256 < n; b++) x[b * 256] = (b % 2 ? -127.0f : 127.0f) * s;
+        free(round_trip("multiples", x, ZERO_DTYPE_FP32, n, 1, y));
+        CHECK(!memcmp(x, y, n * sizeof *x), "multiples of 2^%d: not bitwise back", e);
+        free(x);
+        free(y);
+    }
+}
+
+/* Zero blocks (no division by zero), blocks that underflow, non-finite values. */
+static void edge_blocks(void) {
+    const size_t n = 1000; /* blocks 0..3, the last one 232 long */
+    float *x = xmalloc(n * sizeof *x), *y = xmalloc(n * sizeof *y);
+    for (size_t i = 0; i < n; i++) x[i] = frand();
+    for (size_t i = 256; i < 512; i++) x[i] = (i % 2) ? -0.0f : 0.0f; /* block 1: zeros */
+    for (size_t i = 512; i < 768; i++)
+        x[i] = (float)((int)(i % 9) - 4) * FLT_TRUE_MIN; /* block 2: tiny */
+    x[800] = INFINITY;                                   /* block 3: one inf */
+    unsigned char *w = round_trip("edges", x, ZERO_DTYPE_FP32, n, 1, y);
+    const float *sc = (const float *)w;
+    CHECK(sc[1] == 0.0f, "zero block: scale %g (expected 0)", (double)sc[1]);
+    int zeros = 1, tiny = 1, nans = 1, finite0 = 1;
+    for (size_t i = 256; i < 512; i++) zeros &= y[i] == 0.0f;
+    for (size_t i = 512; i < 768; i++) tiny &= y[i] == x[i];
+    for (size_t i = 768; i < n; i++) nans &= isnan(y[i]);
+    for (size_t i = 0; i < 256; i++) finite0 &= isfinite(y[i]);
+    CHECK(zeros, "zero block: not zeros back");
+    CHECK(sc[2] == FLT_TRUE_MIN && tiny, "tiny block: scale %g, not exact back", (double)sc[2]);
+    CHECK(isnan(sc[3]) && nans, "block with an inf: scale %g, every element NaN: %d", (double)sc[3],
+          nans);
+    CHECK(finite0, "the blocks beside a non-finite one stay finite");
+    free(w);
+    /* NaN and -inf, in bf16 too; the first element of a one-element tensor */
+    const float specials[] = {NAN, -INFINITY, INFINITY};
+    for (size_t d = 0; d < ZERO_ARRAY_LEN(dtypes); d++)
+        for (size_t k = 0; k < ZERO_ARRAY_LEN(specials); k++) {
+            const zero_dtype_t dt = dtypes[d];
+            const size_t es = zero_dtype_size(dt), m = 257;
+            void *xs = xmalloc(m * es), *ys = xmalloc(m * es);
+            for (size_t i = 0; i < m; i++) store(xs, i, 0.5f, dt);
+            store(xs, 3, specials[k], dt);
+            store(xs, 256, specials[k], dt); /* the short last block of one */
+            free(round_trip("non-finite", xs, dt, m, 1, ys));
+            int all_nan = 1;
+            for (size_t i = 0; i < m; i++) all_nan &= isnan(load(ys, i, dt));
+            CHECK(all_nan, "%s %g: a non-finite value's block must come back NaN",
+                  zero_dtype_name(dt), (double)specials[k]);
+            free(xs);
+            free(ys);
+        }
+    free(x);
+    free(y);
+}
+
+int main(void) {
+    sizes_and_threads();
+    exact_multiples();
+    edge_blocks();
+    return check_report();
+}
