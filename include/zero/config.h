@@ -28,10 +28,11 @@ extern "C" {
  * scheduler (type and params) -> schedule, lr, min_lr, warmup_steps, warmup_min_lr, warmup_type,
  * total_steps; zero_optimization reduce_bucket_size (elements -> bytes of fp32),
  * overlap_comm, stage3_prefetch_bucket_size, stage3_param_persistence_threshold,
- * stage3_max_live_parameters; bf16 / fp16 (and DeepSpeed's legacy `bfloat16`) -> compute_dtype
- * and the fp16 loss scaler; data_types.grad_accum_dtype; gradient_accumulation_steps, resolved
- * with train_batch_size and train_micro_batch_size_per_gpu over the world size (the size of
- * out->comm, 1 when it is NULL) by DeepSpeed's rule train = micro x accumulation x world.
+ * stage3_max_live_parameters, zero_quantized_weights; bf16 / fp16 (and DeepSpeed's legacy
+ * `bfloat16`) -> compute_dtype and the fp16 loss scaler; data_types.grad_accum_dtype;
+ * gradient_accumulation_steps, resolved with train_batch_size and train_micro_batch_size_per_gpu
+ * over the world size (the size of out->comm, 1 when it is NULL) by DeepSpeed's rule train = micro
+ * x accumulation x world.
  *
  * Returns ZERO_OK; ZERO_ERR_INVALID_ARG for a NULL path or out; ZERO_ERR_IO when the file cannot
  * be read; ZERO_ERR_CONFIG for invalid JSON (file:line:column), a duplicate key (both lines), a

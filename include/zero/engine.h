@@ -193,6 +193,16 @@ typedef struct zero_engine_params {
      * parameters stay gathered), stage3_max_live_parameters (prefetch never makes the gathered,
      * non-persistent parameters exceed this; a fetch the model asks for always proceeds). */
     int64_t prefetch_bucket_elems, persistence_threshold_elems, max_live_elems;
+    /* zero_optimization.zero_quantized_weights (ZeRO++ qwZ; default 0). Stage 3: each parameter
+     * all-gather of a fetch carries the shards as blockwise symmetric int8, one fp32 scale per
+     * 256 elements (S + 4 ceil(S / 256) bytes per shard of S elements: about 1/4 of fp32's
+     * bytes, 1/2 of bf16's), and every rank, the owner included, computes with the dequantized
+     * values (max error half a block's scale, max|x| / 254). Only the wire is quantized: the
+     * shards, the master weights, the optimizer, the gradients and the checkpoints are exact.
+     * Not quantized: persistent units (gathered after the step) and groups of one rank. A
+     * parameter block holding inf or NaN arrives as NaN. Below stage 3 it changes nothing
+     * (logged once). */
+    int quantized_weights;
     /* Offload of the optimizer's states, the elements of one swapped sub-group
      * (zero_optimization.sub_group_size, DeepSpeed's 1e9; rounded down to a multiple of 1024,
      * capped by the largest unit) and the swap files' I/O. */
@@ -444,7 +454,9 @@ ZERO_API zero_status_t zero_engine_check_replicas(zero_engine_t *eng);
  *            gradient all-gathered)
  *   params   stage 3: (N-1) c S_u per fetch window of each non-persistent unit u (a fetch with
  *            u not held: twice per micro-step for a forward + backward use) + (N-1) c S_pers
- *            (persistent units gathered after the step); stages 1-2: (N-1) cS (after the step)
+ *            (persistent units gathered after the step); stages 1-2: (N-1) cS (after the step).
+ *            With quantized_weights (qwZ) a window sends (N-1)(S_u + 4 ceil(S_u / 256)) instead:
+ *            the int8 shard and its fp32 scales
  *   control  (N-1) x 32 (one record per rank per step: norm partial, schedule hash, inf/NaN flag)
  * Prefetch changes when a window's gather is posted, not how many (if a prefetched gather is
  * ever dropped unused, the engine logs a warning and the step sends that much more). Before the

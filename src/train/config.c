@@ -157,6 +157,12 @@ static const cfg_key_t keys[] = {
      I64_MAX, NULL, NULL, NULL, "stage 3: cap on gathered parameter elements alive at once"},
     {"zero_optimization.stage3_max_reuse_distance", K_I64, OFF(max_reuse_distance_elems), DS_LIVE,
      0, I64_MAX, NULL, NULL, NULL, "accepted; released units are re-gathered when used again"},
+    {"zero_optimization.zero_quantized_weights", K_BOOL, OFF(quantized_weights), 0, 0, 1, NULL,
+     NULL, NULL,
+     "ZeRO++ qwZ, stage 3: parameter all-gathers carry blockwise int8 with an fp32 scale per 256 "
+     "elements (about 1/4 of fp32's bytes, 1/2 of bf16's); every rank computes with the "
+     "dequantized weights, while the shards, the optimizer, the gradients and the checkpoints stay "
+     "exact; below stage 3 it changes nothing (a note says so)"},
     {"zero_optimization.sub_group_size", K_I64, OFF(sub_group_elems), 1e9, 1, I64_MAX, NULL, NULL,
      NULL,
      "optimizer states on NVMe are streamed through the step in sub-groups of this many elements "
@@ -411,7 +417,6 @@ static const ds_key_t ds_keys[] = {
     {ZO "load_from_fp32_weights", DS_SAME, "true",
      "a resume restores the fp32 master weights from the checkpoint"},
     {ZO "zero_hpz_partition_size", DS_SAME, "1", "ZeRO++ hpZ is planned"},
-    {ZO "zero_quantized_weights", DS_SAME, "false", "ZeRO++ qwZ is planned"},
     {ZO "zero_quantized_nontrainable_weights", DS_SAME, "false",
      "every parameter is trained, in the compute dtype"},
     {ZO "zero_quantized_gradients", DS_SAME, "false", "ZeRO++ qgZ is planned"},
@@ -1232,6 +1237,7 @@ zero_status_t zero__train_config_engine_params(const zero_train_config_t *cfg,
     ep->prefetch_bucket_elems = cfg->prefetch_bucket_elems;
     ep->persistence_threshold_elems = cfg->persistence_threshold_elems;
     ep->max_live_elems = cfg->max_live_elems;
+    ep->quantized_weights = cfg->quantized_weights;
     zero_status_t st =
         offload_block("offload_optimizer", "swap files", cfg->offload_optimizer, cfg->nvme_path,
                       cfg->offload_buffer_count, &ep->offload_optimizer);

@@ -126,8 +126,10 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
         eng->bucket_cap + eng->recv_cap + (eng->buckets[0].drecv ? eng->direct_recv_count : 0);
     out->gather_pool_bytes = zero__pool_bytes(&eng->pool, 0);
     out->gather_pool_idle_bytes = zero__pool_bytes(&eng->pool, 1);
-    out->memory_theory_bytes[ZERO_MEM_COMM] =
-        (size_t)(ZERO__BUCKET_SLOTS * c * per_slot) + out->gather_pool_bytes;
+    /* + qwZ: the pool of quantized shards being sent (one per gather in flight, kept) */
+    out->memory_theory_bytes[ZERO_MEM_COMM] = (size_t)(ZERO__BUCKET_SLOTS * c * per_slot) +
+                                              out->gather_pool_bytes +
+                                              zero__pool_bytes(&eng->qpool, 0);
     /* Stage 2-3: the shard accumulator plus the pool of working buffers the model fills during
      * backward (4 sum_p p K_p, K_p the most units of padded size p holding gradients at once;
      * kept between steps so that backward does not map fresh memory for every unit). */

@@ -265,7 +265,12 @@ zero_status_t zero_engine_init(zero_engine_t **out, const zero_engine_params_t *
         }
     }
     if ((st = zero__xfer_world_init(eng, p.comm))) goto fail_mem;
-    eng->pol = zero__stage_policy(p.stage, eng->world);
+    eng->pol = zero__stage_policy(&p, eng->world);
+    if (p.quantized_weights && p.stage < 3 && eng->rank == 0)
+        zero__log(ZERO_LOG_WARN, eng->rank, eng->world,
+                  "zero_optimization.zero_quantized_weights applies to stage 3's parameter "
+                  "all-gathers; at stage %d it changes nothing (as in DeepSpeed)",
+                  p.stage);
     if ((st = io_init(eng))) goto fail_groups;
     if ((st = zero__swap_init(eng))) goto fail_io;
     if (eng->swap) eng->residency = zero__swap_residency(eng);
@@ -296,12 +301,13 @@ fail_eng:
     return st;
 }
 
-zero__stage_policy_t zero__stage_policy(int stage, int world) {
+zero__stage_policy_t zero__stage_policy(const zero_engine_params_t *p, int world) {
     zero__stage_policy_t pol;
-    pol.shard_optim = stage >= 1;
-    pol.shard_grads = stage >= 2;
-    pol.shard_params = stage >= 3;
+    pol.shard_optim = p->stage >= 1;
+    pol.shard_grads = p->stage >= 2;
+    pol.shard_params = p->stage >= 3;
     pol.gather_after_step = pol.shard_optim && world > 1;
+    pol.quantize_weights = pol.shard_params && p->quantized_weights && world > 1;
     return pol;
 }
 
@@ -321,6 +327,7 @@ void zero_engine_free(zero_engine_t *eng) {
     zero__aio_free(eng->aio); /* after both swaps closed their files */
     zero__pool_free(&eng->pool);
     zero__pool_free(&eng->grad_pool);
+    zero__pool_free(&eng->qpool);
     free(eng->units);
     free(eng->events);
     free(eng->ref_fetches);

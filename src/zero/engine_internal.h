@@ -83,7 +83,8 @@ typedef struct zero__unit {
     int refs;                    /* stage 3: open fetches */
     int prefetched;              /* stage 3: gathered ahead of its fetch, not fetched yet */
     zero_comm_request_t *gather; /* stage 3: all-gather in flight into full */
-    int send_mapped;             /* offload_param: the shard is mapped as the gather's source */
+    void *qsend;     /* qwZ: the quantized shard being sent (from eng->qpool) while gather flies */
+    int send_mapped; /* offload_param: the shard is mapped as the gather's source */
 
     /* Gradients. work: P_u compute-dtype elements, the model's micro-step buffer (stages 0-1:
      * always, owned; 2-3: lent by the gradient pool between zero_unit_grads and
@@ -161,21 +162,27 @@ typedef struct {
     /* After the step, the updated shards are all-gathered into the full parameters of every
      * rank (shard_optim with world > 1; with shard_params, only the persistent units). */
     int gather_after_step;
+    /* ZeRO++ qwZ (quantized_weights at stage 3): the fetch gathers of sharded units carry
+     * blockwise int8 (kernels/quant.h) and are dequantized on arrival (xfer.c). */
+    int quantize_weights;
 } zero__stage_policy_t;
 
-/* engine.c: the policy of stage `stage` (0..3) over `world` ranks. */
-zero__stage_policy_t zero__stage_policy(int stage, int world);
+/* engine.c: the policy of p's stage (0..3) and options over `world` ranks. */
+zero__stage_policy_t zero__stage_policy(const zero_engine_params_t *p, int world);
 
 /* What the engine sent (xfer.c): this step so far and the last completed step, in bytes by
  * kind and by collective; and, for the theory, (group size - 1) x shard elements of every
- * grads_done (reduce-scatter) and of every stage-3 fetch window (all-gather). */
+ * grads_done (reduce-scatter) and the bytes of every stage-3 fetch window (all-gather). */
 typedef struct zero__xfer_counts {
     uint64_t sent[ZERO_XFER_KIND_COUNT], last_sent[ZERO_XFER_KIND_COUNT];
     uint64_t sent_coll[ZERO_COLL_COUNT], last_sent_coll[ZERO_COLL_COUNT];
     uint64_t inter_sent, last_inter_sent; /* to ranks of other nodes */
-    uint64_t rs_elems, gather_elems, last_rs_elems, last_gather_elems;
+    uint64_t rs_elems, last_rs_elems;
     /* the same with (group size - ranks of the group on this node) x shard elements */
-    uint64_t rs_inter_elems, gather_inter_elems, last_rs_inter_elems, last_gather_inter_elems;
+    uint64_t rs_inter_elems, last_rs_inter_elems;
+    /* (group size - 1) x the wire bytes of every stage-3 fetch window's gather
+     * (zero__xfer_param_wire_bytes), and to other nodes */
+    uint64_t gather_bytes, last_gather_bytes, gather_inter_bytes, last_gather_inter_bytes;
     int have_last;
 } zero__xfer_counts_t;
 
@@ -250,6 +257,7 @@ struct zero_engine {
     int64_t prefetch_elems; /* of which gathered ahead and not fetched yet */
     zero__pool_t pool;      /* stage 3: gather buffers (ZERO_MEM_COMM), kept until free */
     zero__pool_t grad_pool; /* stage 2-3: gradient working buffers (ZERO_MEM_GRADS), same */
+    zero__pool_t qpool;     /* qwZ: quantized shards being sent (ZERO_MEM_COMM), same */
 
     uint64_t bucket_seq; /* posting order of bucket reduce-scatters */
     zero__xfer_counts_t xfer;
@@ -417,6 +425,15 @@ zero_status_t zero__xfer_gather(zero_engine_t *eng, const zero__group_t *g, zero
 zero_status_t zero__xfer_reduce_scatter(zero_engine_t *eng, const zero__group_t *g,
                                         zero__xfer_kind_t kind, const void *send, void *recv,
                                         size_t n, zero_dtype_t dt, zero_comm_request_t **req);
+/* Stage 3's fetch gather of unit un from `shard` (its S_u elements) into un->full, posted
+ * (un->gather). With qwZ the shard is quantized into un->qsend and the gather carries
+ * zero__xfer_param_wire_bytes per rank; zero__xfer_gather_params_wait then dequantizes every
+ * rank's part into un->full. Either way the wait is the one to call. */
+zero_status_t zero__xfer_gather_params(zero_engine_t *eng, zero__unit_t *un, const void *shard);
+zero_status_t zero__xfer_gather_params_wait(zero_engine_t *eng, zero__unit_t *un);
+/* Bytes one rank's part of un's fetch gather occupies on the wire: S_u compute elements, or
+ * with qwZ the quantized shard. */
+uint64_t zero__xfer_param_wire_bytes(const zero_engine_t *eng, const zero__unit_t *un);
 /* In-place maximum of n int32 over group g (checks). */
 zero_status_t zero__xfer_max(zero_engine_t *eng, const zero__group_t *g, int32_t *buf, size_t n);
 /* Every rank's status gathered over the world (4 bytes each): *bad the first rank whose status

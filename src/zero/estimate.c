@@ -62,7 +62,7 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
     if (!ce || !ae)
         return zero__error(ZERO_ERR_INVALID_ARG, "zero_engine_estimate_memory: invalid dtype");
     const int lowp = p->compute_dtype != ZERO_DTYPE_FP32;
-    const zero__stage_policy_t pol = zero__stage_policy(p->stage, world);
+    const zero__stage_policy_t pol = zero__stage_policy(p, world);
     const uint64_t N = (uint64_t)world, f = sizeof(float), q = N * ZERO__ALIGN_ELEMS;
     int total_units = 0;
     for (int i = 0; i < unit_count; i++) total_units += units[i].repeat > 0 ? units[i].repeat : 1;
@@ -215,6 +215,9 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
         }
         if (per_size < gathered) gathered = per_size;
         comm += ce * gathered;
+        /* qwZ: the quantized shard of each gather in flight (S + 4 ceil(S / 256) bytes, at
+         * most S + 4 S / 256 + 4 for each of the n_np units) */
+        if (pol.quantize_weights) comm += gathered / N + 4 * (gathered / N / 256 + (uint64_t)n_np);
     }
     /* zero_engine_fingerprint at the end of a run gathers each unit in fp32 when the fp32
      * weights are sharded (16-bit compute at stages 1-3 over N > 1 ranks), one at a time. */

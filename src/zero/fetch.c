@@ -112,8 +112,7 @@ static zero_status_t free_send_buffers(zero_engine_t *eng, zero__unit_t *un) {
     for (int i = 0; i < eng->unit_count && !zero__pswap_can_map(eng, un); i++) {
         zero__unit_t *o = &eng->units[i];
         if (!o->send_mapped || !o->gather) continue;
-        zero_status_t st = zero__xfer_wait(o->gather);
-        o->gather = NULL;
+        zero_status_t st = zero__xfer_gather_params_wait(eng, o);
         unmap_send(eng, o);
         if (st) return gather_fail(eng, o, st, "the prefetch all-gather");
     }
@@ -167,8 +166,7 @@ static zero_status_t start_gather(zero_engine_t *eng, zero__unit_t *un) {
         unmap_send(eng, un);
         return ZERO_OK;
     }
-    zero_status_t st = zero__xfer_gather(eng, un->grp, ZERO_XFER_PARAMS, shard, un->full,
-                                         un->shard_count, eng->params.compute_dtype, &un->gather);
+    zero_status_t st = zero__xfer_gather_params(eng, un, shard);
     if (st) {
         unmap_send(eng, un);
         return gather_fail(eng, un, st, "posting the all-gather");
@@ -249,13 +247,12 @@ const void *zero_unit_fetch(zero_engine_t *eng, int u) {
     if (!eng->pol.shard_params || un->persistent) return un->full;
     if (un->refs == 0) {
         /* a new fetch window: one gather */
-        eng->xfer.gather_elems += (uint64_t)(un->grp->size - 1) * un->shard_count;
-        eng->xfer.gather_inter_elems +=
-            (uint64_t)(un->grp->size - un->grp->local) * un->shard_count;
+        const uint64_t wire = zero__xfer_param_wire_bytes(eng, un);
+        eng->xfer.gather_bytes += (uint64_t)(un->grp->size - 1) * wire;
+        eng->xfer.gather_inter_bytes += (uint64_t)(un->grp->size - un->grp->local) * wire;
         if (!un->full && start_gather(eng, un)) return NULL;
         if (un->gather) {
-            zero_status_t st = zero__xfer_wait(un->gather);
-            un->gather = NULL;
+            zero_status_t st = zero__xfer_gather_params_wait(eng, un);
             unmap_send(eng, un);
             if (st) {
                 gather_fail(eng, un, st, "the all-gather");
@@ -325,8 +322,7 @@ zero_status_t zero__fetch_drop_all(zero_engine_t *eng) {
         zero__unit_t *un = &eng->units[i];
         if (un->persistent || !zero__unit_sharded(un)) continue;
         if (un->gather) {
-            zero_status_t s = zero__xfer_wait(un->gather);
-            un->gather = NULL;
+            zero_status_t s = zero__xfer_gather_params_wait(eng, un);
             unmap_send(eng, un);
             if (s && !st) st = gather_fail(eng, un, s, "the prefetch all-gather");
         }

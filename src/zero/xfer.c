@@ -17,6 +17,8 @@
  */
 #include "engine_internal.h"
 
+#include "kernels/quant.h"
+
 #include <string.h>
 
 static const char *const kind_names[] = {"params", "grads", "control"};
@@ -102,6 +104,65 @@ zero_status_t zero__xfer_gather(zero_engine_t *eng, const zero__group_t *g, zero
     return zero_comm_all_gather(send, recv, n, dt, g->comm);
 }
 
+/* ------------------------------------------------------------------------------ qwZ */
+
+uint64_t zero__xfer_param_wire_bytes(const zero_engine_t *eng, const zero__unit_t *un) {
+    return eng->pol.quantize_weights ? zero__q8_bytes(un->shard_count)
+                                     : (uint64_t)un->shard_count * eng->ce;
+}
+
+/* With qwZ each rank's part of the gather is its quantized shard, Q = zero__q8_bytes(S) bytes,
+ * and the n parts land at the END of un->full (P ce bytes): Q <= S ce (S >= 16 elements, ce >=
+ * 2), so they fit, and rank r's dequantized elements [r S, (r + 1) S) end at or before where
+ * rank r + 1's part begins (P ce - (n - r - 1) Q >= (r + 1) S ce). The wait dequantizes rank
+ * by rank in order, each part first copied into qsend (free once the gather has landed): no
+ * part is overwritten before it is read, and no buffer beyond the unit's own is needed but the
+ * Q-byte send buffer. */
+static unsigned char *qwz_recv(const zero_engine_t *eng, const zero__unit_t *un) {
+    const size_t Q = zero__q8_bytes(un->shard_count);
+    return (unsigned char *)un->full + un->padded_count * eng->ce - (size_t)un->grp->size * Q;
+}
+
+zero_status_t zero__xfer_gather_params(zero_engine_t *eng, zero__unit_t *un, const void *shard) {
+    const zero_dtype_t dt = eng->params.compute_dtype;
+    if (!eng->pol.quantize_weights || un->grp->size == 1)
+        return zero__xfer_gather(eng, un->grp, ZERO_XFER_PARAMS, shard, un->full, un->shard_count,
+                                 dt, &un->gather);
+    const size_t S = un->shard_count, Q = zero__q8_bytes(S);
+    ZERO_ASSERT(Q <= S * eng->ce && !un->qsend);
+    un->qsend = zero__pool_take(eng, &eng->qpool, ZERO_MEM_COMM, Q);
+    if (!un->qsend)
+        return zero__error(ZERO_ERR_OUT_OF_MEMORY,
+                           "no memory for the quantized shard of unit '%s' (%zu bytes)", un->name,
+                           Q);
+    zero__q8_quantize(un->qsend, shard, dt, S, eng->params.threads);
+    zero_status_t st = zero__xfer_gather(eng, un->grp, ZERO_XFER_PARAMS, un->qsend,
+                                         qwz_recv(eng, un), Q, ZERO_DTYPE_UINT8, &un->gather);
+    if (st) {
+        zero__pool_give(&eng->qpool, un->qsend);
+        un->qsend = NULL;
+    }
+    return st;
+}
+
+zero_status_t zero__xfer_gather_params_wait(zero_engine_t *eng, zero__unit_t *un) {
+    zero_status_t st = zero_comm_wait(un->gather);
+    un->gather = NULL;
+    if (!un->qsend) return st;
+    if (!st) {
+        const size_t S = un->shard_count, Q = zero__q8_bytes(S);
+        const unsigned char *recv = qwz_recv(eng, un);
+        for (int r = 0; r < un->grp->size; r++) {
+            memcpy(un->qsend, recv + (size_t)r * Q, Q);
+            zero__q8_dequantize(zero__elem(un->full, (size_t)r * S, eng->ce),
+                                eng->params.compute_dtype, un->qsend, S, eng->params.threads);
+        }
+    }
+    zero__pool_give(&eng->qpool, un->qsend);
+    un->qsend = NULL;
+    return st;
+}
+
 zero_status_t zero__xfer_reduce_scatter(zero_engine_t *eng, const zero__group_t *g,
                                         zero__xfer_kind_t kind, const void *send, void *recv,
                                         size_t n, zero_dtype_t dt, zero_comm_request_t **req) {
@@ -144,10 +205,10 @@ void zero__xfer_end_step(zero_engine_t *eng) {
     memset(x->sent_coll, 0, sizeof x->sent_coll);
     x->last_inter_sent = x->inter_sent;
     x->last_rs_elems = x->rs_elems;
-    x->last_gather_elems = x->gather_elems;
+    x->last_gather_bytes = x->gather_bytes;
     x->last_rs_inter_elems = x->rs_inter_elems;
-    x->last_gather_inter_elems = x->gather_inter_elems;
-    x->inter_sent = x->rs_elems = x->gather_elems = x->rs_inter_elems = x->gather_inter_elems = 0;
+    x->last_gather_inter_bytes = x->gather_inter_bytes;
+    x->inter_sent = x->rs_elems = x->gather_bytes = x->rs_inter_elems = x->gather_inter_bytes = 0;
     x->have_last = 1;
 }
 
@@ -159,29 +220,32 @@ void zero__xfer_end_step(zero_engine_t *eng) {
  * of group size n_u, shard S_u, c = bytes per compute element, a = per accumulator element:
  *   grads    (n_u - 1) c S_u per grads_done (one reduce-scatter of the unit's gradient per
  *            micro-step), + stage 0: (n_u - 1) a S_u (the reduced gradient all-gathered)
- *   params   stage 3: (n_u - 1) c S_u per fetch window of a non-persistent unit (a fetch with
- *            the unit not held: twice per micro-step for a forward + backward use), + (n_u - 1)
- *            c S_u for each unit gathered after the step (stages 1-2: every unit; stage 3: the
- *            persistent ones)
+ *   params   stage 3: (n_u - 1) w_u per fetch window of a non-persistent unit (a fetch with
+ *            the unit not held: twice per micro-step for a forward + backward use), where w_u =
+ *            c S_u, or with qwZ (n_u > 1) the quantized shard S_u + 4 ceil(S_u / 256); +
+ *            (n_u - 1) c S_u for each unit gathered after the step (stages 1-2: every unit;
+ *            stage 3: the persistent ones, never quantized)
  *   control  (N - 1) x 32 over the world of N ranks (one record per rank per step), + (N - 1) x 4
  *            with the optimizer's states on NVMe (every rank's I/O status)
  * Prefetch changes when a window's gather is posted, not how many: it follows a confirmed fetch
  * sequence only while the calls match it, so no gather is dropped unused (if one ever is,
  * fetch.c logs a warning and the step sends that much more than this). The windows and
- * micro-steps are the last step's (counted as they happen, in elements of (n_u - 1) S_u);
+ * micro-steps are the last step's (counted as they happen, in elements of (n_u - 1) S_u and
+ * bytes of (n_u - 1) w_u);
  * before the first step, M = grad_accum_steps micro-steps and 2M windows per unit. */
 /* The formula above over the peers a byte goes to: every other rank of the group, or (inter) only
  * those on other nodes. */
 static void theory(const zero_engine_t *eng, int inter, uint64_t out[ZERO_XFER_KIND_COUNT]) {
     const zero__stage_policy_t pol = eng->pol;
     const uint64_t c = eng->ce, a = eng->ae, M = (uint64_t)eng->params.grad_accum_steps;
-    uint64_t rs = 0, ag = 0, after = 0;
+    uint64_t rs = 0, ag = 0 /* bytes */, after = 0;
     for (int i = 0; i < eng->unit_count; i++) {
         const zero__unit_t *u = &eng->units[i];
-        const uint64_t peers =
-            (uint64_t)(u->grp->size - (inter ? u->grp->local : 1)) * u->shard_count;
+        const uint64_t ranks = (uint64_t)(u->grp->size - (inter ? u->grp->local : 1));
+        const uint64_t peers = ranks * u->shard_count;
         rs += M * peers;
-        if (pol.shard_params && !u->persistent) ag += 2 * M * peers;
+        if (pol.shard_params && !u->persistent)
+            ag += 2 * M * ranks * zero__xfer_param_wire_bytes(eng, u);
         if (!pol.shard_optim)
             after += a * peers;
         else if (!pol.shard_params || u->persistent)
@@ -189,10 +253,10 @@ static void theory(const zero_engine_t *eng, int inter, uint64_t out[ZERO_XFER_K
     }
     if (eng->xfer.have_last) {
         rs = inter ? eng->xfer.last_rs_inter_elems : eng->xfer.last_rs_elems;
-        ag = inter ? eng->xfer.last_gather_inter_elems : eng->xfer.last_gather_elems;
+        ag = inter ? eng->xfer.last_gather_inter_bytes : eng->xfer.last_gather_bytes;
     }
     out[ZERO_XFER_GRADS] = c * rs + (pol.shard_optim ? 0 : after);
-    out[ZERO_XFER_PARAMS] = c * ag + (pol.shard_optim ? after : 0);
+    out[ZERO_XFER_PARAMS] = ag + (pol.shard_optim ? after : 0);
     /* + with swapped optimizer states, the step's 4-byte I/O agreement (step.c) */
     out[ZERO_XFER_CONTROL] = (uint64_t)(eng->world - (inter ? eng->groups[0].local : 1)) *
                              (CONTROL_BYTES + (eng->swap ? sizeof(int32_t) : 0));

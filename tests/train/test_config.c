@@ -178,6 +178,9 @@ static void test_invalid_cases(void) {
         {"{\"zero_optimization\": {\"overlap_comm\": 1}}",
          1,
          {"zero_optimization.overlap_comm = 1", "boolean", NULL}},
+        {"{\"zero_optimization\": {\"zero_quantized_weights\": \"int8\"}}",
+         1,
+         {"zero_optimization.zero_quantized_weights = \"int8\"", "boolean", NULL}},
         {"{\"optimizer\": {\"params\": {\"betas\": [0.9]}}}",
          1,
          {"optimizer.params.betas = [0.9]", "[number, number]", NULL}},
@@ -583,7 +586,7 @@ static void test_deepspeed_spellings(void) {
                       "{\"bfloat16\": {\"enabled\": true},\n"
                       " \"optimizer\": {\"params\": {\"adam_w_mode\": true, \"amsgrad\": true}},\n"
                       " \"zero_optimization\": {\"allgather_partitions\": true, "
-                      "\"max_live_parameters\": 77, \"zero_quantized_weights\": true,\n"
+                      "\"max_live_parameters\": 77, \"zero_quantized_gradients\": true,\n"
                       "   \"stage3_model_persistence_threshold\": 5, \"cpu_offload\": false},\n"
                       " \"dataloader_drop_last\": false, \"fp32_reduce_scatter\": false,\n"
                       " \"activation_checkpointing\": {\"cpu_checkpointing\": true},\n"
@@ -599,7 +602,7 @@ static void test_deepspeed_spellings(void) {
           c.train_batch_size);
     const char *want[] = {"'bfloat16' is DeepSpeed's other name of 'bf16'",
                           "'optimizer.params.amsgrad' = true ignored: not supported yet",
-                          "'zero_optimization.zero_quantized_weights' = true ignored",
+                          "'zero_optimization.zero_quantized_gradients' = true ignored",
                           "'activation_checkpointing.cpu_checkpointing' ignored",
                           "'wall_clock_breakdown': step and optimizer-step times",
                           "'tensorboard' ignored: not supported yet",
@@ -689,7 +692,7 @@ static void test_public_load(void) {
                        " \"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 1000,\n"
                        "   \"overlap_comm\": false, \"stage3_prefetch_bucket_size\": 123,\n"
                        "   \"stage3_param_persistence_threshold\": 45, "
-                       "\"stage3_max_live_parameters\": 6789}}\n";
+                       "\"stage3_max_live_parameters\": 6789, \"zero_quantized_weights\": true}}\n";
     CHECK(write(fd, json, strlen(json)) == (ssize_t)strlen(json), "write");
     close(fd);
     zero_engine_params_t p = zero_engine_params_default();
@@ -709,8 +712,10 @@ static void test_public_load(void) {
     CHECK(p.compute_dtype == ZERO_DTYPE_FP16 && p.loss_scaler.loss_scale_window == 500,
           "fp16 and its scaler");
     CHECK(p.reduce_bucket_bytes == 4000 && p.overlap_comm == 0 && p.prefetch_bucket_elems == 123 &&
-              p.persistence_threshold_elems == 45 && p.max_live_elems == 6789,
-          "zero_optimization: bucket %zu bytes", p.reduce_bucket_bytes);
+              p.persistence_threshold_elems == 45 && p.max_live_elems == 6789 &&
+              p.quantized_weights == 1,
+          "zero_optimization: bucket %zu bytes, qwZ %d", p.reduce_bucket_bytes,
+          p.quantized_weights);
     /* a failure changes nothing */
     zero_engine_params_t before = p;
     FILE *f = fopen(path, "w");
