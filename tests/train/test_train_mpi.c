@@ -2,7 +2,8 @@
  * the same config must give the same weights_fingerprint (the comm layer sums in rank order on
  * both backends, so the weights are bitwise equal), at stage 0 and, when the engine runs it,
  * stage 3; and at stage 2 with the optimizer's states on NVMe (swap files of each process), and
- * at stage 3 with parameters, gradient accumulators and optimizer states there.
+ * at stage 3 with parameters, gradient accumulators and optimizer states there; and at stage 3
+ * with ZeRO++ qwZ (int8 parameter gathers) in fp32 and bf16.
  *
  * Arguments: the `zero` program and the MPI launcher (CTest passes both). Runs them as child
  * processes; when the engine does not run 2 ranks yet the case prints SKIP.
@@ -47,7 +48,9 @@ static char *fingerprint_of(const char *report) {
     return out;
 }
 
-static void compare(const char *zero, const char *mpirun, const char *cfg, int stage) {
+/* Runs cfg on 2 thread ranks and under mpirun -np 2 and checks the fingerprints are equal;
+ * returns the threads run's fingerprint (malloc; NULL when a run failed or was skipped). */
+static char *compare(const char *zero, const char *mpirun, const char *cfg, int stage) {
     char cmd[2048], err[8192], a[512], b[512];
     snprintf(a, sizeof a, "%s/threads-%d.json", dir, stage);
     snprintf(b, sizeof b, "%s/mpi-%d.json", dir, stage);
@@ -58,7 +61,7 @@ static void compare(const char *zero, const char *mpirun, const char *cfg, int s
     int rc = run(cmd, err, sizeof err);
     if (rc != 0 && (strstr(err, "one rank only") || strstr(err, "not implemented"))) {
         printf("SKIP stage %d: the engine does not run 2 ranks yet: %s", stage, err);
-        return;
+        return NULL;
     }
     CHECK(rc == 0, "threads run failed (%d): %s", rc, err);
     snprintf(cmd, sizeof cmd,
@@ -67,13 +70,13 @@ static void compare(const char *zero, const char *mpirun, const char *cfg, int s
              mpirun, zero, cfg, stage, b);
     rc = run(cmd, err, sizeof err);
     CHECK(rc == 0, "mpirun run failed (%d): %s", rc, err);
-    if (rc) return;
+    if (rc) return NULL;
     char *fa = fingerprint_of(a), *fb = fingerprint_of(b);
     printf("stage %d: threads %s, mpi %s\n", stage, fa ? fa : "-", fb ? fb : "-");
     CHECK(fa && fb && !strcmp(fa, fb), "stage %d: threads %s vs MPI %s", stage, fa ? fa : "-",
           fb ? fb : "-");
-    free(fa);
     free(fb);
+    return fa;
 }
 
 int main(int argc, char **argv) {
@@ -96,8 +99,36 @@ int main(int argc, char **argv) {
           "           \"sample_tokens\": 8}}\n",
           f);
     fclose(f);
-    compare(argv[1], argv[2], cfg, 0);
-    compare(argv[1], argv[2], cfg, 3);
+    free(compare(argv[1], argv[2], cfg, 0));
+    char *plain3 = compare(argv[1], argv[2], cfg, 3);
+    /* ZeRO++ qwZ (int8 parameter gathers), fp32 and bf16: both backends quantize the same
+     * shards and dequantize every rank's part the same way. The run must differ from plain
+     * stage 3 (the forward saw quantized weights), or qwZ was not on. */
+    char qcfg[512];
+    snprintf(qcfg, sizeof qcfg, "%s/tiny-qwz.json", dir);
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        f = fopen(qcfg, "w");
+        if (!f) return 1;
+        fprintf(f,
+                "{\"model\": {\"layers\": 2, \"heads\": 2, \"dim\": 32, \"seq\": 32},\n"
+                " \"data\": {\"builtin_bytes\": 65536}, \"bf16\": {\"enabled\": %s},\n"
+                " \"train_batch_size\": 16, \"gradient_accumulation_steps\": 2,\n"
+                " \"zero_optimization\": {\"reduce_bucket_size\": 5000, "
+                "\"stage3_param_persistence_threshold\": 0, \"zero_quantized_weights\": true},\n"
+                " \"train\": {\"steps\": 5, \"eval_interval\": 0, \"eval_batches\": 2, "
+                "\"samples\": 1,\n"
+                "           \"sample_tokens\": 8}}\n",
+                bf16 ? "true" : "false");
+        fclose(f);
+        char *q = compare(argv[1], argv[2], qcfg, 3);
+        if (!bf16)
+            CHECK(q && plain3 && strcmp(q, plain3),
+                  "qwZ's weights %s equal plain stage 3's %s: was it on?", q ? q : "-",
+                  plain3 ? plain3 : "-");
+        free(q);
+    }
+    free(plain3);
+    unlink(qcfg);
     /* the optimizer's states on NVMe: swap files per process (MPI) or per thread rank */
     char nvme[512], swap[300];
     snprintf(nvme, sizeof nvme, "%s/tiny-nvme.json", dir);
@@ -114,7 +145,7 @@ int main(int argc, char **argv) {
             "\"samples\": 0}}\n",
             swap);
     fclose(f);
-    compare(argv[1], argv[2], nvme, 2);
+    free(compare(argv[1], argv[2], nvme, 2));
     /* stage 3 with everything on NVMe: parameter shards, gradient accumulators, m and v */
     f = fopen(nvme, "w");
     if (!f) return 1;
@@ -130,7 +161,7 @@ int main(int argc, char **argv) {
             "\"samples\": 0}}\n",
             swap, swap);
     fclose(f);
-    compare(argv[1], argv[2], nvme, 3);
+    free(compare(argv[1], argv[2], nvme, 3));
     CHECK(rmdir(swap) == 0, "swap files left in %s", swap);
     unlink(nvme);
     unlink(cfg);

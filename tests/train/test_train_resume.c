@@ -15,7 +15,9 @@
  * overflows, halves and doubles again around the resume point: a resume that did not restore the
  * scaler's state starts at 2^16 again, skips another step and differs — checked by disabling the
  * restore once); an fp32 checkpoint resumed in bf16 loads the same fp32 master weights (the bf16
- * run's fingerprint, a hash of its fp32 master, equals the saving run's) and trains on.
+ * run's fingerprint, a hash of its fp32 master, equals the saving run's) and trains on. (6)
+ * ZeRO++ qwZ at stage 3, fp32 and bf16: the exact resume of (1), and its checkpoint loaded with
+ * qwZ off holds the saving run's weights.
  */
 #include "check.h"
 #include "cli/cli.h"
@@ -48,6 +50,7 @@ typedef struct opts {
     const char *seq;   /* model.seq override, or NULL */
     const char *dtype; /* --dtype: fp32, bf16, fp16 (NULL: the config's, fp32) */
     int busy_scaler;   /* fp16: hysteresis 1, window 1: the scale moves at every step */
+    int qwz;           /* zero_optimization.zero_quantized_weights (ZeRO++ qwZ) */
 } opts_t;
 
 /* Run the trainer in process; returns the status, *fp the weights fingerprint. */
@@ -75,6 +78,8 @@ static zero_status_t train(const opts_t *o, uint64_t *fp) {
     if (!st && o->busy_scaler) st = zero__train_config_set(&c, "fp16.initial_scale_power", "16");
     if (!st && o->busy_scaler) st = zero__train_config_set(&c, "fp16.hysteresis", "1");
     if (!st && o->busy_scaler) st = zero__train_config_set(&c, "fp16.loss_scale_window", "1");
+    if (!st && o->qwz)
+        st = zero__train_config_set(&c, "zero_optimization.zero_quantized_weights", "true");
     if (st) return st;
     zero_train_io_t io = {.out = NULL}; /* silent, no peak measurement */
     zero_train_report_t rep;
@@ -130,6 +135,41 @@ static void test_dtype_change(void) {
           zero_last_error());
     printf("fp32 checkpoint %016llx, resumed in bf16 %016llx, continued %016llx\n",
            (unsigned long long)saved, (unsigned long long)loaded, (unsigned long long)more);
+}
+
+/* (6) ZeRO++ qwZ at stage 3 (int8 parameter gathers): a checkpoint of a qwZ run resumed with
+ * qwZ on continues bitwise like the uninterrupted qwZ run; its last checkpoint loaded with qwZ
+ * off and no step left holds the saving run's exact weights (only the wire was quantized); and the
+ * qwZ run differs from the plain one (it was on). */
+static void test_qwz(const char *dtype) {
+    char save[512], name[64];
+    snprintf(name, sizeof name, "qwz-%s", dtype);
+    path(save, sizeof save, name);
+    uint64_t plain = 0, ref = 0, mid = 0, resumed = 0, loaded = 0;
+    opts_t o = {.ranks = 2, .stage = 3, .steps = 6, .dtype = dtype};
+    CHECK(train(&o, &plain) == ZERO_OK, "qwZ %s: plain run: %s", dtype, zero_last_error());
+    o.qwz = 1;
+    CHECK(train(&o, &ref) == ZERO_OK, "qwZ %s: uninterrupted run: %s", dtype, zero_last_error());
+    o.steps = 3;
+    o.save_dir = save;
+    CHECK(train(&o, &mid) == ZERO_OK, "qwZ %s: first 3 steps: %s", dtype, zero_last_error());
+    o.steps = 6;
+    o.resume = "latest";
+    CHECK(train(&o, &resumed) == ZERO_OK, "qwZ %s: resume: %s", dtype, zero_last_error());
+    opts_t l = {.ranks = 2, .stage = 3, .steps = 6, .resume = save, .dtype = dtype};
+    CHECK(train(&l, &loaded) == ZERO_OK, "qwZ %s: load with qwZ off: %s", dtype, zero_last_error());
+    printf("qwZ %s: plain %016llx, uninterrupted %016llx, resumed %016llx, at 3 %016llx, step 6 "
+           "loaded without qwZ %016llx\n",
+           dtype, (unsigned long long)plain, (unsigned long long)ref, (unsigned long long)resumed,
+           (unsigned long long)mid, (unsigned long long)loaded);
+    CHECK(ref == resumed, "qwZ %s: resumed run %016llx differs from uninterrupted %016llx", dtype,
+          (unsigned long long)resumed, (unsigned long long)ref);
+    CHECK(mid != ref, "qwZ %s: the last 3 steps did not change the weights", dtype);
+    CHECK(plain != ref, "qwZ %s: the weights equal the plain run's: was qwZ on?", dtype);
+    /* the resumed run saved its last step (6) there too: that is the checkpoint loaded */
+    CHECK(loaded == resumed,
+          "qwZ %s: the checkpoint loaded without qwZ holds %016llx, saved %016llx", dtype,
+          (unsigned long long)loaded, (unsigned long long)resumed);
 }
 
 /* (2) Save at (from_ranks, from_stage), load at (to_ranks, to_stage). */
@@ -244,6 +284,8 @@ int main(void) {
     test_exact(3, "bf16");
     test_exact(2, "fp16");
     test_dtype_change();
+    test_qwz("fp32");
+    test_qwz("bf16");
     test_reshard(2, 3, 3, 1);
     test_reshard(2, 2, 1, 0);
     test_init_from();
