@@ -9,6 +9,7 @@
  *   - accuracy: small real runs (stages 0-3, 1-4 thread ranks, fp32 and bf16, activation
  *     checkpointing) are measured by the accounting allocator; the estimate of every category
  *     and of the total must lie within 2% (+ 4 KiB) of the measured peak of rank 0;
+ *     (and stage 3 with ZeRO++ qwZ, whose quantized send buffers are communication memory);
  *   - override: a too-large model with train.memory_check = false is not refused by the check
  *     (it then fails to allocate, or not: the test only asks that the refusal is gone).
  * Mode "cgroup ZERO_PROGRAM": a real memory cgroup (v1) limited to 192 MiB; `zero train` of a
@@ -144,6 +145,20 @@ static void accuracy_prefetch_case(void) {
     accuracy_run(&c, 1, "ranks 1 stage 3 fp32, 6 blocks, prefetch of one block");
 }
 
+/* ZeRO++ qwZ: the quantized shards being sent (ZERO_MEM_COMM) beside the gather pool. */
+static void accuracy_qwz_case(int ranks, int bf16) {
+    zero_train_config_t c;
+    tiny(&c);
+    c.ranks = ranks;
+    c.stage = 3;
+    c.bf16 = bf16;
+    c.quantized_weights = 1;
+    c.persistence_threshold_elems = 0;
+    char label[128];
+    snprintf(label, sizeof label, "ranks %d stage 3 %s qwZ", ranks, bf16 ? "bf16" : "fp32");
+    accuracy_run(&c, ranks, label);
+}
+
 static void test_override(void) {
     zero_train_config_t c;
     huge(&c);
@@ -251,5 +266,7 @@ int main(int argc, char **argv) {
     }
     accuracy_case(2, 3, 0, 0, 1);
     accuracy_prefetch_case();
+    accuracy_qwz_case(2, 0);
+    accuracy_qwz_case(3, 1);
     return check_report();
 }
