@@ -8,6 +8,15 @@
  * fp32, rounded once at the end; integers wrap modulo 2^bits), on both backends, for every size.
  * All-reduce is reduce-scatter followed by all-gather. Threads and MPI results are bitwise equal.
  *
+ * Hierarchical: on several nodes, all-gather sends each rank's block once to every other node
+ * (to the rank of the same local index) and then spreads it inside the node; reduce-scatter
+ * carries each block's partial sum from node to node in rank order (each node adding its ranks'
+ * contributions in rank order, fp16/bf16 partials in fp32) and sends the result back to its
+ * owner: the same operations in the same order as the flat algorithm, so the results are
+ * bitwise the flat ones. Each is used where it sends fewer bytes between nodes (reduce-scatter
+ * only when every node is a contiguous range of ranks); zero_comm_params_t.flat turns them off.
+ * The statistics count what the algorithm used really sends.
+ *
  * In place (NCCL convention): all-reduce and broadcast with send == recv; reduce-scatter with
  * recv == send + rank * recv_count; all-gather with send == recv + rank * send_count.
  *
@@ -61,6 +70,11 @@ typedef struct zero_comm_params {
      * r / ranks_per_node), to study a multi-node layout in one process; 0: one node. The MPI
      * backend ignores it: its nodes are the MPI library's (MPI_COMM_TYPE_SHARED). */
     int ranks_per_node;
+    /* 1: always the flat collectives (every rank sends straight to every other), for comparing;
+     * 0 (default): all-gather, reduce-scatter and all-reduce run hierarchically where there are
+     * several nodes and that sends fewer bytes between them (see "Hierarchical" below). Kept by
+     * splits. */
+    int flat;
 } zero_comm_params_t;
 
 ZERO_API zero_comm_params_t zero_comm_params_default(void);
@@ -188,6 +202,14 @@ typedef struct zero_comm_stats {
 } zero_comm_stats_t;
 
 ZERO_API void zero_comm_get_stats(const zero_comm_t *comm, zero_comm_stats_t *out);
+/* The bytes this rank sends in one call of coll (all_reduce, reduce_scatter, all_gather or
+ * all_to_all) with this count and dtype on comm, in all and to ranks of other nodes: what the
+ * statistics will count for it, with the algorithm (flat or hierarchical) the call would use.
+ * Linear in count for reduce_scatter, all_gather and all_to_all. Not collective; NULL outputs
+ * are skipped; other collectives give 0. */
+ZERO_API void zero_comm_coll_bytes(const zero_comm_t *comm, zero_coll_t coll, size_t count,
+                                   zero_dtype_t dtype, uint64_t *sent_bytes,
+                                   uint64_t *inter_node_sent_bytes);
 ZERO_API void zero_comm_reset_stats(zero_comm_t *comm);
 
 #ifdef __cplusplus

@@ -92,6 +92,7 @@ typedef struct options {
     int warmup; /* untimed samples before them */
     int batch;  /* calls per sample; 0 = auto */
     int json, check, help;
+    int flat; /* --flat: zero_comm_params_t.flat (the flat algorithms on several nodes too) */
 } options_t;
 
 typedef struct rank_ctx {
@@ -304,17 +305,54 @@ static double model_bytes(zero_coll_t coll, size_t S, int n) {
     }
 }
 
-/* Bytes this rank sends per call to ranks of other nodes, by the definition: every other rank
- * gets count elements (all_reduce: twice its block of the reduce-scatter split). */
+/* Bytes this rank sends per call to ranks of other nodes, by the algorithms' definition
+ * (zero/comm.h). Flat: every rank of another node gets count elements (all_reduce: its block
+ * of the reduce-scatter split, and this rank's block of the all-gather). Hierarchical (several
+ * nodes, not --flat, where it moves fewer blocks between nodes): the all-gather sends this
+ * rank's block to one rank (the same local index, modulo the node's size) of each other node;
+ * the reduce-scatter (contiguous nodes only) sends the node's partial of every block this rank
+ * stands in for (the blocks of its local index, modulo) to the next node, in fp32 for
+ * fp16/bf16, and from the last node the results to their owners. */
 static double inter_node_theory(const rank_ctx_t *c, zero_coll_t coll, size_t count, size_t es) {
-    const int me = zero_comm_node_of(c->comm, c->rank);
-    double bytes = 0;
-    for (int r = 0; r < c->n; r++) {
-        if (zero_comm_node_of(c->comm, r) == me) continue;
-        const uint64_t cnt = count, n = (uint64_t)c->n;
-        const uint64_t block = cnt * (uint64_t)(r + 1) / n - cnt * (uint64_t)r / n;
-        bytes += (double)(coll == ZERO_COLL_ALL_REDUCE ? 2 * block : cnt) * (double)es;
+    const zero_comm_t *comm = c->comm;
+    const int n = c->n, N = zero_comm_node_count(comm), me = zero_comm_node_of(comm, c->rank);
+    int local[256], size[256] = {0}, contiguous = 1;
+    for (int r = 0; r < n; r++) {
+        const int j = zero_comm_node_of(comm, r);
+        local[r] = size[j]++;
+        if (r && j != zero_comm_node_of(comm, r - 1) && j != zero_comm_node_of(comm, r - 1) + 1)
+            contiguous = 0;
     }
+    uint64_t sq = 0, un = (uint64_t)n, uN = (uint64_t)N;
+    for (int j = 0; j < N; j++) sq += (uint64_t)size[j] * (uint64_t)size[j];
+    const int half = c->o->dtype == ZERO_DTYPE_BF16 || c->o->dtype == ZERO_DTYPE_FP16;
+    const uint64_t acc = half ? 4 : es;
+    const int ag = !c->o->flat && N > 1 && un * (uN - 1) < un * un - sq;
+    const int rs = !c->o->flat && N > 1 && contiguous &&
+                   un * (uN - 1) * acc + (un - (uint64_t)size[N - 1]) * es < (un * un - sq) * es;
+    uint64_t len[256];
+    for (int r = 0; r < n; r++)
+        len[r] = coll == ZERO_COLL_ALL_REDUCE
+                     ? (uint64_t)count * (uint64_t)(r + 1) / un - (uint64_t)count * (uint64_t)r / un
+                     : (uint64_t)count;
+    double bytes = 0;
+    const int do_rs = coll == ZERO_COLL_ALL_REDUCE || coll == ZERO_COLL_REDUCE_SCATTER;
+    const int do_ag = coll == ZERO_COLL_ALL_REDUCE || coll == ZERO_COLL_ALL_GATHER;
+    if (coll == ZERO_COLL_ALL_TO_ALL)
+        for (int r = 0; r < n; r++)
+            bytes += zero_comm_node_of(comm, r) != me ? (double)count * es : 0;
+    if (do_rs && !rs)
+        for (int r = 0; r < n; r++)
+            bytes += zero_comm_node_of(comm, r) != me ? (double)(len[r] * es) : 0;
+    if (do_rs && rs)
+        for (int b = 0; b < n; b++) {
+            if (local[b] % size[me] != local[c->rank]) continue; /* not one of mine */
+            if (me < N - 1)
+                bytes += (double)(len[b] * acc);
+            else if (zero_comm_node_of(comm, b) != me)
+                bytes += (double)(len[b] * es);
+        }
+    if (do_ag) bytes += (double)(len[c->rank] * es) * (ag ? N - 1 : n - size[me]);
     return bytes;
 }
 
@@ -548,8 +586,11 @@ static void print_header(const rank_ctx_t *c) {
     printf("# nodes: %d", nodes);
     for (int r = 0; nodes > 1 && r < c->n; r++)
         printf("%s%d", r ? "," : " (node of each rank: ", zero_comm_node_of(c->comm, r));
-    printf("%s; a rank on a node of L ranks sends (n-L)/(n-1) of its bytes to other nodes\n",
-           nodes > 1 ? ")" : "");
+    printf("%s; collectives %s\n", nodes > 1 ? ")" : "",
+           nodes == 1 ? "flat (one node)"
+           : o->flat  ? "flat (--flat): a rank on a node of L ranks sends (n-L)/(n-1) of its "
+                        "bytes to other nodes"
+                      : "hierarchical where that sends fewer bytes between nodes (--flat: not)");
     printf("# size S = bytes of the full vector (nccl-tests); count = the API's "
            "count argument\n");
     printf("# time = median over samples of the slowest rank's time per call; a "
@@ -826,6 +867,8 @@ static void usage(FILE *out) {
             "  --membw-bytes SIZE     buffer each rank copies to measure memory "
             "bandwidth (default "
             "64M)\n"
+            "  --flat                 the flat collectives also on several nodes (default: "
+            "hierarchical where they send fewer bytes between nodes)\n"
             "  --no-check             do not compare outputs with the reference\n"
             "  --json                 one JSON object per line and size instead "
             "of the table\n"
@@ -926,10 +969,12 @@ static int parse_options(int argc, char **argv, options_t *o) {
             o->help = 1;
             continue;
         }
-        if (!strcmp(flag, "--json") || !strcmp(flag, "--no-check")) {
+        if (!strcmp(flag, "--json") || !strcmp(flag, "--no-check") || !strcmp(flag, "--flat")) {
             if (eq) return usage_error("%s takes no value (got '%s')", flag, eq + 1);
             if (!strcmp(flag, "--json"))
                 o->json = 1;
+            else if (!strcmp(flag, "--flat"))
+                o->flat = 1;
             else
                 o->check = 0;
             continue;
@@ -1026,6 +1071,7 @@ static int run_threads(const options_t *o) {
     zero_comm_params_t params = zero_comm_params_default();
     params.timeout_s = TIMEOUT_S;
     params.ranks_per_node = o->ranks_per_node;
+    params.flat = o->flat;
     zero_comm_t **comms = calloc((size_t)n, sizeof *comms);
     rank_thread_t *threads = calloc((size_t)n, sizeof *threads);
     if (!comms || !threads) {
@@ -1066,6 +1112,7 @@ static int run_threads(const options_t *o) {
 static int run_mpi(const options_t *o) {
     zero_comm_params_t params = zero_comm_params_default();
     params.timeout_s = TIMEOUT_S;
+    params.flat = o->flat;
     zero_comm_t *comm = NULL;
     zero_status_t st = zero_comm_mpi_init(&comm, &params);
     if (st != ZERO_OK) {

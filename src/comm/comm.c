@@ -19,6 +19,8 @@ struct zero_comm_request {
     zero_comm_request_t *next;
 };
 
+#define ARGS(...) (&(zero__coll_args_t){__VA_ARGS__})
+
 static const char *const coll_names[] = {
     "all_reduce",  "reduce_scatter", "all_gather", "all_to_all",
     "all_to_allv", "broadcast",      "barrier",    "split",
@@ -49,7 +51,7 @@ zero_status_t zero_backend_parse(const char *name, zero_backend_t *out) {
 }
 
 zero_comm_params_t zero_comm_params_default(void) {
-    return (zero_comm_params_t){.timeout_s = 300.0, .mem = NULL, .ranks_per_node = 0};
+    return (zero_comm_params_t){.timeout_s = 300.0, .mem = NULL, .ranks_per_node = 0, .flat = 0};
 }
 
 /* ------------------------------------------------------------------------------ traffic */
@@ -63,45 +65,180 @@ void zero__block_range(size_t count, int n, int r, size_t *offset, size_t *len) 
     *len = end - begin;
 }
 
-void zero__coll_peer_traffic(const zero__coll_args_t *a, int rank, int peer, int n,
-                             uint64_t *sent_bytes, uint64_t *recv_bytes) {
-    uint64_t es = zero_dtype_size(a->dtype), sent = 0, recvd = 0;
-    size_t off, len;
+void zero__coll_blocks(const zero__coll_args_t *a, int n, size_t *off, size_t *len) {
+    for (int r = 0; r < n; r++) {
+        if (a->coll == ZERO_COLL_ALL_REDUCE) {
+            zero__block_range(a->count, n, r, &off[r], &len[r]);
+        } else {
+            off[r] = (size_t)r * a->count;
+            len[r] = a->count;
+        }
+    }
+}
+
+/* The rules of zero__coll_hier. Counting the blocks that cross between nodes in one call, over
+ * all ranks (n ranks, N nodes of L_j ranks, e = element size, c = accumulator size):
+ *   flat reduce-scatter or all-gather: every rank sends a block to every rank of another node:
+ *     sum_j L_j (n - L_j) = n^2 - sum_j L_j^2 blocks of e bytes;
+ *   hierarchical all-gather: every block crosses to each other node once: n (N - 1);
+ *   hierarchical reduce-scatter: every block's partial makes N - 1 hops (c bytes each), and the
+ *     result goes back to its owner unless the owner is on the last node: n (N - 1) c +
+ *     (n - L_{N-1}) e bytes. On 2 nodes of 2: 6 blocks (fp32) instead of 8; of 4: 12 instead of
+ *     32. Nodes of one rank each gain nothing (the all-gather's count is the flat one, the
+ *     reduce-scatter's more), and fp16/bf16 partials travel in fp32 (c = 2e), which on 2 nodes
+ *     of 2 makes the hierarchical reduce-scatter cost more (10 e-blocks instead of 8).
+ * Each phase is hierarchical where it moves fewer bytes between nodes, and, for the
+ * reduce-scatter, only where the nodes are contiguous rank ranges: the rank-order sum (the
+ * contract) visits the ranks node by node only then; with interleaved nodes (which
+ * MPI_COMM_TYPE_SHARED can give) the partial would cross between nodes at almost every rank, so
+ * the reduction stays flat there. The all-gather has no order to keep and works for any layout:
+ * a rank of local index l sends to local index l mod L_j of node j. */
+int zero__coll_hier(const zero_comm_t *comm, zero_coll_t coll, zero_dtype_t dtype) {
+    if (!comm->node_of || comm->flat || !comm->backend->hierarchical) return 0;
+    if (coll != ZERO_COLL_ALL_REDUCE && coll != ZERO_COLL_REDUCE_SCATTER &&
+        coll != ZERO_COLL_ALL_GATHER)
+        return 0;
+    const uint64_t n = (uint64_t)comm->size, N = (uint64_t)comm->node_count;
+    uint64_t sumsq = 0;
+    for (int j = 0; j < comm->node_count; j++)
+        sumsq += (uint64_t)comm->node_size[j] * (uint64_t)comm->node_size[j];
+    const uint64_t flat_blocks = n * n - sumsq;
+    int phases = 0;
+    if (coll != ZERO_COLL_REDUCE_SCATTER && n * (N - 1) < flat_blocks) phases |= ZERO__HIER_AG;
+    if (coll != ZERO_COLL_ALL_GATHER && comm->nodes_contiguous) {
+        const uint64_t e = zero_dtype_size(dtype), c = zero__reduce_acc_size(dtype);
+        const uint64_t last = (uint64_t)comm->node_size[comm->node_count - 1];
+        if (n * (N - 1) * c + (n - last) * e < flat_blocks * e) phases |= ZERO__HIER_RS;
+    }
+    return phases;
+}
+
+/* Hierarchical reduce-scatter (phase) traffic of rank r, added to sent/recv (see the header). */
+static void hier_rs_traffic(const zero_comm_t *comm, int r, const size_t *len, uint64_t e,
+                            uint64_t c, uint64_t *sent, uint64_t *recv) {
+    const int n = comm->size, N = comm->node_count, i = comm->node_of[r];
+    for (int b = 0; b < n; b++) {
+        const int lb = comm->local_of[b];
+        const int proxy = zero__node_member(comm, i, lb);
+        if (proxy != r) {
+            sent[proxy] += len[b] * e; /* my contribution to block b */
+        } else {
+            for (int k = 0; k < comm->node_size[i]; k++) {
+                const int u = comm->node_ranks[comm->node_first[i] + k];
+                if (u != r) recv[u] += len[b] * e;
+            }
+            if (i + 1 < N) sent[zero__node_member(comm, i + 1, lb)] += len[b] * c;
+            if (i > 0) recv[zero__node_member(comm, i - 1, lb)] += len[b] * c;
+            if (i == N - 1 && b != r) sent[b] += len[b] * e; /* the result to its owner */
+        }
+        if (b == r) {
+            const int last = zero__node_member(comm, N - 1, lb);
+            if (last != r) recv[last] += len[b] * e;
+        }
+    }
+}
+
+/* Hierarchical all-gather (phase) traffic of rank r, added to sent/recv (see the header). */
+static void hier_ag_traffic(const zero_comm_t *comm, int r, const size_t *len, uint64_t e,
+                            uint64_t *sent, uint64_t *recv) {
+    const int n = comm->size, i = comm->node_of[r];
+    /* held[k]: elements local rank k of my node holds after the inter-node step */
+    const int L = comm->node_size[i];
+    uint64_t held[L];
+    for (int k = 0; k < L; k++) held[k] = len[comm->node_ranks[comm->node_first[i] + k]];
+    for (int x = 0; x < n; x++) {
+        const int j = comm->node_of[x];
+        if (j == i) continue;
+        const int to = zero__node_member(comm, i, comm->local_of[x]); /* x's receiver here */
+        held[comm->local_of[to]] += len[x];
+        if (to == r) recv[x] += len[x] * e;
+        if (x == r) continue;
+        if (zero__node_member(comm, j, comm->local_of[r]) == x) sent[x] += len[r] * e;
+    }
+    for (int k = 0; k < L; k++) {
+        const int u = comm->node_ranks[comm->node_first[i] + k];
+        if (u == r) continue;
+        sent[u] += held[comm->local_of[r]] * e;
+        recv[u] += held[k] * e;
+    }
+}
+
+void zero__coll_traffic(const zero_comm_t *comm, const zero__coll_args_t *a, int rank,
+                        uint64_t *sent, uint64_t *recv) {
+    const int n = comm->size;
+    const uint64_t es = zero_dtype_size(a->dtype);
+    for (int p = 0; p < n; p++) sent[p] = recv[p] = 0;
     switch (a->coll) {
     case ZERO_COLL_REDUCE_SCATTER:
     case ZERO_COLL_ALL_GATHER:
-    case ZERO_COLL_ALL_TO_ALL: sent = recvd = a->count * es; break;
-    case ZERO_COLL_ALL_REDUCE:
-        zero__block_range(a->count, n, peer, &off, &len);
-        sent = recvd = 2 * (uint64_t)len * es;
+    case ZERO_COLL_ALL_REDUCE: {
+        size_t off[n], len[n];
+        zero__coll_blocks(a, n, off, len);
+        const int hier = zero__coll_hier(comm, a->coll, a->dtype);
+        const int rs = a->coll != ZERO_COLL_ALL_GATHER, ag = a->coll != ZERO_COLL_REDUCE_SCATTER;
+        if (rs && (hier & ZERO__HIER_RS)) {
+            hier_rs_traffic(comm, rank, len, es, zero__reduce_acc_size(a->dtype), sent, recv);
+        } else if (rs) {
+            for (int p = 0; p < n; p++)
+                if (p != rank) sent[p] += len[p] * es, recv[p] += len[rank] * es;
+        }
+        if (ag && (hier & ZERO__HIER_AG)) {
+            hier_ag_traffic(comm, rank, len, es, sent, recv);
+        } else if (ag) {
+            for (int p = 0; p < n; p++)
+                if (p != rank) sent[p] += len[rank] * es, recv[p] += len[p] * es;
+        }
+        break;
+    }
+    case ZERO_COLL_ALL_TO_ALL:
+        for (int p = 0; p < n; p++)
+            if (p != rank) sent[p] = recv[p] = a->count * es;
         break;
     case ZERO_COLL_ALL_TO_ALLV:
-        sent = a->send_counts[peer] * es;
-        recvd = a->recv_counts[peer] * es;
+        for (int p = 0; p < n; p++)
+            if (p != rank) sent[p] = a->send_counts[p] * es, recv[p] = a->recv_counts[p] * es;
         break;
     case ZERO_COLL_BROADCAST:
-        if (rank == a->root) sent = a->count * es;
-        if (peer == a->root) recvd = a->count * es;
+        for (int p = 0; p < n; p++) {
+            if (p == rank) continue;
+            if (rank == a->root) sent[p] = a->count * es;
+            if (p == a->root) recv[p] = a->count * es;
+        }
         break;
     default: break;
     }
-    *sent_bytes = sent;
-    *recv_bytes = recvd;
 }
 
 zero_status_t zero__comm_set_nodes(zero_comm_t *comm, const int32_t *keys) {
     const int n = comm->size;
-    int *node_of = malloc((size_t)n * sizeof *node_of);
+    /* node_of, local_of, node_ranks, node_first, node_size: n ints each */
+    int *node_of = malloc(5 * (size_t)n * sizeof *node_of);
     if (!node_of) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "communicator: out of memory");
+    int *local_of = node_of + n, *node_ranks = local_of + n, *node_first = node_ranks + n,
+        *node_size = node_first + n;
     int nodes = 0;
     for (int r = 0; r < n; r++) {
         int j = 0;
         while (j < r && keys[j] != keys[r]) j++;
         node_of[r] = j < r ? node_of[j] : nodes++;
     }
+    for (int j = 0; j < nodes; j++) node_size[j] = 0;
+    for (int r = 0; r < n; r++) local_of[r] = node_size[node_of[r]]++;
+    for (int j = 0, first = 0; j < nodes; j++) node_first[j] = first, first += node_size[j];
+    int contiguous = 1;
+    for (int r = 0; r < n; r++) {
+        node_ranks[node_first[node_of[r]] + local_of[r]] = r;
+        if (r > 0 && node_of[r] != node_of[r - 1] && node_of[r] != node_of[r - 1] + 1)
+            contiguous = 0;
+    }
     free(comm->node_of);
     comm->node_of = nodes > 1 ? node_of : NULL;
     comm->node_count = nodes;
+    comm->local_of = nodes > 1 ? local_of : NULL;
+    comm->node_ranks = nodes > 1 ? node_ranks : NULL;
+    comm->node_first = nodes > 1 ? node_first : NULL;
+    comm->node_size = nodes > 1 ? node_size : NULL;
+    comm->nodes_contiguous = contiguous;
     if (nodes <= 1) free(node_of);
     return ZERO_OK;
 }
@@ -118,15 +255,15 @@ int zero_comm_node_of(const zero_comm_t *comm, int rank) {
 static void collective_traffic(const zero_comm_t *comm, const zero__coll_args_t *a,
                                uint64_t out[4]) {
     out[0] = out[1] = out[2] = out[3] = 0;
+    uint64_t s[comm->size], v[comm->size];
+    zero__coll_traffic(comm, a, comm->rank, s, v);
     for (int r = 0; r < comm->size; r++) {
         if (r == comm->rank) continue;
-        uint64_t s, v;
-        zero__coll_peer_traffic(a, comm->rank, r, comm->size, &s, &v);
-        out[0] += s;
-        out[1] += v;
+        out[0] += s[r];
+        out[1] += v[r];
         if (comm->node_of && comm->node_of[r] != comm->node_of[comm->rank]) {
-            out[2] += s;
-            out[3] += v;
+            out[2] += s[r];
+            out[3] += v[r];
         }
     }
 }
@@ -199,8 +336,10 @@ zero_status_t zero__comm_base_init(zero_comm_t *comm, const zero__comm_backend_t
     comm->failure = ZERO_OK;
     comm->failure_message[0] = '\0';
     memset(&comm->stats, 0, sizeof comm->stats);
-    comm->node_of = NULL;
+    comm->node_of = comm->local_of = comm->node_ranks = comm->node_first = comm->node_size = NULL;
     comm->node_count = 1;
+    comm->nodes_contiguous = 1;
+    comm->flat = 0;
     pthread_mutex_init(&comm->lock, NULL);
     pthread_cond_init(&comm->work, NULL);
     pthread_cond_init(&comm->done, NULL);
@@ -260,6 +399,17 @@ void zero_comm_get_stats(const zero_comm_t *comm, zero_comm_stats_t *out) {
     pthread_mutex_lock(&c->lock);
     *out = c->stats;
     pthread_mutex_unlock(&c->lock);
+}
+
+void zero_comm_coll_bytes(const zero_comm_t *comm, zero_coll_t coll, size_t count,
+                          zero_dtype_t dtype, uint64_t *sent_bytes,
+                          uint64_t *inter_node_sent_bytes) {
+    uint64_t out[4] = {0, 0, 0, 0};
+    if (coll == ZERO_COLL_ALL_REDUCE || coll == ZERO_COLL_REDUCE_SCATTER ||
+        coll == ZERO_COLL_ALL_GATHER || coll == ZERO_COLL_ALL_TO_ALL)
+        collective_traffic(comm, ARGS(.coll = coll, .count = count, .dtype = dtype), out);
+    if (sent_bytes) *sent_bytes = out[0];
+    if (inter_node_sent_bytes) *inter_node_sent_bytes = out[2];
 }
 
 void zero_comm_reset_stats(zero_comm_t *comm) {
@@ -406,8 +556,6 @@ static zero_status_t run_blocking(zero_comm_t *comm, const zero__coll_args_t *ar
 
 /* ------------------------------------------------------------------------------ public calls */
 
-#define ARGS(...) (&(zero__coll_args_t){__VA_ARGS__})
-
 zero_status_t zero_comm_all_reduce_post(const void *send, void *recv, size_t count,
                                         zero_dtype_t dtype, zero_op_t op, zero_comm_t *comm,
                                         zero_comm_request_t **req) {
@@ -515,6 +663,7 @@ zero_status_t zero_comm_split(zero_comm_t *comm, int colour, int key, zero_comm_
                            colour);
     zero_status_t st = run_blocking(
         comm, ARGS(.coll = ZERO_COLL_SPLIT, .colour = colour, .key = key, .split_out = out));
+    if (!st && *out) (*out)->flat = comm->flat; /* before the child's first request */
     if (st || !*out || !comm->node_of || (*out)->node_of) return st;
     /* The child's ranks keep their nodes: every member tells the others its parent node (every
      * member takes this branch: the parent's topology is the same on all its ranks, and a child

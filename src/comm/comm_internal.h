@@ -34,9 +34,12 @@ typedef struct zero__comm_backend {
     /* Run one collective on the progress thread. On failure return the status with the message
      * set through zero__error (it travels to the waiting thread). A split creates the child with
      * zero__comm_base_init and stores it in *args->split_out. Traffic statistics are kept by the
-     * front end from the formulas of zero__coll_peer_traffic, which every backend's algorithm must
+     * front end from the formulas of zero__coll_traffic, which every backend's algorithm must
      * match (direct algorithms: each rank sends exactly what the others need from it). */
     zero_status_t (*run)(zero_comm_t *comm, const zero__coll_args_t *args);
+    /* The backend runs the hierarchical algorithms wherever zero__coll_hier chooses them (0: it
+     * always runs the flat ones, and the statistics count those). */
+    int hierarchical;
     /* Release backend state and the struct itself, after the progress thread has stopped. */
     void (*destroy)(zero_comm_t *comm);
     /* Optional (NULL: nothing to do): the memory domain changed from old_mem to new_mem, called
@@ -65,9 +68,17 @@ struct zero_comm {
     zero_status_t failure;      /* non-zero once a collective timed out or ranks disagreed */
     char failure_message[1024]; /* that first failure's message, repeated by later calls */
     zero_comm_stats_t stats;
-    /* Topology: node_of[r] is rank r's node (numbered by lowest rank); NULL: one node. Owned. */
+    /* Topology: node_of[r] is rank r's node (numbered by lowest rank); NULL: one node. Owned:
+     * one allocation that also holds the four arrays after it. */
     int *node_of;
     int node_count;
+    int *local_of;        /* rank r's index among its node's ranks, in rank order */
+    int *node_ranks;      /* the ranks of node 0, then of node 1, ..., each in rank order */
+    int *node_first;      /* node j's ranks: node_ranks[node_first[j] .. + node_size[j]) */
+    int *node_size;       /* ranks on node j */
+    int nodes_contiguous; /* every node's ranks are consecutive: rank order visits node 0's ranks,
+                           * then node 1's, ... (what the hierarchical reductions need) */
+    int flat;             /* the hierarchical algorithms are off (zero_comm_params_t.flat) */
 };
 
 /* Initialise the base part of a backend's communicator and start its progress thread. */
@@ -88,16 +99,54 @@ void zero__reduce_blocks(void *out, const void *const *in, int n, size_t count, 
  * reduce-scatter phase): [count*r/n, count*(r+1)/n). Both backends use this partition. */
 void zero__block_range(size_t count, int n, int r, size_t *offset, size_t *len);
 
-/* Bytes rank `rank` sends to and receives from rank `peer` (!= rank) in one collective; a
- * rank's statistics are their sums over its peers (all of them, and those of other nodes):
+/* Accumulator element size of a reduction of dtype: fp16/bf16 accumulate in fp32 (4), the others
+ * in their own type. A partial sum carried between ranks travels at this size. */
+size_t zero__reduce_acc_size(zero_dtype_t dtype);
+/* Partial rank-order reduction into acc (accumulator type, count elements): acc = acc_in op in[0]
+ * op ... op in[n-1], left to right; acc_in NULL: acc = in[0] op ... (n >= 1 then). acc may be
+ * acc_in. Then zero__reduce_round(out, acc) gives bitwise what zero__reduce_blocks would have
+ * given over the whole sequence of inputs: the same operations in the same order, in the same
+ * precision. out may be acc (rounding in place). */
+void zero__reduce_partial(void *acc, const void *acc_in, const void *const *in, int n, size_t count,
+                          zero_dtype_t dtype, zero_op_t op);
+void zero__reduce_round(void *out, const void *acc, size_t count, zero_dtype_t dtype);
+
+/* Hierarchical phases of one collective (zero__coll_hier): the reduce-scatter (phase) carries
+ * each block's partial sum node to node in rank order; the all-gather (phase) sends each block
+ * once to every other node, then spreads it inside the node. */
+enum { ZERO__HIER_RS = 1, ZERO__HIER_AG = 2 };
+/* Which phases of a collective run hierarchically on comm: reduce_scatter ZERO__HIER_RS or 0,
+ * all_gather ZERO__HIER_AG or 0, all_reduce either or both (its reduce-scatter and all-gather
+ * phases), others 0. A function of the topology, the backend and the call's collective and
+ * dtype only, so every rank of an agreed call chooses the same. Rules (see comm.c). */
+int zero__coll_hier(const zero_comm_t *comm, zero_coll_t coll, zero_dtype_t dtype);
+/* Member `local` (taken modulo the node's size) of node j: the rank of node j that stands in
+ * for a rank of local index `local` of another node (its all-gather receiver, its blocks'
+ * reduce-scatter proxy). */
+static inline int zero__node_member(const zero_comm_t *comm, int j, int local) {
+    return comm->node_ranks[comm->node_first[j] + local % comm->node_size[j]];
+}
+/* The blocks of a reduce-scatter (phase): block r of every rank's send goes to rank r. */
+void zero__coll_blocks(const zero__coll_args_t *args, int n, size_t *off, size_t *len);
+
+/* Bytes rank `rank` sends to (sent[p]) and receives from (recv[p]) every rank p in one
+ * collective (arrays of comm size; entry `rank` is 0); a rank's statistics are their sums (all,
+ * and those of other nodes). Flat algorithms, with B(p) = rank p's block:
  *   reduce_scatter, all_gather, all_to_all: count * elem each way, so (n-1) * count * elem;
- *   all_reduce: 2 * peer's block * elem each way (reduce-scatter + all-gather), so
- *     2 * (count - own block) * elem;
+ *   all_reduce (zero__block_range blocks): reduce-scatter phase B(p) out, B(rank) in; all-gather
+ *     phase B(rank) out, B(p) in: so (B(p) + B(rank)) * elem each way;
  *   all_to_allv: the counts addressed to / coming from that peer;
  *   broadcast: the root sends count * elem to each, the others receive count * elem from it;
- *   barrier, split: 0. */
-void zero__coll_peer_traffic(const zero__coll_args_t *args, int rank, int peer, int n,
-                             uint64_t *sent_bytes, uint64_t *recv_bytes);
+ *   barrier, split: 0.
+ * Hierarchical phases (zero__coll_hier), with P_j(b) = zero__node_member(comm, j, local_of[b]):
+ *   reduce-scatter: for every block b and node j, each rank of node j other than P_j(b) sends
+ *     it its B(b) * elem; P_j(b) sends the partial to P_{j+1}(b) (B(b) * accumulator size); the
+ *     last node's P(b) sends the result (B(b) * elem) to b unless it is b;
+ *   all-gather: rank r sends B(r) * elem to zero__node_member(comm, j, local_of[r]) of every
+ *     other node j; then to every other rank of its node, B(r) and B(x) of every rank x of
+ *     another node it received in the first step. */
+void zero__coll_traffic(const zero_comm_t *comm, const zero__coll_args_t *args, int rank,
+                        uint64_t *sent, uint64_t *recv);
 /* Set comm's nodes from each rank's node key (size entries; equal keys: one node), numbering
  * them in the order of their lowest rank. ZERO_ERR_OUT_OF_MEMORY leaves one node. */
 zero_status_t zero__comm_set_nodes(zero_comm_t *comm, const int32_t *keys);

@@ -117,3 +117,78 @@ void zero__reduce_blocks(void *out, const void *const *in, int n, size_t count, 
     default: ZERO_ASSERT(!"dtype checked by the front end");
     }
 }
+
+/* ------------------------------------------------------------------------------ partial sums */
+
+size_t zero__reduce_acc_size(zero_dtype_t dtype) {
+    return dtype == ZERO_DTYPE_FP16 || dtype == ZERO_DTYPE_BF16 ? sizeof(float)
+                                                                : zero_dtype_size(dtype);
+}
+
+/* fp16/bf16 partials in fp32: the accumulator of DEFINE_REDUCE, kept between calls. The same
+ * operations (acc + LOAD(x), or max keeping the earlier value) in the same order. */
+#define DEFINE_PARTIAL_HALF(name, LOAD)                                                            \
+    static void name(float *acc, const float *acc_in, const void *const *in, int n, size_t count,  \
+                     zero_op_t op) {                                                               \
+        for (size_t base = 0; base < count; base += TILE) {                                        \
+            size_t len = ZERO_MIN((size_t)TILE, count - base);                                     \
+            float *a = acc + base;                                                                 \
+            int k = 0;                                                                             \
+            if (acc_in) {                                                                          \
+                if (a != acc_in + base) memcpy(a, acc_in + base, len * sizeof(float));             \
+            } else {                                                                               \
+                const uint16_t *first = (const uint16_t *)in[0] + base;                            \
+                for (size_t i = 0; i < len; i++) a[i] = LOAD(first[i]);                            \
+                k = 1;                                                                             \
+            }                                                                                      \
+            for (; k < n; k++) {                                                                   \
+                const uint16_t *src = (const uint16_t *)in[k] + base;                              \
+                if (op == ZERO_OP_SUM) {                                                           \
+                    for (size_t i = 0; i < len; i++) a[i] = a[i] + LOAD(src[i]);                   \
+                } else {                                                                           \
+                    for (size_t i = 0; i < len; i++) {                                             \
+                        float v = LOAD(src[i]);                                                    \
+                        if (v > a[i]) a[i] = v;                                                    \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+DEFINE_PARTIAL_HALF(partial_fp16, zero_fp16_to_fp32)
+DEFINE_PARTIAL_HALF(partial_bf16, zero_bf16_to_fp32)
+
+void zero__reduce_partial(void *acc, const void *acc_in, const void *const *in, int n, size_t count,
+                          zero_dtype_t dtype, zero_op_t op) {
+    switch (dtype) {
+    case ZERO_DTYPE_FP16: partial_fp16(acc, acc_in, in, n, count, op); return;
+    case ZERO_DTYPE_BF16: partial_bf16(acc, acc_in, in, n, count, op); return;
+    default: break;
+    }
+    /* The accumulator is the dtype: the partial is one more input, the first. */
+    if (!acc_in) {
+        zero__reduce_blocks(acc, in, n, count, dtype, op);
+        return;
+    }
+    const void *all[n + 1];
+    all[0] = acc_in;
+    for (int k = 0; k < n; k++) all[k + 1] = in[k];
+    zero__reduce_blocks(acc, all, n + 1, count, dtype, op);
+}
+
+void zero__reduce_round(void *out, const void *acc, size_t count, zero_dtype_t dtype) {
+    if (dtype != ZERO_DTYPE_FP16 && dtype != ZERO_DTYPE_BF16) {
+        if (out != acc) memmove(out, acc, count * zero_dtype_size(dtype));
+        return;
+    }
+    /* Through a tile copy, so out may overlap acc (rounding in place). */
+    float tmp[TILE];
+    for (size_t base = 0; base < count; base += TILE) {
+        size_t len = ZERO_MIN((size_t)TILE, count - base);
+        memcpy(tmp, (const float *)acc + base, len * sizeof(float));
+        uint16_t *dst = (uint16_t *)out + base;
+        for (size_t i = 0; i < len; i++)
+            dst[i] =
+                dtype == ZERO_DTYPE_FP16 ? zero_fp32_to_fp16(tmp[i]) : zero_fp32_to_bf16(tmp[i]);
+    }
+}

@@ -52,6 +52,10 @@ typedef struct slot {
     _Alignas(CACHE_LINE) zero__coll_args_t args;
     struct clique *split_clique; /* split: the new clique, published by its group's leader */
     int split_ok;                /* split: this rank created its new communicator */
+    /* Hierarchical reduce-scatter: this rank's partial sums of the blocks it stands in for
+     * (scratch_bytes wanted, scratch NULL if that failed), published with args. */
+    char *scratch;
+    size_t scratch_bytes;
 } slot_t;
 
 typedef struct clique {
@@ -90,6 +94,7 @@ typedef struct run_ctx {
     uint64_t seq;
     double timeout_s;
     zero_mem_t *mem;
+    int hier; /* zero__coll_hier of the call */
 } run_ctx_t;
 
 static zero_status_t threads_run(zero_comm_t *comm, const zero__coll_args_t *args);
@@ -98,6 +103,7 @@ static void threads_destroy(zero_comm_t *comm);
 static const zero__comm_backend_t threads_backend = {
     .kind = ZERO_BACKEND_THREADS,
     .run = threads_run,
+    .hierarchical = 1,
     .destroy = threads_destroy,
 };
 
@@ -210,6 +216,7 @@ zero_status_t zero_comm_threads_init_all(int n, zero_comm_t **comms,
         threads_comm_t *tc = comm_create(cl, r, p.timeout_s, NULL);
         if (!tc) goto fail;
         comms[r] = &tc->super;
+        comms[r]->flat = p.flat != 0;
         if (zero__comm_set_nodes(comms[r], keys)) {
             r++;
             goto fail;
@@ -440,10 +447,116 @@ static zero_status_t check_agreement(const run_ctx_t *x) {
 
 #define AT(ptr, elems, es) ((char *)(ptr) + (size_t)(elems) * (es))
 
+/* ------------------------------------------------------------------------------ hierarchical */
+
+/* Where rank q keeps the partial of block b in its scratch (b one of the blocks it stands in for,
+ * zero__node_member(comm, node of q, local index of b) == q): after those before b. Every rank
+ * computes every rank's layout the same way, from the topology and the agreed count. */
+static size_t scratch_offset(const zero_comm_t *comm, int q, int b, const size_t *len, size_t acc) {
+    const int j = comm->node_of[q];
+    size_t off = 0;
+    for (int k = 0; k < b; k++)
+        if (zero__node_member(comm, j, comm->local_of[k]) == q) off += len[k] * acc;
+    return off;
+}
+
+/* Hierarchical reduce-scatter over the blocks [off[b], +len[b]) of every rank's send (comm.c
+ * states the algorithm and its traffic): in phase j the ranks of node j stand in for the blocks
+ * (rank q for those of local index q's modulo node j's size), each continuing the partial the
+ * previous node's stand-in left in its scratch with its node's ranks' contributions, in rank
+ * order (the nodes are contiguous, so node by node is rank order). Node N-1 rounds; then each
+ * owner takes its result into out. A barrier ends each phase: phase j reads only what phase j-1
+ * wrote and the send buffers, which nobody writes until the owners' copy at the end (and an owner
+ * writes only its own block, which only its own node's stand-in, itself, reads). */
+static zero_status_t rs_hier(run_ctx_t *x, const size_t *off, const size_t *len, char *out) {
+    const zero__coll_args_t *a = x->a;
+    const zero_comm_t *comm = &x->tc->super;
+    const slot_t *s = x->cl->slots;
+    const size_t es = zero_dtype_size(a->dtype), acc = zero__reduce_acc_size(a->dtype);
+    const int N = comm->node_count, mine = comm->node_of[x->me];
+    for (int j = 0; j < N; j++) {
+        if (j == mine) {
+            const int L = comm->node_size[j];
+            for (int b = 0; b < x->n; b++) {
+                const int lb = comm->local_of[b];
+                if (zero__node_member(comm, j, lb) != x->me || !len[b]) continue;
+                for (int k = 0; k < L; k++)
+                    x->tc->in[k] =
+                        AT(s[comm->node_ranks[comm->node_first[j] + k]].args.send, off[b], es);
+                char *partial = s[x->me].scratch + scratch_offset(comm, x->me, b, len, acc);
+                const char *prev = NULL;
+                if (j > 0) {
+                    const int p = zero__node_member(comm, j - 1, lb);
+                    prev = s[p].scratch + scratch_offset(comm, p, b, len, acc);
+                }
+                zero__reduce_partial(partial, prev, x->tc->in, L, len[b], a->dtype, a->op);
+                if (j == N - 1)
+                    zero__reduce_round(b == x->me ? out : partial, partial, len[b], a->dtype);
+            }
+        }
+        zero_status_t st = sync_phase(x, "node reduce");
+        if (st) return st;
+    }
+    const int last = zero__node_member(comm, N - 1, comm->local_of[x->me]);
+    if (last != x->me && len[x->me])
+        memcpy(out, s[last].scratch + scratch_offset(comm, last, x->me, len, acc), len[x->me] * es);
+    return ZERO_OK;
+}
+
+/* Hierarchical all-gather of the blocks [off[k], +len[k]) into every rank's recv, block k
+ * coming from src(k) (all_gather: k's send; all_reduce: k's recv at its block). First each rank
+ * takes the blocks of the other nodes' ranks it receives for its node (those of its local index,
+ * modulo its node's size), then, after a barrier, every other block from the rank of its node
+ * that holds it. A rank writes in the second step only blocks it did not hold after the first,
+ * which are the only ones its node's ranks read from it then. */
+static zero_status_t ag_hier(run_ctx_t *x, int from_recv, const size_t *off, const size_t *len) {
+    const zero__coll_args_t *a = x->a;
+    const zero_comm_t *comm = &x->tc->super;
+    const slot_t *s = x->cl->slots;
+    const size_t es = zero_dtype_size(a->dtype);
+    const int mine = comm->node_of[x->me];
+#define SRC(k) (from_recv ? AT(s[k].args.recv, off[k], es) : (char *)s[k].args.send)
+    for (int k = 0; k < x->n; k++) {
+        if (!len[k] || (k != x->me && comm->node_of[k] == mine) ||
+            zero__node_member(comm, mine, comm->local_of[k]) != x->me)
+            continue;
+        char *dst = AT(a->recv, off[k], es); /* k is me, or of another node */
+        if (dst != SRC(k)) memcpy(dst, SRC(k), len[k] * es);
+    }
+#undef SRC
+    zero_status_t st = sync_phase(x, "inter-node gather");
+    if (st) return st;
+    for (int k = 0; k < x->n; k++) {
+        const int holder =
+            comm->node_of[k] == mine ? k : zero__node_member(comm, mine, comm->local_of[k]);
+        if (holder == x->me || !len[k]) continue;
+        memcpy(AT(a->recv, off[k], es), AT(s[holder].args.recv, off[k], es), len[k] * es);
+    }
+    return ZERO_OK;
+}
+
+/* Bytes of scratch this rank needs for a hierarchical reduce-scatter of args. */
+static size_t rs_hier_scratch(const zero_comm_t *comm, const zero__coll_args_t *a) {
+    const int n = comm->size;
+    size_t off[n], len[n];
+    zero__coll_blocks(a, n, off, len);
+    const int j = comm->node_of[comm->rank];
+    size_t bytes = 0;
+    for (int b = 0; b < n; b++)
+        if (zero__node_member(comm, j, comm->local_of[b]) == comm->rank)
+            bytes += len[b] * zero__reduce_acc_size(a->dtype);
+    return bytes;
+}
+
 /* Block r of every rank's send, reduced in rank order into recv. In place (recv == send +
  * r*count) is safe: only rank r reads or writes block r of rank r's buffer. */
 static zero_status_t run_reduce_scatter(run_ctx_t *x) {
     const zero__coll_args_t *a = x->a;
+    if (x->hier & ZERO__HIER_RS) {
+        size_t off[x->n], len[x->n];
+        zero__coll_blocks(a, x->n, off, len);
+        return rs_hier(x, off, len, a->recv);
+    }
     if (!a->count) return ZERO_OK;
     size_t es = zero_dtype_size(a->dtype);
     for (int k = 0; k < x->n; k++)
@@ -455,6 +568,11 @@ static zero_status_t run_reduce_scatter(run_ctx_t *x) {
 /* Every peer's send block into recv. In place (send == recv + r*count) our own block is there. */
 static zero_status_t run_all_gather(run_ctx_t *x) {
     const zero__coll_args_t *a = x->a;
+    if (x->hier & ZERO__HIER_AG) {
+        size_t off[x->n], len[x->n];
+        zero__coll_blocks(a, x->n, off, len);
+        return ag_hier(x, 0, off, len);
+    }
     size_t es = zero_dtype_size(a->dtype), bytes = a->count * es;
     if (!bytes) return ZERO_OK;
     for (int k = 0; k < x->n; k++) {
@@ -471,18 +589,22 @@ static zero_status_t run_all_gather(run_ctx_t *x) {
  * which every peer finished reading before the barrier. */
 static zero_status_t run_all_reduce(run_ctx_t *x) {
     const zero__coll_args_t *a = x->a;
-    size_t es = zero_dtype_size(a->dtype), off, len;
-    zero__block_range(a->count, x->n, x->me, &off, &len);
-    if (len) {
-        for (int k = 0; k < x->n; k++) x->tc->in[k] = AT(x->cl->slots[k].args.send, off, es);
-        zero__reduce_blocks(AT(a->recv, off, es), x->tc->in, x->n, len, a->dtype, a->op);
+    size_t es = zero_dtype_size(a->dtype), off[x->n], len[x->n];
+    zero__coll_blocks(a, x->n, off, len);
+    const size_t o = off[x->me], l = len[x->me];
+    zero_status_t st = ZERO_OK;
+    if (x->hier & ZERO__HIER_RS) {
+        st = rs_hier(x, off, len, AT(a->recv, o, es));
+    } else if (l) {
+        for (int k = 0; k < x->n; k++) x->tc->in[k] = AT(x->cl->slots[k].args.send, o, es);
+        zero__reduce_blocks(AT(a->recv, o, es), x->tc->in, x->n, l, a->dtype, a->op);
     }
-    zero_status_t st = sync_phase(x, "reduce-scatter");
+    if (!st) st = sync_phase(x, "reduce-scatter");
     if (st) return st;
+    if (x->hier & ZERO__HIER_AG) return ag_hier(x, 1, off, len);
     for (int k = 0; k < x->n; k++) {
-        if (k == x->me) continue;
-        zero__block_range(a->count, x->n, k, &off, &len);
-        if (len) memcpy(AT(a->recv, off, es), AT(x->cl->slots[k].args.recv, off, es), len * es);
+        if (k == x->me || !len[k]) continue;
+        memcpy(AT(a->recv, off[k], es), AT(x->cl->slots[k].args.recv, off[k], es), len[k] * es);
     }
     return ZERO_OK;
 }
@@ -603,11 +725,28 @@ static zero_status_t threads_run(zero_comm_t *comm, const zero__coll_args_t *arg
     mine->args = *args;
     mine->split_clique = NULL;
     mine->split_ok = 0;
+    x.hier = zero__coll_hier(comm, args->coll, args->dtype);
+    /* The partials' scratch, before arriving: whether every rank has its own is then known to
+     * all after the arrival barrier, so they fail together or not at all. */
+    mine->scratch_bytes = x.hier & ZERO__HIER_RS ? rs_hier_scratch(comm, args) : 0;
+    mine->scratch = mine->scratch_bytes
+                        ? zero_mem_alloc(x.mem, ZERO_MEM_COMM, mine->scratch_bytes, CACHE_LINE)
+                        : NULL;
+    char *scratch = mine->scratch;
     atomic_store_explicit(&mine->seq, x.seq, memory_order_relaxed); /* messages only */
 
     zero_status_t st = sync_phase(&x, "arrival");
-    if (st) return st;
+    if (st) {
+        zero_mem_free(scratch); /* nobody reads it before the arrival barrier completes */
+        return st;
+    }
     zero_status_t result = check_agreement(&x);
+    for (int k = 0; !result && (x.hier & ZERO__HIER_RS) && k < x.n; k++)
+        if (x.cl->slots[k].scratch_bytes && !x.cl->slots[k].scratch)
+            result = zero__error(ZERO_ERR_OUT_OF_MEMORY,
+                                 "%s: rank %d could not allocate %zu bytes of scratch for the "
+                                 "partial sums of its node",
+                                 zero_coll_name(args->coll), k, x.cl->slots[k].scratch_bytes);
     if (!result) {
         switch (args->coll) {
         case ZERO_COLL_ALL_REDUCE: result = run_all_reduce(&x); break;
@@ -619,13 +758,17 @@ static zero_status_t threads_run(zero_comm_t *comm, const zero__coll_args_t *arg
         case ZERO_COLL_BARRIER: break;
         case ZERO_COLL_SPLIT: result = run_split(&x); break;
         default:
+            zero_mem_free(scratch);
             return zero__error(ZERO_ERR_INTERNAL, "threads: unknown collective %d",
                                (int)args->coll);
         }
     }
     /* A failed clique stops here (its message is the one to keep). Agreed failures (mismatch,
-     * out of memory in split) still pass the final barrier: peers may read our slot until then. */
+     * out of memory in split) still pass the final barrier: peers may read our slot until then.
+     * After a failure past the arrival a peer may still be reading our scratch: it is left
+     * allocated then (a failed clique is not used again). */
     if (result == ZERO_ERR_TIMEOUT || result == ZERO_ERR_COMM_FAILED) return result;
     st = sync_phase(&x, "final");
+    if (!st) zero_mem_free(scratch);
     return st ? st : result;
 }

@@ -254,8 +254,9 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
     }
     const size_t S = un->shard_count;
     const int N = un->grp->size;
-    eng->xfer.rs_elems += (uint64_t)(N - 1) * S;
-    eng->xfer.rs_inter_elems += (uint64_t)(N - un->grp->local) * S;
+    const zero_dtype_t dt = eng->params.compute_dtype;
+    eng->xfer.rs_bytes += zero__xfer_bytes(un->grp, ZERO_COLL_REDUCE_SCATTER, S, dt, 0);
+    eng->xfer.rs_inter_bytes += zero__xfer_bytes(un->grp, ZERO_COLL_REDUCE_SCATTER, S, dt, 1);
     if (eng->world > 1 && !eng->buckets_ready) {
         zero_status_t st = alloc_buckets(eng);
         if (st) return st;

@@ -171,18 +171,15 @@ typedef struct {
 zero__stage_policy_t zero__stage_policy(const zero_engine_params_t *p, int world);
 
 /* What the engine sent (xfer.c): this step so far and the last completed step, in bytes by
- * kind and by collective; and, for the theory, (group size - 1) x shard elements of every
- * grads_done (reduce-scatter) and the bytes of every stage-3 fetch window (all-gather). */
+ * kind and by collective; and, for the theory, the bytes of a shard's reduce-scatter at every
+ * grads_done and of a shard's all-gather at every stage-3 fetch window (zero__xfer_bytes). */
 typedef struct zero__xfer_counts {
     uint64_t sent[ZERO_XFER_KIND_COUNT], last_sent[ZERO_XFER_KIND_COUNT];
     uint64_t sent_coll[ZERO_COLL_COUNT], last_sent_coll[ZERO_COLL_COUNT];
     uint64_t inter_sent, last_inter_sent; /* to ranks of other nodes */
-    uint64_t rs_elems, last_rs_elems;
-    /* the same with (group size - ranks of the group on this node) x shard elements */
-    uint64_t rs_inter_elems, last_rs_inter_elems;
-    /* (group size - 1) x the wire bytes of every stage-3 fetch window's gather
-     * (zero__xfer_param_wire_bytes), and to other nodes */
-    uint64_t gather_bytes, last_gather_bytes, gather_inter_bytes, last_gather_inter_bytes;
+    uint64_t rs_bytes, gather_bytes, last_rs_bytes, last_gather_bytes;
+    /* the same to ranks of other nodes */
+    uint64_t rs_inter_bytes, gather_inter_bytes, last_rs_inter_bytes, last_gather_inter_bytes;
     int have_last;
 } zero__xfer_counts_t;
 
@@ -442,6 +439,10 @@ zero_status_t zero__xfer_statuses(zero_engine_t *eng, zero__xfer_kind_t kind, ze
                                   int *bad, zero_status_t *theirs);
 zero_status_t zero__xfer_wait(zero_comm_request_t *req);
 void zero__xfer_end_step(zero_engine_t *eng); /* the step's counts become the last step's */
+/* Bytes this rank sends (inter: only those to other nodes) in one coll of n elements of dt over
+ * group g, as the comm layer counts them (flat or hierarchical: zero_comm_coll_bytes). */
+uint64_t zero__xfer_bytes(const zero__group_t *g, zero_coll_t coll, size_t n, zero_dtype_t dt,
+                          int inter);
 void zero__xfer_theory(const zero_engine_t *eng, uint64_t out[ZERO_XFER_KIND_COUNT]);
 /* The same formula counting only the bytes to ranks of other nodes, summed over kinds. */
 uint64_t zero__xfer_inter_node_theory(const zero_engine_t *eng);

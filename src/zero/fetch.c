@@ -247,9 +247,13 @@ const void *zero_unit_fetch(zero_engine_t *eng, int u) {
     if (!eng->pol.shard_params || un->persistent) return un->full;
     if (un->refs == 0) {
         /* a new fetch window: one gather */
+        /* with qwZ the gather carries the quantized shard: its bytes, as uint8 (an all-gather's
+         * bytes depend only on those it carries) */
         const uint64_t wire = zero__xfer_param_wire_bytes(eng, un);
-        eng->xfer.gather_bytes += (uint64_t)(un->grp->size - 1) * wire;
-        eng->xfer.gather_inter_bytes += (uint64_t)(un->grp->size - un->grp->local) * wire;
+        eng->xfer.gather_bytes +=
+            zero__xfer_bytes(un->grp, ZERO_COLL_ALL_GATHER, wire, ZERO_DTYPE_UINT8, 0);
+        eng->xfer.gather_inter_bytes +=
+            zero__xfer_bytes(un->grp, ZERO_COLL_ALL_GATHER, wire, ZERO_DTYPE_UINT8, 1);
         if (!un->full && start_gather(eng, un)) return NULL;
         if (un->gather) {
             zero_status_t st = zero__xfer_gather_params_wait(eng, un);

@@ -7,9 +7,11 @@
  * place that counts what the engine sends, by kind and by collective, and the place where a
  * quantized or hierarchical variant of a collective plugs in.
  *
- * Counting: bytes this rank sends, as the comm layer counts them: (n - 1) x count x element
- * size for a reduce-scatter or all-gather over n ranks. Counted when posted; a step that fails
- * is not reported. Checks (ZERO__XFER_CHECK) run between steps and are not part of a step.
+ * Counting: bytes this rank sends, as the comm layer counts them (zero_comm_coll_bytes: (n - 1)
+ * x count x element size for a flat reduce-scatter or all-gather over n ranks; the hierarchical
+ * algorithms on several nodes send other amounts, which depend on the rank's place). Counted
+ * when posted; a step that fails is not reported. Checks (ZERO__XFER_CHECK) run between steps and
+ * are not part of a step.
  *
  * Not here: what is sent when (buckets.c, fetch.c, step.c), and the buffers.
  * Invariants: group 0 is the engine's world, a private split of the caller's communicator, so
@@ -87,13 +89,21 @@ void zero__xfer_groups_free(zero_engine_t *eng) {
 
 /* ------------------------------------------------------------------------------ collectives */
 
+uint64_t zero__xfer_bytes(const zero__group_t *g, zero_coll_t coll, size_t n, zero_dtype_t dt,
+                          int inter) {
+    if (!g->comm || g->size == 1) return 0;
+    uint64_t sent = 0, inter_sent = 0;
+    zero_comm_coll_bytes(g->comm, coll, n, dt, &sent, &inter_sent);
+    return inter ? inter_sent : sent;
+}
+
 static void count(zero_engine_t *eng, const zero__group_t *g, zero__xfer_kind_t kind,
                   zero_coll_t coll, size_t n, zero_dtype_t dt) {
     if (kind == ZERO__XFER_CHECK) return;
-    const uint64_t bytes = (uint64_t)(g->size - 1) * n * zero_dtype_size(dt);
+    const uint64_t bytes = zero__xfer_bytes(g, coll, n, dt, 0);
     eng->xfer.sent[kind] += bytes;
     eng->xfer.sent_coll[coll] += bytes;
-    eng->xfer.inter_sent += (uint64_t)(g->size - g->local) * n * zero_dtype_size(dt);
+    eng->xfer.inter_sent += zero__xfer_bytes(g, coll, n, dt, 1);
 }
 
 zero_status_t zero__xfer_gather(zero_engine_t *eng, const zero__group_t *g, zero__xfer_kind_t kind,
@@ -204,11 +214,11 @@ void zero__xfer_end_step(zero_engine_t *eng) {
     memset(x->sent, 0, sizeof x->sent);
     memset(x->sent_coll, 0, sizeof x->sent_coll);
     x->last_inter_sent = x->inter_sent;
-    x->last_rs_elems = x->rs_elems;
+    x->last_rs_bytes = x->rs_bytes;
     x->last_gather_bytes = x->gather_bytes;
-    x->last_rs_inter_elems = x->rs_inter_elems;
+    x->last_rs_inter_bytes = x->rs_inter_bytes;
     x->last_gather_inter_bytes = x->gather_inter_bytes;
-    x->inter_sent = x->rs_elems = x->gather_bytes = x->rs_inter_elems = x->gather_inter_bytes = 0;
+    x->inter_sent = x->rs_bytes = x->gather_bytes = x->rs_inter_bytes = x->gather_inter_bytes = 0;
     x->have_last = 1;
 }
 
@@ -217,49 +227,57 @@ void zero__xfer_end_step(zero_engine_t *eng) {
 #define CONTROL_BYTES 32u
 
 /* What the last completed step should have sent, per kind (bytes from this rank). Each unit u
- * of group size n_u, shard S_u, c = bytes per compute element, a = per accumulator element:
- *   grads    (n_u - 1) c S_u per grads_done (one reduce-scatter of the unit's gradient per
- *            micro-step), + stage 0: (n_u - 1) a S_u (the reduced gradient all-gathered)
- *   params   stage 3: (n_u - 1) w_u per fetch window of a non-persistent unit (a fetch with
- *            the unit not held: twice per micro-step for a forward + backward use), where w_u =
- *            c S_u, or with qwZ (n_u > 1) the quantized shard S_u + 4 ceil(S_u / 256); +
- *            (n_u - 1) c S_u for each unit gathered after the step (stages 1-2: every unit;
+ * of group g_u, shard S_u, with RS(g, S, dtype) and AG(g, S, dtype) the bytes this rank sends in
+ * a reduce-scatter / all-gather of S elements per rank over g (zero__xfer_bytes: (n_u - 1) x S x
+ * element size flat; the hierarchical algorithms' amounts on several nodes), c the compute dtype,
+ * a the accumulator's:
+ *   grads    RS(g_u, S_u, c) per grads_done (one reduce-scatter of the unit's gradient per
+ *            micro-step), + stage 0: AG(g_u, S_u, a) (the reduced gradient all-gathered)
+ *   params   stage 3: AG(g_u, w_u bytes) per fetch window of a non-persistent unit (a fetch
+ *            with the unit not held: twice per micro-step for a forward + backward use), where
+ *            w_u = c S_u, or with qwZ (n_u > 1) the quantized shard S_u + 4 ceil(S_u / 256); +
+ *            AG(g_u, S_u, c) for each unit gathered after the step (stages 1-2: every unit;
  *            stage 3: the persistent ones, never quantized)
- *   control  (N - 1) x 32 over the world of N ranks (one record per rank per step), + (N - 1) x 4
- *            with the optimizer's states on NVMe (every rank's I/O status)
- * Prefetch changes when a window's gather is posted, not how many: it follows a confirmed fetch
- * sequence only while the calls match it, so no gather is dropped unused (if one ever is,
- * fetch.c logs a warning and the step sends that much more than this). The windows and
- * micro-steps are the last step's (counted as they happen, in elements of (n_u - 1) S_u and
- * bytes of (n_u - 1) w_u);
- * before the first step, M = grad_accum_steps micro-steps and 2M windows per unit. */
-/* The formula above over the peers a byte goes to: every other rank of the group, or (inter) only
- * those on other nodes. */
+ *   control  AG(world, 32 bytes) (one record per rank per step), + AG(world, 4 bytes) with the
+ *            optimizer's states on NVMe (every rank's I/O status)
+ * Bucketing packs several units' shards into one reduce-scatter; the bytes are linear in the
+ * count, so the sum over units is the buckets' bytes. Prefetch changes when a window's gather is
+ * posted, not how many: it follows a confirmed fetch sequence only while the calls match it, so
+ * no gather is dropped unused (if one ever is, fetch.c logs a warning and the step sends that much
+ * more than this). The windows and micro-steps are the last step's (counted as they happen);
+ * before the first step, M = grad_accum_steps micro-steps and 2M windows per unit. The same
+ * with only the bytes to other nodes when inter is set. */
 static void theory(const zero_engine_t *eng, int inter, uint64_t out[ZERO_XFER_KIND_COUNT]) {
     const zero__stage_policy_t pol = eng->pol;
-    const uint64_t c = eng->ce, a = eng->ae, M = (uint64_t)eng->params.grad_accum_steps;
-    uint64_t rs = 0, ag = 0 /* bytes */, after = 0;
+    const zero_dtype_t c = eng->params.compute_dtype, a = eng->params.grad_accum_dtype;
+    const uint64_t M = (uint64_t)eng->params.grad_accum_steps;
+    uint64_t rs = 0, ag = 0, after = 0;
     for (int i = 0; i < eng->unit_count; i++) {
         const zero__unit_t *u = &eng->units[i];
-        const uint64_t ranks = (uint64_t)(u->grp->size - (inter ? u->grp->local : 1));
-        const uint64_t peers = ranks * u->shard_count;
-        rs += M * peers;
+        const size_t S = u->shard_count;
+        rs += M * zero__xfer_bytes(u->grp, ZERO_COLL_REDUCE_SCATTER, S, c, inter);
         if (pol.shard_params && !u->persistent)
-            ag += 2 * M * ranks * zero__xfer_param_wire_bytes(eng, u);
+            ag += 2 * M *
+                  zero__xfer_bytes(u->grp, ZERO_COLL_ALL_GATHER,
+                                   zero__xfer_param_wire_bytes(eng, u), ZERO_DTYPE_UINT8, inter);
         if (!pol.shard_optim)
-            after += a * peers;
+            after += zero__xfer_bytes(u->grp, ZERO_COLL_ALL_GATHER, S, a, inter);
         else if (!pol.shard_params || u->persistent)
-            after += c * peers;
+            after += zero__xfer_bytes(u->grp, ZERO_COLL_ALL_GATHER, S, c, inter);
     }
     if (eng->xfer.have_last) {
-        rs = inter ? eng->xfer.last_rs_inter_elems : eng->xfer.last_rs_elems;
+        rs = inter ? eng->xfer.last_rs_inter_bytes : eng->xfer.last_rs_bytes;
         ag = inter ? eng->xfer.last_gather_inter_bytes : eng->xfer.last_gather_bytes;
     }
-    out[ZERO_XFER_GRADS] = c * rs + (pol.shard_optim ? 0 : after);
+    out[ZERO_XFER_GRADS] = rs + (pol.shard_optim ? 0 : after);
     out[ZERO_XFER_PARAMS] = ag + (pol.shard_optim ? after : 0);
     /* + with swapped optimizer states, the step's 4-byte I/O agreement (step.c) */
-    out[ZERO_XFER_CONTROL] = (uint64_t)(eng->world - (inter ? eng->groups[0].local : 1)) *
-                             (CONTROL_BYTES + (eng->swap ? sizeof(int32_t) : 0));
+    const zero__group_t *w = &eng->groups[0];
+    out[ZERO_XFER_CONTROL] =
+        zero__xfer_bytes(w, ZERO_COLL_ALL_GATHER, CONTROL_BYTES, ZERO_DTYPE_UINT8, inter) +
+        (eng->swap
+             ? zero__xfer_bytes(w, ZERO_COLL_ALL_GATHER, sizeof(int32_t), ZERO_DTYPE_UINT8, inter)
+             : 0);
 }
 
 void zero__xfer_theory(const zero_engine_t *eng, uint64_t out[ZERO_XFER_KIND_COUNT]) {

@@ -92,20 +92,48 @@ def mode_threads(zero):
     ok(rc == 0, "threads json run exit %d: %s" % (rc, err.strip()))
     check_json(out, "threads", n, "fp32", OPS, 1024, 64 << 10, 2, False)
 
-    # One node: nothing to other nodes. Nodes of 2 + 1 ranks: rank 0's one remote peer (rank 2)
-    # gets count elements per call (all_reduce: twice rank 2's block of count split in 3).
+    # One node: nothing to other nodes. Nodes of 2 + 1 ranks (rank 2 alone): rank 0's bytes per
+    # call to the other node. Flat: count elements to rank 2 (all_reduce: rank 2's block of the
+    # reduce-scatter split in 3, and rank 0's own block of the all-gather). Hierarchical: the
+    # all-gather sends rank 0's block to one rank of the other node, rank 2, which is what flat
+    # does too on this layout; the reduce-scatter stays flat (carrying partials would cross 6
+    # blocks here, not 4). So both give the same closed form, and --flat must not change it.
     for r in json_rows(out):
         ok(r.get("inter_node_bytes") == 0 and r.get("inter_node_theory_bytes") == 0,
            "one node: %s S=%s sends nothing to other nodes" % (r.get("op"), r.get("size_bytes")))
-    rc, out, err = run(base + TINY + ["--ranks-per-node", "2", "--json"])
-    ok(rc == 0, "threads --ranks-per-node 2 run exit %d: %s" % (rc, err.strip()))
-    for r in json_rows(out):
-        count, es = r["count"], 4
-        want = 2 * (count - count * 2 // 3) * es if r["op"] == "all_reduce" else count * es
-        ok(r.get("inter_node_bytes") == want and r.get("inter_node_theory_bytes") == want,
-           "nodes 2 + 1: %s S=%s: rank 0 sends %s bytes per call to the other node (theory %s), "
-           "closed form %d" % (r["op"], r["size_bytes"], r.get("inter_node_bytes"),
-                               r.get("inter_node_theory_bytes"), want))
+    for flat in ([], ["--flat"]):
+        rc, out, err = run(base + TINY + ["--ranks-per-node", "2", "--json"] + flat)
+        ok(rc == 0, "threads --ranks-per-node 2 %s run exit %d: %s" % (flat, rc, err.strip()))
+        for r in json_rows(out):
+            count, es = r["count"], 4
+            own, rank2 = count // 3, count - count * 2 // 3
+            want = (own + rank2) * es if r["op"] == "all_reduce" else count * es
+            ok(r.get("inter_node_bytes") == want and r.get("inter_node_theory_bytes") == want,
+               "nodes 2 + 1 %s: %s S=%s: rank 0 sends %s bytes per call to the other node "
+               "(theory %s), closed form %d" % (flat, r["op"], r["size_bytes"],
+                                                 r.get("inter_node_bytes"),
+                                                 r.get("inter_node_theory_bytes"), want))
+    # Nodes of 2 + 2: hierarchical, rank 0 (node 0) sends 1 block of every all-gather to the
+    # other node instead of 2, and the partial of its 2 blocks of every reduce-scatter (2, as
+    # flat); all_reduce: the partials of blocks 0 and 2 and its own block once.
+    base4 = [zero, "bench", "comm", "--backend", "threads", "--ranks", "4"]
+    for flat in ([], ["--flat"]):
+        rc, out, err = run(base4 + TINY + ["--ranks-per-node", "2", "--json"] + flat)
+        ok(rc == 0, "threads 4 ranks --ranks-per-node 2 %s exit %d: %s" % (flat, rc, err.strip()))
+        for r in json_rows(out):
+            c, es = r["count"], 4
+            blk = [c * (k + 1) // 4 - c * k // 4 for k in range(4)]
+            if flat:
+                want = {"all_gather": 2 * c, "reduce_scatter": 2 * c, "all_to_all": 2 * c,
+                        "all_reduce": blk[2] + blk[3] + 2 * blk[0]}[r["op"]] * es
+            else:
+                want = {"all_gather": c, "reduce_scatter": 2 * c, "all_to_all": 2 * c,
+                        "all_reduce": blk[0] + blk[2] + blk[0]}[r["op"]] * es
+            ok(r.get("inter_node_bytes") == want and r.get("inter_node_theory_bytes") == want,
+               "nodes 2 + 2 %s: %s S=%s: rank 0 sends %s bytes per call to the other node "
+               "(theory %s), closed form %d" % (flat, r["op"], r["size_bytes"],
+                                                 r.get("inter_node_bytes"),
+                                                 r.get("inter_node_theory_bytes"), want))
 
     # Other dtypes through the reductions (bf16 is summed in fp32; int8 wraps).
     for dtype in ("bf16", "int8"):

@@ -412,33 +412,122 @@ static void make_reference(const coll_case_t *c, int r, int n, const layout_t *L
     }
 }
 
-/* Independent statement of the totals of zero__coll_peer_traffic's formulas. */
-static void expected_traffic(const coll_case_t *c, int r, int n, const layout_t *L, uint64_t *sent,
-                             uint64_t *recvd) {
+/* The nodes of a communicator as this file sees them (from zero_comm_node_of only): local index
+ * of every rank, node sizes, and member l (mod size) of node j. */
+typedef struct topo {
+    int n, nodes, contiguous;
+    int node[64], local[64], size[64], first[64], ranks[64];
+} topo_t;
+
+static void topo_read(zero_comm_t *comm, topo_t *t) {
+    memset(t, 0, sizeof *t);
+    t->n = zero_comm_size(comm);
+    t->nodes = zero_comm_node_count(comm);
+    t->contiguous = 1;
+    for (int r = 0; r < t->n; r++) {
+        t->node[r] = zero_comm_node_of(comm, r);
+        t->local[r] = t->size[t->node[r]]++;
+        if (r && t->node[r] != t->node[r - 1] && t->node[r] != t->node[r - 1] + 1)
+            t->contiguous = 0;
+    }
+    for (int j = 1; j < t->nodes; j++) t->first[j] = t->first[j - 1] + t->size[j - 1];
+    for (int r = 0; r < t->n; r++) t->ranks[t->first[t->node[r]] + t->local[r]] = r;
+}
+
+static int member(const topo_t *t, int j, int l) { return t->ranks[t->first[j] + l % t->size[j]]; }
+
+/* The hierarchical phases the library should choose (the rule of zero/comm.h: where they send
+ * fewer bytes between nodes, counted in blocks; the reduce-scatter only on contiguous nodes). */
+static void hier_phases(const topo_t *t, zero_dtype_t dt, int flat, int *rs, int *ag) {
+    uint64_t n = (uint64_t)t->n, N = (uint64_t)t->nodes, sq = 0;
+    for (int j = 0; j < t->nodes; j++) sq += (uint64_t)t->size[j] * (uint64_t)t->size[j];
+    uint64_t e = zero_dtype_size(dt), a = dt == ZERO_DTYPE_FP16 || dt == ZERO_DTYPE_BF16 ? 4 : e;
+    *ag = !flat && N > 1 && n * (N - 1) < n * n - sq;
+    *rs = !flat && N > 1 && t->contiguous &&
+          n * (N - 1) * a + (n - (uint64_t)t->size[t->nodes - 1]) * e < (n * n - sq) * e;
+}
+
+/* Bytes rank r sends (out[0]) and receives (out[1]) in the reduce-scatter and all-gather phases
+ * over blocks of len[b] elements, and of those to and from other nodes (out[2], out[3]), by
+ * walking every transfer of the algorithm as zero/comm.h describes it. */
+static void add(const topo_t *t, int r, int from, int to, uint64_t bytes, uint64_t out[4]) {
+    if (from == to) return;
+    if (from == r) out[0] += bytes, out[2] += t->node[to] != t->node[r] ? bytes : 0;
+    if (to == r) out[1] += bytes, out[3] += t->node[from] != t->node[r] ? bytes : 0;
+}
+
+static void walk_rs(const topo_t *t, int r, int hier, const uint64_t *len, uint64_t e, uint64_t a,
+                    uint64_t out[4]) {
+    for (int b = 0; b < t->n; b++) {
+        if (!hier) {
+            for (int q = 0; q < t->n; q++) add(t, r, q, b, len[b] * e, out);
+            continue;
+        }
+        for (int j = 0; j < t->nodes; j++) {
+            int p = member(t, j, t->local[b]);
+            for (int k = 0; k < t->size[j]; k++)
+                add(t, r, t->ranks[t->first[j] + k], p, len[b] * e, out);
+            if (j + 1 < t->nodes)
+                add(t, r, p, member(t, j + 1, t->local[b]), len[b] * a, out);
+            else
+                add(t, r, p, b, len[b] * e, out);
+        }
+    }
+}
+
+static void walk_ag(const topo_t *t, int r, int hier, const uint64_t *len, uint64_t e,
+                    uint64_t out[4]) {
+    for (int b = 0; b < t->n; b++)
+        for (int q = 0; q < t->n; q++) {
+            if (!hier || t->node[q] == t->node[b]) {
+                add(t, r, b, q, len[b] * e, out);
+            } else { /* via b's receiver on q's node, unless that is q */
+                int via = member(t, t->node[q], t->local[b]);
+                if (via == q)
+                    add(t, r, b, q, len[b] * e, out);
+                else
+                    add(t, r, via, q, len[b] * e, out);
+            }
+        }
+}
+
+/* Independent statement of the traffic the statistics must count: out = {sent, received,
+ * inter-node sent, received}. */
+static void expected_traffic(const coll_case_t *c, zero_comm_t *comm, int flat, int r, int n,
+                             const layout_t *L, uint64_t out[4]) {
     uint64_t es = zero_dtype_size(c->dtype), cnt = c->count, N = (uint64_t)n;
-    *sent = *recvd = 0;
+    topo_t t;
+    topo_read(comm, &t);
+    out[0] = out[1] = out[2] = out[3] = 0;
+    uint64_t len[64];
+    int rs = 0, ag = 0;
+    if (c->coll != ZERO_COLL_BARRIER) hier_phases(&t, c->dtype, flat, &rs, &ag);
+    uint64_t acc = c->dtype == ZERO_DTYPE_FP16 || c->dtype == ZERO_DTYPE_BF16 ? 4 : es;
     switch (c->coll) {
     case ZERO_COLL_REDUCE_SCATTER:
-    case ZERO_COLL_ALL_GATHER:
-    case ZERO_COLL_ALL_TO_ALL: *sent = *recvd = (N - 1) * cnt * es; break;
-    case ZERO_COLL_ALL_REDUCE: {
-        /* Own block of the reduce-scatter phase: [floor(cnt*r/n), floor(cnt*(r+1)/n)). */
-        uint64_t own = cnt * (uint64_t)(r + 1) / N - cnt * (uint64_t)r / N;
-        *sent = *recvd = 2 * (cnt - own) * es;
+        for (int k = 0; k < n; k++) len[k] = cnt;
+        walk_rs(&t, r, rs, len, es, acc, out);
         break;
-    }
+    case ZERO_COLL_ALL_GATHER:
+        for (int k = 0; k < n; k++) len[k] = cnt;
+        walk_ag(&t, r, ag, len, es, out);
+        break;
+    case ZERO_COLL_ALL_REDUCE:
+        /* Blocks of the reduce-scatter phase: [floor(cnt*k/n), floor(cnt*(k+1)/n)). */
+        for (int k = 0; k < n; k++) len[k] = cnt * (uint64_t)(k + 1) / N - cnt * (uint64_t)k / N;
+        walk_rs(&t, r, rs, len, es, acc, out);
+        walk_ag(&t, r, ag, len, es, out);
+        break;
+    case ZERO_COLL_ALL_TO_ALL:
+        for (int k = 0; k < n; k++)
+            if (k != r) add(&t, r, r, k, cnt * es, out), add(&t, r, k, r, cnt * es, out);
+        break;
     case ZERO_COLL_ALL_TO_ALLV:
-        for (int k = 0; k < n; k++) {
-            if (k == r) continue;
-            *sent += L->sc[k] * es;
-            *recvd += L->rc[k] * es;
-        }
+        for (int k = 0; k < n; k++)
+            if (k != r) add(&t, r, r, k, L->sc[k] * es, out), add(&t, r, k, r, L->rc[k] * es, out);
         break;
     case ZERO_COLL_BROADCAST:
-        if (r == c->root)
-            *sent = (N - 1) * cnt * es;
-        else
-            *recvd = cnt * es;
+        for (int k = 0; k < n; k++) add(&t, r, c->root, k, cnt * es, out);
         break;
     default: break;
     }
@@ -685,19 +774,24 @@ static void run_case(runner_t *R, const coll_case_t *c, size_t index) {
     {
         zero_comm_stats_t s;
         zero_comm_get_stats(R->comm, &s);
-        uint64_t want_sent, want_recv;
-        expected_traffic(c, r, n, &L, &want_sent, &want_recv);
+        uint64_t want[4];
+        expected_traffic(c, R->comm, R->o->flat, r, n, &L, want);
         int ok = 1;
         for (int k = 0; k < ZERO_COLL_COUNT; k++) {
             uint64_t calls = (k == (int)c->coll) + (extra_barrier && k == ZERO_COLL_BARRIER);
-            uint64_t ws = k == (int)c->coll ? want_sent : 0;
-            uint64_t wr = k == (int)c->coll ? want_recv : 0;
-            if (s.calls[k] != calls || s.sent_bytes[k] != ws || s.recv_bytes[k] != wr) {
+            uint64_t ws = k == (int)c->coll ? want[0] : 0, wr = k == (int)c->coll ? want[1] : 0;
+            uint64_t wis = k == (int)c->coll ? want[2] : 0, wir = k == (int)c->coll ? want[3] : 0;
+            if (s.calls[k] != calls || s.sent_bytes[k] != ws || s.recv_bytes[k] != wr ||
+                s.inter_node_sent_bytes[k] != wis || s.inter_node_recv_bytes[k] != wir) {
                 FAIL(R, c, index,
-                     "stats[%s]: calls %llu sent %llu recv %llu, expected %llu / %llu / %llu",
+                     "stats[%s]: calls %llu sent %llu recv %llu (other nodes %llu / %llu), "
+                     "expected %llu / %llu / %llu (%llu / %llu)",
                      zero_coll_name((zero_coll_t)k), (unsigned long long)s.calls[k],
                      (unsigned long long)s.sent_bytes[k], (unsigned long long)s.recv_bytes[k],
-                     (unsigned long long)calls, (unsigned long long)ws, (unsigned long long)wr);
+                     (unsigned long long)s.inter_node_sent_bytes[k],
+                     (unsigned long long)s.inter_node_recv_bytes[k], (unsigned long long)calls,
+                     (unsigned long long)ws, (unsigned long long)wr, (unsigned long long)wis,
+                     (unsigned long long)wir);
                 ok = 0;
             }
         }

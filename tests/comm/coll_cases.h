@@ -6,8 +6,9 @@
  * out-of-place x blocking / post+wait / post+test. Inputs are a pure function of (case seed,
  * rank, index), so every rank can regenerate any rank's input, and the expected result of each
  * element is recomputed independently, in rank order, by a naive reference; results must be
- * bitwise equal. The traffic statistics are checked against the formulas of
- * zero__coll_peer_traffic, recomputed here without calling the library.
+ * bitwise equal. The traffic statistics (all, and to other nodes) are checked against a walk of
+ * every transfer of the flat or hierarchical algorithm (zero/comm.h), written here without
+ * calling the library; the communicator's nodes (at most 64 ranks) are read from it.
  *
  * Not here: argument errors, timeouts, split (see test_comm_errors.c and test_comm_split.c).
  * Threads cliques to run it on: tests/thread_ranks.h.
@@ -28,6 +29,7 @@ typedef struct coll_opts {
     int quick; /* sanitizer builds: the big count only for two cases */
     int big;   /* include the big count at all */
     int lite;  /* one completion mode per case instead of all three (sub-communicator tests) */
+    int flat;  /* the communicator was made with zero_comm_params_t.flat (expected traffic) */
     /* Threads backend only, shared by the clique (NULL otherwise): lets barrier cases check that
      * no rank leaves a barrier before every rank has entered it. */
     atomic_int *barrier_arrivals;

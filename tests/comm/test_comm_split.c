@@ -138,7 +138,8 @@ static void concurrent_ops(zero_comm_t *parent, zero_comm_t *sub, int n) {
         if (even) {
             uint64_t own =
                 cnt * (uint64_t)(sr + 1) / (uint64_t)m - cnt * (uint64_t)sr / (uint64_t)m;
-            want = 2 * (cnt - own) * es;
+            /* every other member's block to it, ours to every other member */
+            want = (cnt - own + (uint64_t)(m - 1) * own) * es;
         }
         CHECK(ss.calls[sc] == 1 && ss.sent_bytes[sc] == want && ss.recv_bytes[sc] == want,
               "rank %d: group stats %llu calls, %llu sent, %llu received; expected 1, %llu", r,

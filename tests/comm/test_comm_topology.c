@@ -4,7 +4,8 @@
  * Checks: node numbering (equal and unequal nodes), splits keeping each rank's node, and for every
  * collective the inter-node bytes of the statistics against a closed form written here from the
  * per-peer definition (what a rank sends to each rank of another node), with intra + inter equal
- * to the totals. A bad ranks_per_node is a named error.
+ * to the totals. A bad ranks_per_node is a named error. The communicators here are flat
+ * (zero_comm_params_t.flat); the hierarchical algorithms' bytes are test_comm_hier's.
  */
 #include "check.h"
 #include "thread_ranks.h"
@@ -83,10 +84,10 @@ static void rank_main(zero_comm_t *comm, int r, void *argp) {
                 "reduce_scatter");
     CHECK(zero_comm_all_to_all(send, recv, COUNT, ZERO_DTYPE_FP32, comm) == ZERO_OK, "all_to_all");
     check_inter(comm, ZERO_COLL_ALL_TO_ALL, remote * COUNT * f, remote * COUNT * f, "all_to_all");
-    /* all-reduce: reduce-scatter of peer q's block to q, all-gather of q's block from q */
+    /* all-reduce: q's block to q (reduce-scatter) and our block to q (all-gather) */
     uint64_t ar = 0;
     for (int q = 0; q < n; q++)
-        if (node_of_rank(q, k) != me) ar += 2 * block_len(COUNT, n, q) * f;
+        if (node_of_rank(q, k) != me) ar += (block_len(COUNT, n, q) + block_len(COUNT, n, r)) * f;
     CHECK(zero_comm_all_reduce(send, recv, COUNT, ZERO_DTYPE_FP32, ZERO_OP_SUM, comm) == ZERO_OK,
           "all_reduce");
     check_inter(comm, ZERO_COLL_ALL_REDUCE, ar, ar, "all_reduce");
@@ -142,6 +143,7 @@ static void run(int k) {
     zero_comm_params_t p = zero_comm_params_default();
     p.timeout_s = 30;
     p.ranks_per_node = k;
+    p.flat = 1;
     CHECK(zero_comm_threads_init_all(N, comms, &p) == ZERO_OK, "init k %d: %s", k,
           zero_last_error());
     topo_arg_t a = {k};

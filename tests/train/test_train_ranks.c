@@ -307,40 +307,61 @@ static void test_stages(void) {
     cJSON_Delete(base);
 }
 
-/* Simulated nodes (train.ranks_per_node) change no bit, and each rank's bytes to other nodes are
- * its bytes times (N - L) / (N - 1), L the ranks of its node: every collective is over the world,
- * each rank's share going to every other rank alike. Nodes of 2 + 2, of 3 + 1, of 1 each. */
+/* Simulated nodes (train.ranks_per_node) change no bit, and each rank's bytes, in all and to
+ * other nodes, follow closed forms in R and A, the bytes of the step's reduce-scatters and
+ * all-gathers per peer of the one-node run (its bytes by collective / 3: each collective is over
+ * the world of 4, fp32, flat on one node). Nodes of 2 + 2: the all-gather is hierarchical (A to
+ * the other node, then 2 A to the node's other rank); so is the reduce-scatter (node 0's ranks
+ * send their node partial of 2 blocks to the other node and their contribution to 2 blocks to
+ * the node's other rank: 4 R in all, 2 R across; node 1's ranks: 2 R inside and 1 R, the final
+ * block of the owner, across). Nodes of 3 + 1: the all-gather is hierarchical (rank 3's block
+ * goes to rank 0, which passes it on with its own: rank 0 sends 5 A, rank 3 only A), the
+ * reduce-scatter flat (carrying partials would cost more). Nodes of 1: everything flat, all of
+ * it across. */
 static void test_nodes(void) {
     if (!engine_runs(4, 3)) return;
     cJSON *flat = train(4, 3, NULL, NULL);
     if (!flat) return;
-    const int ks[] = {0, 2, 3, 1};
+    check_report_fields(flat, 4, 3);
+    const int ks[] = {2, 3, 1};
+    /* per rank: total = tr R + ta A, across = ir R + ia A */
+    static const int forms[3][4][4] = {
+        {{4, 3, 2, 1}, {4, 3, 2, 1}, {3, 3, 1, 1}, {3, 3, 1, 1}},
+        {{3, 5, 1, 1}, {3, 3, 1, 1}, {3, 3, 1, 1}, {3, 1, 3, 1}},
+        {{3, 3, 3, 3}, {3, 3, 3, 3}, {3, 3, 3, 3}, {3, 3, 3, 3}},
+    };
+    const cJSON *fper = cJSON_GetObjectItemCaseSensitive(flat, "per_rank");
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
         char k[8];
         snprintf(k, sizeof k, "%d", ks[i]);
-        cJSON *rep = ks[i] ? train(4, 3, "train.ranks_per_node", k) : flat;
+        cJSON *rep = train(4, 3, "train.ranks_per_node", k);
         if (!rep) continue;
-        check_report_fields(rep, 4, 3);
+        if (ks[i] == 1) check_report_fields(rep, 4, 3); /* flat: the flat closed forms hold */
         CHECK(!strcmp(fingerprint(rep), fingerprint(flat)),
               "ranks_per_node %d: fingerprint %s, one node %s", ks[i], fingerprint(rep),
               fingerprint(flat));
         const cJSON *per = cJSON_GetObjectItemCaseSensitive(rep, "per_rank");
         for (int r = 0; r < 4; r++) {
-            const cJSON *pr = cJSON_GetArrayItem(per, r);
-            int local = 4;
-            if (ks[i]) {
-                const int first = r / ks[i] * ks[i];
-                local = first + ks[i] <= 4 ? ks[i] : 4 - first;
-            }
-            const double want = num(pr, "comm_bytes_per_step") / 3 * (4 - local);
-            CHECK(num(pr, "comm_inter_node_bytes_per_step") == want &&
-                      num(pr, "comm_inter_node_theory_bytes_per_step") == want,
+            const cJSON *pr = cJSON_GetArrayItem(per, r), *fr = cJSON_GetArrayItem(fper, r);
+            const double R = cat(fr, "comm_sent_bytes_per_step_by_collective", "reduce_scatter") /
+                             3,
+                         A = cat(fr, "comm_sent_bytes_per_step_by_collective", "all_gather") / 3;
+            const int *f = forms[i][r];
+            const double total = f[0] * R + f[1] * A, across = f[2] * R + f[3] * A;
+            CHECK(R > 0 && A > 0 && num(pr, "comm_bytes_per_step") == total &&
+                      num(pr, "comm_theory_bytes_per_step") == total,
+                  "ranks_per_node %d rank %d: %.0f bytes per step (theory %.0f), closed form "
+                  "%.0f",
+                  ks[i], r, num(pr, "comm_bytes_per_step"), num(pr, "comm_theory_bytes_per_step"),
+                  total);
+            CHECK(num(pr, "comm_inter_node_bytes_per_step") == across &&
+                      num(pr, "comm_inter_node_theory_bytes_per_step") == across,
                   "ranks_per_node %d rank %d: %.0f bytes to other nodes (theory %.0f), closed "
                   "form %.0f",
                   ks[i], r, num(pr, "comm_inter_node_bytes_per_step"),
-                  num(pr, "comm_inter_node_theory_bytes_per_step"), want);
+                  num(pr, "comm_inter_node_theory_bytes_per_step"), across);
         }
-        if (rep != flat) cJSON_Delete(rep);
+        cJSON_Delete(rep);
     }
     cJSON_Delete(flat);
     CHECK(train_cli((const char *[]){"train", "-q", "--ranks-per-node", "-1", NULL}) == 1 &&
