@@ -66,9 +66,9 @@ typedef struct zero_comm_request zero_comm_request_t;
 typedef struct zero_comm_params {
     double timeout_s; /* collective timeout in seconds (default 300) */
     zero_mem_t *mem;  /* borrowed; scratch buffers are accounted under ZERO_MEM_COMM (NULL: not) */
-    /* Threads backend: the ranks stand for nodes of this many consecutive ranks (rank r on node
-     * r / ranks_per_node), to study a multi-node layout in one process; 0: one node. The MPI
-     * backend ignores it: its nodes are the MPI library's (MPI_COMM_TYPE_SHARED). */
+    /* The ranks stand for nodes of this many consecutive ranks (rank r on node r /
+     * ranks_per_node), to study a multi-node layout on one machine. 0: the threads backend has
+     * one node, the MPI backend the MPI library's nodes (MPI_COMM_TYPE_SHARED). */
     int ranks_per_node;
     /* 1: always the flat collectives (every rank sends straight to every other), for comparing;
      * 0 (default): all-gather, reduce-scatter and all-reduce run hierarchically where there are

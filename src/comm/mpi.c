@@ -49,7 +49,7 @@ static int we_initialised; /* guarded by init_lock */
 static double deadline_after(double seconds) { return zero_time_now() + seconds; }
 
 static zero_status_t create(MPI_Comm mc, int oversubscribed, double timeout_s, zero_mem_t *mem,
-                            zero_comm_t **out);
+                            int ranks_per_node, int flat, zero_comm_t **out);
 
 static zero_status_t run_split(mpi_comm_t *c, const zero__coll_args_t *a) {
     MPI_Comm sub = MPI_COMM_NULL;
@@ -62,7 +62,8 @@ static zero_status_t run_split(mpi_comm_t *c, const zero__coll_args_t *a) {
     double timeout_s = c->super.timeout_s;
     zero_mem_t *mem = c->super.mem;
     pthread_mutex_unlock(&c->super.lock);
-    return create(sub, c->oversubscribed, timeout_s, mem, a->split_out);
+    /* the parent's simulated nodes, if any, are passed on by zero_comm_split (comm.c) */
+    return create(sub, c->oversubscribed, timeout_s, mem, 0, c->super.flat, a->split_out);
 }
 
 static zero_status_t mpi_run(zero_comm_t *comm, const zero__coll_args_t *a) {
@@ -79,7 +80,9 @@ static zero_status_t mpi_run(zero_comm_t *comm, const zero__coll_args_t *a) {
     char message[1024];
     if (local) snprintf(message, sizeof message, "%s", zero_last_error());
     uint64_t seq = c->seq;
-    size_t eager = zero__mpi_eager_bytes(c, a);
+    /* Eager calls finish flat through the shared object: not for a hierarchical one (nodes
+     * simulated with ranks_per_node can still share one). */
+    size_t eager = zero__coll_hier(comm, a->coll, a->dtype) ? 0 : zero__mpi_eager_bytes(c, a);
     if (eager) zero__mpi_eager_publish(c, a, seq, eager);
     zero_status_t st = zero__mpi_agree(c, a, deadline, local);
     if (st) {
@@ -146,13 +149,14 @@ static void mpi_mem_changed(zero_comm_t *comm, zero_mem_t *old_mem, zero_mem_t *
 
 static const zero__comm_backend_t mpi_backend = {.kind = ZERO_BACKEND_MPI,
                                                  .run = mpi_run,
+                                                 .hierarchical = 1,
                                                  .destroy = mpi_destroy,
                                                  .mem_changed = mpi_mem_changed};
 
 /* Take ownership of mc and wrap it in a communicator with its progress thread. oversubscribed < 0
  * asks to find out (collective over mc). */
 static zero_status_t create(MPI_Comm mc, int oversubscribed, double timeout_s, zero_mem_t *mem,
-                            zero_comm_t **out) {
+                            int ranks_per_node, int flat, zero_comm_t **out) {
     int rank = 0, size = 1;
     MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
     MPI_Comm_rank(mc, &rank);
@@ -197,6 +201,9 @@ static zero_status_t create(MPI_Comm mc, int oversubscribed, double timeout_s, z
     if (zero__mpi_reqs_reserve(c, (SLOTS + SEND_WINDOW) * (size > 1 ? size - 1 : 1) + 2 * size))
         goto fail_buffers;
     zero_status_t st = zero__comm_base_init(&c->super, &mpi_backend, rank, size, timeout_s, mem);
+    /* Simulated nodes (tests on one machine): rank r on node r / ranks_per_node. */
+    for (int r = 0; ranks_per_node > 0 && r < size; r++) keys[r] = r / ranks_per_node;
+    c->super.flat = flat != 0;
     if (!st && (st = zero__comm_set_nodes(&c->super, keys))) zero__comm_base_stop(&c->super);
     free(keys);
     keys = NULL;
@@ -241,6 +248,11 @@ zero_status_t zero_comm_mpi_init(zero_comm_t **out, const zero_comm_params_t *pa
     if (!out) return zero__error(ZERO_ERR_INVALID_ARG, "zero_comm_mpi_init: out is NULL");
     *out = NULL;
     zero_comm_params_t p = params ? *params : zero_comm_params_default();
+    if (p.ranks_per_node < 0)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "zero_comm_mpi_init: ranks_per_node %d is invalid (expected >= 0; 0: "
+                           "the MPI library's nodes)",
+                           p.ranks_per_node);
     int initialised = 0, finalized = 0, provided = MPI_THREAD_SINGLE;
     pthread_mutex_lock(&init_lock);
     MPI_Finalized(&finalized);
@@ -277,7 +289,7 @@ zero_status_t zero_comm_mpi_init(zero_comm_t **out, const zero_comm_params_t *pa
         return zero__error(ZERO_ERR_COMM_FAILED,
                            "zero_comm_mpi_init: MPI_Comm_dup(MPI_COMM_WORLD) failed (error %d)",
                            rc);
-    return create(mc, -1, p.timeout_s, p.mem, out);
+    return create(mc, -1, p.timeout_s, p.mem, p.ranks_per_node, p.flat, out);
 }
 
 void zero_comm_mpi_finalize(void) {

@@ -130,4 +130,13 @@ zero_status_t zero__mpi_all_to_all(mpi_comm_t *c, const zero__coll_args_t *a, do
 zero_status_t zero__mpi_all_to_allv(mpi_comm_t *c, const zero__coll_args_t *a, double deadline);
 zero_status_t zero__mpi_broadcast(mpi_comm_t *c, const zero__coll_args_t *a, double deadline);
 
+/* mpi_hier.c: the hierarchical phases over the blocks [block_off[r], +block_len[r]) (ranks on
+ * several nodes, zero__coll_hier). Reduce-scatter: block r of every rank's send, reduced in rank
+ * order, into rank r's out. All-gather: this rank's block (mine) to recv + block_off[me], every
+ * other rank's block to recv + block_off[r]. */
+zero_status_t zero__mpi_hier_reduce_scatter(mpi_comm_t *c, const zero__coll_args_t *a,
+                                            const char *send, char *out, double deadline);
+zero_status_t zero__mpi_hier_all_gather(mpi_comm_t *c, const zero__coll_args_t *a, const char *mine,
+                                        char *recv, double deadline);
+
 #endif

@@ -161,6 +161,8 @@ zero_status_t zero__mpi_reduce_scatter(mpi_comm_t *c, const zero__coll_args_t *a
         c->block_off[r] = (size_t)r * a->count;
         c->block_len[r] = a->count;
     }
+    if (zero__coll_hier(&c->super, a->coll, a->dtype) & ZERO__HIER_RS)
+        return zero__mpi_hier_reduce_scatter(c, a, a->send, a->recv, deadline);
     return reduce_phase(c, a, a->send, a->recv, deadline);
 }
 
@@ -212,8 +214,12 @@ zero_status_t zero__mpi_all_reduce(mpi_comm_t *c, const zero__coll_args_t *a, do
      * their copy and their reduction). The reduce phase completes all its sends and receives before
      * the gather posts receives into recv, so in place (send == recv) no peer still reads what is
      * being overwritten. */
-    zero_status_t st = reduce_phase(c, a, a->send, mine, deadline);
+    const int hier = zero__coll_hier(&c->super, a->coll, a->dtype);
+    zero_status_t st = hier & ZERO__HIER_RS
+                           ? zero__mpi_hier_reduce_scatter(c, a, a->send, mine, deadline)
+                           : reduce_phase(c, a, a->send, mine, deadline);
     if (st) return st;
+    if (hier & ZERO__HIER_AG) return zero__mpi_hier_all_gather(c, a, mine, a->recv, deadline);
     return gather_blocks(c, a, mine, a->recv, TAG_GATHER, deadline);
 }
 
@@ -222,6 +228,8 @@ zero_status_t zero__mpi_all_gather(mpi_comm_t *c, const zero__coll_args_t *a, do
         c->block_off[r] = (size_t)r * a->count;
         c->block_len[r] = a->count;
     }
+    if (zero__coll_hier(&c->super, a->coll, a->dtype) & ZERO__HIER_AG)
+        return zero__mpi_hier_all_gather(c, a, a->send, a->recv, deadline);
     return gather_blocks(c, a, a->send, a->recv, TAG_GATHER, deadline);
 }
 

@@ -4,7 +4,9 @@ bridge, the link shaped by tc), 2 MPI ranks per host: ranks 0, 1 on host 0 and 2
 
 Usage: test_cluster.py CASE CLUSTER_SH ZERO
   train     stages 0-3: `zero train` on the cluster gives the weights_fingerprint of the same
-            config on 4 thread ranks (--backend threads --ranks 4), bitwise.
+            config on 4 thread ranks (--backend threads --ranks 4), bitwise, with the
+            hierarchical collectives; each rank's bytes (all, and to the other host) follow
+            their closed forms.
   linkdown  host 1's link taken down while training with --timeout 10: every rank prints an
             error naming a rank of the other host within the timeout + 15 s, and no rank
             process is left afterwards; a hard limit kills everything and fails.
@@ -14,9 +16,11 @@ Usage: test_cluster.py CASE CLUSTER_SH ZERO
             run killed with SIGKILL while ranks sleep) down kills what is left and deletes
             every namespace; down again succeeds; run without a cluster fails saying so.
   bench     `zero bench comm` (all_gather, 4 MiB) across the hosts, unshaped and with
-            --link 100mbit: both check their outputs, and the shaped run's bandwidth is below
-            half the unshaped one (a 100 Mbit/s link carries at most 12.5 MB/s; the unshaped
-            veth moves hundreds of MB/s even on a loaded machine). Prints both.
+            --link 100mbit, hierarchical and --flat: all check their outputs and count rank 0's
+            bytes to the other host (1 MiB hierarchical, 2 MiB flat), the shaped run's bandwidth
+            is below half the unshaped one (a 100 Mbit/s link carries at most 12.5 MB/s; the
+            unshaped veth moves hundreds of MB/s even on a loaded machine), and each shaped run
+            takes at least the time its bytes need on the link. Prints them.
 
 Exits 77 (skipped) when cluster.sh cannot make network namespaces here. Every case takes its
 own cluster (prefix zt<pid>-), removes it on exit, also on failure, and first removes the
@@ -151,26 +155,41 @@ def case_train(cluster, zero, tmp):
         print(f"stage {stage}: threads {fa}, cluster {fb}")
         check(fa is not None and fa == fb,
               f"stage {stage}: the cluster's weights_fingerprint equals 4 thread ranks'")
-        inter_node_bytes(b, stage)
+        inter_node_bytes(a, b, stage)
 
 
-def inter_node_bytes(path, stage):
-    """Each rank's node has 2 of the 4 ranks: 2 of the 3 peers every collective reaches are on
-    the other host, so 2/3 of a rank's bytes cross, measured and in theory (the MPI backend must
-    see the two hosts as two nodes)."""
+def per_rank(path):
     try:
         with open(path) as f:
-            per = json.load(f).get("per_rank", [])
+            return json.load(f).get("per_rank", [])
     except (OSError, ValueError):
-        per = []
-    check(len(per) == 4, f"stage {stage}: 4 per-rank reports")
-    for pr in per:
+        return []
+
+
+def inter_node_bytes(threads, cluster, stage):
+    """The MPI backend sees the two hosts as two nodes of 2 ranks, so its all-gathers and (fp32)
+    reduce-scatters are hierarchical. With R and A a rank's bytes of the step's reduce-scatters
+    and all-gathers per peer in the flat one-node run of 4 thread ranks (its bytes by collective
+    / 3): the all-gather sends A to the other host and 2 A to the host's other rank; the
+    reduce-scatter, from host 0's ranks the host's partials of 2 blocks to host 1 (2 R) and their
+    contributions to 2 blocks to the other rank (2 R), from host 1's the contributions (2 R) and
+    one result back to host 0 (R). So host 0's ranks send 4 R + 3 A, 2 R + A of it to the other
+    host; host 1's 3 R + 3 A, R + A across (flat: 2/3 of 3 R + 3 A) — measured and in theory."""
+    flat, per = per_rank(threads), per_rank(cluster)
+    check(len(per) == 4 and len(flat) == 4, f"stage {stage}: 4 per-rank reports")
+    for pr, fr in zip(per, flat):
+        by = fr.get("comm_sent_bytes_per_step_by_collective", {})
+        R, A = by.get("reduce_scatter", 0) / 3, by.get("all_gather", 0) / 3
+        host0 = pr.get("rank") < 2
+        want_total = (4 * R + 3 * A) if host0 else (3 * R + 3 * A)
+        want_inter = (2 * R + A) if host0 else (R + A)
         total = pr.get("comm_bytes_per_step", 0)
         inter = pr.get("comm_inter_node_bytes_per_step", -1)
         theory = pr.get("comm_inter_node_theory_bytes_per_step", -1)
-        check(total > 0 and inter == theory and 3 * inter == 2 * total,
-              f"stage {stage} rank {pr.get('rank')}: {inter:.0f} bytes to the other host "
-              f"(theory {theory:.0f}), 2/3 of {total:.0f}")
+        check(A > 0 and total == want_total and inter == theory == want_inter,
+              f"stage {stage} rank {pr.get('rank')}: {total:.0f} bytes per step, closed form "
+              f"{want_total:.0f}; {inter:.0f} to the other host (theory {theory:.0f}), closed "
+              f"form {want_inter:.0f} (flat: {2 * (R + A):.0f})")
 
 
 def case_linkdown(cluster, zero, tmp):
@@ -334,10 +353,10 @@ def rank_processes(zero):
     return pids
 
 
-def bench(cluster, zero, flags, tmp):
+def bench(cluster, zero, flags, tmp, extra=()):
     cluster.up(*flags)
     argv = [zero, "bench", "comm", "--op", "all_gather", "--min-bytes", "4M", "--max-bytes", "4M",
-            "--iters", "3", "--warmup", "1", "--membw-bytes", "4M", "--json"]
+            "--iters", "3", "--warmup", "1", "--membw-bytes", "4M", "--json", *extra]
     p = cluster.run(argv, timeout=60, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         out, err = p.communicate(timeout=60)
@@ -346,7 +365,7 @@ def bench(cluster, zero, flags, tmp):
         check(False, f"bench comm {' '.join(flags) or 'unshaped'} ended within 60 s")
         return None
     rows = [json.loads(ln) for ln in out.decode().splitlines() if ln.startswith("{")]
-    label = " ".join(flags) or "unshaped"
+    label = " ".join([*flags, *extra]) or "unshaped"
     if not check(p.returncode == 0 and len(rows) == 1,
                  f"zero bench comm across 2 hosts x 2 ranks ({label})"):
         print(out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
@@ -354,6 +373,13 @@ def bench(cluster, zero, flags, tmp):
     row = rows[0]
     check(row["ranks"] == 4 and row["backend"] == "mpi" and row["check"] == "ok",
           f"{label}: 4 MPI ranks, outputs checked ({row['check']})")
+    # rank 0's block (count fp32 elements): hierarchical, to host 1 once; flat, to both its
+    # ranks (the JSON numbers have 6 significant digits)
+    want = (2 if "--flat" in extra else 1) * row["count"] * 4
+    got, theory = row.get("inter_node_bytes", -1), row.get("inter_node_theory_bytes", -1)
+    check(abs(got - want) <= 1e-5 * want and abs(theory - want) <= 1e-5 * want,
+          f"{label}: rank 0 sends {row.get('inter_node_bytes')} bytes per call to the other host "
+          f"(theory {row.get('inter_node_theory_bytes')}), closed form {want}")
     mbs = row["algbw_gbs"] * 1e3
     print(f"all_gather 4 MiB, {label}: {row['time_us'] / 1e3:.1f} ms, algbw {mbs:.1f} MB/s, "
           f"raw MPI_Allgather {row['raw_time_us'] / 1e3:.1f} ms (load {row['loadavg_1m']:.2f})",
@@ -364,15 +390,20 @@ def bench(cluster, zero, flags, tmp):
 def case_bench(cluster, zero, tmp):
     fast = bench(cluster, zero, [], tmp)
     slow = bench(cluster, zero, ["--link", "100mbit"], tmp)
+    slow_flat = bench(cluster, zero, ["--link", "100mbit"], tmp, ["--flat"])
     if fast and slow:
         check(slow["algbw_gbs"] < 0.5 * fast["algbw_gbs"],
               f"the 100mbit link's algbw ({slow['algbw_gbs'] * 1e3:.1f} MB/s) is below half the "
               f"unshaped one ({fast['algbw_gbs'] * 1e3:.1f} MB/s)")
-        # Each host sends its 2 ranks' 1 MiB blocks to the other host's 2 ranks: 4 MiB through
-        # one 100 Mbit/s link take at least 0.34 s.
-        check(slow["time_us"] >= 0.9 * 4 * 2**20 * 8 / 100e6 * 1e6,
-              f"the shaped all_gather takes at least the time the link needs for its bytes "
-              f"({slow['time_us'] / 1e3:.0f} ms >= {0.9 * 4 * 2**20 * 8 / 100e6 * 1e3:.0f} ms)")
+    # Each host sends its 2 ranks' 1 MiB blocks to the other host: hierarchical, once each (2 MiB
+    # through one 100 Mbit/s link: at least 0.17 s); flat, to both of its ranks (4 MiB: 0.34 s).
+    for row, mib, label in ((slow, 2, "hierarchical"), (slow_flat, 4, "flat")):
+        if not row:
+            continue
+        need = mib * 2**20 * 8 / 100e6 * 1e6
+        check(row["time_us"] >= 0.9 * need,
+              f"the shaped {label} all_gather takes at least the time the link needs for its "
+              f"bytes ({row['time_us'] / 1e3:.0f} ms >= {0.9 * need / 1e3:.0f} ms)")
 
 
 def main():

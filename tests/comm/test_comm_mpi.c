@@ -7,6 +7,10 @@
  *              the same size inside its process and requires bitwise-equal results per case and
  *              rank (the two backends must agree bit for bit).
  *   --quick    the big count only for two cases (sanitizer builds).
+ *   --ranks-per-node K  simulated nodes of K ranks (zero_comm_params_t.ranks_per_node): the
+ *              hierarchical collectives on one machine, checked the same way (the reference,
+ *              the walk of their transfers for the statistics, the threads backend's hashes).
+ *   --flat     zero_comm_params_t.flat.
  *   --timeout  the last rank never calls all_reduce; the others must get ZERO_ERR_TIMEOUT naming
  *              the operation, the count and that rank, then ZERO_ERR_COMM_FAILED; the job then
  *              ends through MPI_Finalize (or, if that hangs, MPI_Abort from the watchdog of
@@ -49,11 +53,11 @@ static void threads_rank(zero_comm_t *comm, int rank, void *arg) {
     coll_run_matrix(comm, &tr->opts[rank], &tr->tally[rank]);
 }
 
-static int run_matrix(zero_comm_t *comm, int quick) {
+static int run_matrix(zero_comm_t *comm, int quick, int flat) {
     int n = mpi_size, r = mpi_rank;
     char label[32];
     snprintf(label, sizeof label, "mpi n=%d", n);
-    coll_opts_t o = {.quick = quick, .big = 1, .label = label};
+    coll_opts_t o = {.quick = quick, .big = 1, .label = label, .flat = flat};
     size_t ncases = coll_case_count(n, &o);
     uint64_t *hashes = calloc(ncases, sizeof *hashes);
     o.hashes = hashes;
@@ -77,6 +81,7 @@ static int run_matrix(zero_comm_t *comm, int quick) {
         uint64_t *th = calloc(ncases * (size_t)n, sizeof *th);
         for (int k = 0; k < n; k++) {
             tr->opts[k] = o;
+            tr->opts[k].flat = 0; /* one node */
             tr->opts[k].label = "threads (mpi comparison)";
             tr->opts[k].barrier_arrivals = &arrivals;
             tr->opts[k].hashes = th + (size_t)k * ncases;
@@ -174,7 +179,14 @@ static void run_crash(zero_comm_t *comm) {
 
 /* The communicator's nodes against an independent reference: the processor names of the ranks,
  * numbered in the order of their lowest rank. On one node no byte crosses between nodes. */
-static void check_nodes(zero_comm_t *comm) {
+static void check_nodes(zero_comm_t *comm, int ranks_per_node) {
+    if (ranks_per_node) {
+        for (int r = 0; r < mpi_size; r++)
+            CHECK(zero_comm_node_of(comm, r) == r / ranks_per_node,
+                  "simulated nodes of %d: rank %d on node %d", ranks_per_node, r,
+                  zero_comm_node_of(comm, r));
+        return;
+    }
     char *names = calloc((size_t)mpi_size, MPI_MAX_PROCESSOR_NAME);
     char mine[MPI_MAX_PROCESSOR_NAME] = "";
     int len = 0;
@@ -206,21 +218,29 @@ static void check_nodes(zero_comm_t *comm) {
 }
 
 int main(int argc, char **argv) {
-    int quick = 0, mode = 0; /* 0 matrix, 1 timeout, 2 crash */
+    int quick = 0, mode = 0, ranks_per_node = 0, flat = 0; /* mode 0 matrix, 1 timeout, 2 crash */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0)
             quick = 1;
+        else if (strcmp(argv[i], "--ranks-per-node") == 0 && i + 1 < argc)
+            ranks_per_node = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--flat") == 0)
+            flat = 1;
         else if (strcmp(argv[i], "--timeout") == 0)
             mode = 1;
         else if (strcmp(argv[i], "--crash") == 0)
             mode = 2;
         else {
-            fprintf(stderr, "usage: %s [--quick] [--timeout | --crash]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--quick] [--ranks-per-node K] [--flat] [--timeout | --crash]\n",
+                    argv[0]);
             return 2;
         }
     }
     zero_comm_params_t params = zero_comm_params_default();
     params.timeout_s = 60;
+    params.ranks_per_node = ranks_per_node;
+    params.flat = flat;
     zero_mem_t *mem = NULL;
     zero_mem_init(&mem, NULL);
     params.mem = mem; /* scratch buffers are accounted under ZERO_MEM_COMM */
@@ -249,8 +269,8 @@ int main(int argc, char **argv) {
         }
         run_timeout(comm);
     } else {
-        run_matrix(comm, quick);
-        check_nodes(comm);
+        run_matrix(comm, quick, flat);
+        check_nodes(comm, ranks_per_node);
     }
 
     if (mode == 0) {
