@@ -27,7 +27,6 @@ typedef struct run {
     coll_opts_t opts[MAX_N];
     coll_tally_t tally[MAX_N];
     int interleave; /* run the matrix on a split whose ranks alternate between nodes */
-    int lay_nodes, lay_contiguous;
 } run_t;
 
 static void rank_main(zero_comm_t *comm, int rank, void *arg) {
@@ -41,7 +40,6 @@ static void rank_main(zero_comm_t *comm, int rank, void *arg) {
     zero_comm_t *child = NULL;
     CHECK(zero_comm_split(comm, 0, key[rank], &child) == ZERO_OK, "split: %s", zero_last_error());
     if (!child) return;
-    run->lay_nodes = zero_comm_node_count(child);
     int nodes_ok = 1;
     for (int q = 0; q < 4; q++) nodes_ok &= zero_comm_node_of(child, q) == q % 2;
     CHECK(nodes_ok, "interleaved split: nodes not 0, 1, 0, 1");
