@@ -12,8 +12,11 @@
  *   - after steps, both engines' fingerprints (the exact weights) are equal: only the wire is
  *     quantized, the shards, the master and the optimizer are not;
  *   - the parameter bytes each rank sent in the step are the closed form
- *     2 M (n - 1) sum_u (S_u + 4 ceil(S_u / 256)), measured and in the engine's theory; with
- *     two ranks per node the bytes to other nodes equal their theory too;
+ *     2 M k_r sum_u (S_u + 4 ceil(S_u / 256)), measured and in the engine's theory, with k_r =
+ *     n - 1 for a flat all-gather and for a hierarchical one over equal nodes, and on nodes of
+ *     2 + 1 (hierarchical: ranks 0 and 1 send their part to rank 2, rank 2 its part to rank 0,
+ *     which passes it on to rank 1 with its own) k = 3, 2, 1; with two ranks per node the bytes
+ *     to other nodes equal their theory too;
  *   - a parameter set to inf or NaN arrives as NaN in its block on every rank, never finite;
  *   - below stage 3 the option changes no byte and is noted once in the log.
  * Rank counts 1, 2, 3, 4, 7; fp32 and bf16.
@@ -165,10 +168,11 @@ static void rank_main(zero_comm_t *comm, int rank, void *arg) {
     zero_engine_get_report(e, &re);
     zero_engine_get_report(q, &rq);
     const int n = j->ranks;
+    const uint64_t kr = n == 3 && j->ranks_per_node == 2 ? (uint64_t)(3 - rank) : (uint64_t)(n - 1);
     uint64_t want = 0;
     for (int u = 0; u < NU; u++) {
         const size_t S = zero_engine_unit_padded_count(q, u) / (size_t)n;
-        want += 2 * (uint64_t)(n - 1) * (S + 4 * ((S + 255) / 256));
+        want += 2 * kr * (S + 4 * ((S + 255) / 256));
     }
     if (j->stage < 3 || n == 1) want = re.comm_sent_bytes_per_step_by_kind[ZERO_XFER_PARAMS];
     const uint64_t got = rq.comm_sent_bytes_per_step_by_kind[ZERO_XFER_PARAMS],
