@@ -70,7 +70,7 @@ static zero_status_t mpi_run(zero_comm_t *comm, const zero__coll_args_t *a) {
     mpi_comm_t *c = (mpi_comm_t *)comm;
     pthread_mutex_lock(&comm->lock);
     c->timeout_s = comm->timeout_s;
-    zero_mem_t *mem = comm->mem;
+    zero_mem_t *mem = c->mem = comm->mem;
     double deadline = deadline_after(c->timeout_s);
     pthread_mutex_unlock(&comm->lock);
 

@@ -46,7 +46,7 @@ zero_status_t zero__mpi_hier_reduce_scatter(mpi_comm_t *c, const zero__coll_args
     const size_t per_block = seg * ((size_t)(L - 1) * es + 2 * acc);
     char *scratch = NULL;
     if (P && max_len) {
-        scratch = zero_mem_alloc(comm->mem, ZERO_MEM_COMM, (size_t)P * per_block, 64);
+        scratch = zero_mem_alloc(c->mem, ZERO_MEM_COMM, (size_t)P * per_block, 64);
         if (!scratch)
             return zero__error(ZERO_ERR_OUT_OF_MEMORY,
                                "%s on rank %d: cannot allocate %zu bytes of scratch for the "

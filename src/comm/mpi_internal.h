@@ -50,6 +50,7 @@ typedef struct mpi_comm {
     MPI_Comm mc;
     uint64_t seq;
     double timeout_s; /* of the running collective (the base's may change meanwhile) */
+    zero_mem_t *mem;  /* the running collective's memory domain (read under the base's lock) */
     int leaked;       /* requests were abandoned after a failure: keep mc and buffers alive */
 
     size_t sig_bytes;  /* one signature with the all_to_allv vectors */
