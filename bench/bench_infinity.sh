@@ -14,7 +14,8 @@
 # bandwidth, and step / max(RAM step, bytes / bandwidth) against the bar 1.25.
 #
 # Usage: bench/bench_infinity.sh [-p DIR] [-l LAYERS] [-d DIM] [-H HEADS] [-s SEQ] [-n STEPS]
-#                                [-x RATIO] [-g SUB_GROUP] [-b BUFFERS] [-f PREFETCH] [-r LR]
+#                                [-x RATIO] [-g SUB_GROUP] [-b BUFFERS] [-o STAGING] [-f PREFETCH]
+#                                [-r LR]
 #                                [-S SIZE] [-z PROGRAM] [-R] [-i]
 #   -p DIR        where the swap files go (the disk to measure; default build/): a temporary
 #                 directory is made there and removed at the end, also on failure or Ctrl-C
@@ -27,6 +28,11 @@
 #   -x RATIO      model states / cap (4)
 #   -g SUB_GROUP  zero_optimization.sub_group_size (10000000 elements)
 #   -b BUFFERS    zero_optimization.offload_param.buffer_count (5)
+#   -o STAGING    zero_optimization.offload_optimizer.buffer_count (16): staging buffers of one
+#                 sub-group's m and v each (80 MB with the default sub-group); after each step
+#                 this many sub-groups of the next step are read while forward and backward run,
+#                 so the larger it is, the less of the optimizer's reading the step waits for
+#                 (16 keeps the run at about 0.8 of the cap)
 #   -f PREFETCH   zero_optimization.stage3_prefetch_bucket_size (default 50000000 elements: one
 #                 block of the default model ahead; a small model needs a smaller one, else the
 #                 prefetch gathers all of it)
@@ -44,8 +50,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base=build layers=30 dim=1536 heads=12 seq=256 steps=3 ratio=4 subgroup=10000000 pbuf=5
-ram=1 ignore="" prefetch=50000000 io_size=1G zero=build/zero lr=1e-5
-while getopts "p:l:d:H:s:n:x:g:b:f:r:S:z:Rih" o; do
+obuf=16 ram=1 ignore="" prefetch=50000000 io_size=1G zero=build/zero lr=1e-5
+while getopts "p:l:d:H:s:n:x:g:b:o:f:r:S:z:Rih" o; do
     case $o in
     p) base=$OPTARG ;;
     l) layers=$OPTARG ;;
@@ -56,6 +62,7 @@ while getopts "p:l:d:H:s:n:x:g:b:f:r:S:z:Rih" o; do
     x) ratio=$OPTARG ;;
     g) subgroup=$OPTARG ;;
     b) pbuf=$OPTARG ;;
+    o) obuf=$OPTARG ;;
     f) prefetch=$OPTARG ;;
     r) lr=$OPTARG ;;
     S) io_size=$OPTARG ;;
@@ -126,6 +133,7 @@ swap=$(mktemp -d "$base/zero-infinity-bench.XXXXXX")
 offload=(--set zero_optimization.offload_param.device=nvme
     --set "zero_optimization.offload_param.nvme_path=$swap"
     --set "zero_optimization.offload_param.buffer_count=$pbuf"
+    --set "zero_optimization.offload_optimizer.buffer_count=$obuf"
     --set zero_optimization.offload_optimizer.device=nvme
     --set "zero_optimization.offload_optimizer.nvme_path=$swap"
     --set "zero_optimization.sub_group_size=$subgroup")

@@ -490,10 +490,11 @@ int zero__aio_cut(zero__aio_t *aio, int engine, zero__aio_piece_t *p) {
 /* A fault armed on this piece's file for an offset inside it: consumed here. */
 static zero__aio_fault_t take_fault(zero__aio_piece_t *p) {
     zero__aio_file_t *f = p->file;
-    if (p->write || !atomic_load_explicit(&f->fault_armed, memory_order_relaxed)) return 0;
+    if (!atomic_load_explicit(&f->fault_armed, memory_order_relaxed)) return 0;
     zero__aio_fault_t fault = ZERO__AIO_FAULT_NONE;
     pthread_mutex_lock(&f->aio->mu);
-    if (f->fault && f->fault_offset >= p->offset + (int64_t)p->done &&
+    if (f->fault && (f->fault == ZERO__AIO_FAULT_WRITE_EIO) == p->write &&
+        f->fault_offset >= p->offset + (int64_t)p->done &&
         f->fault_offset < p->offset + (int64_t)p->bytes) {
         fault = f->fault;
         f->fault = ZERO__AIO_FAULT_NONE;
@@ -507,7 +508,8 @@ int zero__aio_piece_result(zero__aio_piece_t *p, ssize_t res) {
     size_t left = p->bytes - p->done;
     if (p->fault_eof) res = 0;
     switch (take_fault(p)) {
-    case ZERO__AIO_FAULT_EIO: res = -EIO; break;
+    case ZERO__AIO_FAULT_EIO:
+    case ZERO__AIO_FAULT_WRITE_EIO: res = -EIO; break;
     case ZERO__AIO_FAULT_SHORT_READ:
         res = (ssize_t)(left / 2 / PAGE * PAGE);
         p->fault_eof = 1;

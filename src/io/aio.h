@@ -178,10 +178,12 @@ typedef enum {
     ZERO__AIO_FAULT_NONE,
     ZERO__AIO_FAULT_EIO,        /* the read piece covering the offset fails with EIO */
     ZERO__AIO_FAULT_SHORT_READ, /* ... returns half its bytes, then end of file */
+    ZERO__AIO_FAULT_WRITE_EIO,  /* the write piece covering the offset fails with EIO */
     ZERO__AIO_FAULT_COUNT
 } zero__aio_fault_t;
 
-/* Tests only: arm one fault on the next read piece of f covering offset_bytes. */
+/* Tests only: arm one fault on the next read (write: WRITE_EIO) piece of f covering
+ * offset_bytes. */
 void zero__aio_test_inject(zero__aio_file_t *f, zero__aio_fault_t fault, int64_t offset_bytes);
 /* Tests only: while on, file creation behaves as if the file system refused O_DIRECT (EINVAL),
  * as tmpfs did before Linux 6.6. Process-wide. */

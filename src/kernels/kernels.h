@@ -202,6 +202,9 @@ void zero__add_into(float *acc, const float *x, size_t n, int threads);
 /* x = 0 (all bits zero). x: (n) */
 void zero__zero(float *x, size_t n, int threads);
 
+/* dst = src, bytes of them, not overlapping (memcpy on a team of threads). */
+void zero__copy(void *dst, const void *src, size_t bytes, int threads);
+
 /* ------------------------------------------------------------------------------ references */
 
 /* Naive single-threaded twins of every kernel above (reference.c), written independently from

@@ -148,3 +148,20 @@ void zero__zero(float *x, size_t n, int threads) {
         if (b > a) memset(x + a, 0, (b - a) * sizeof(float));
     }
 }
+
+void zero__copy(void *dst, const void *src, size_t bytes, int threads) {
+    ZERO_ASSERT((dst && src) || bytes == 0);
+    const size_t n = bytes / sizeof(float), tail = n * sizeof(float);
+    int nt = kthreads(n, threads);
+    if (nt == 1) {
+        memcpy(dst, src, bytes);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        size_t a, b;
+        kslice(n, 16, &a, &b);
+        if (b > a) memcpy((float *)dst + a, (const float *)src + a, (b - a) * sizeof(float));
+    }
+    memcpy((char *)dst + tail, (const char *)src + tail, bytes - tail);
+}

@@ -811,7 +811,10 @@ int zero__train_machine_threads(const zero_train_config_t *cfg) {
     zero_backend_t b = ZERO_BACKEND_THREADS;
     if (choose_backend(cfg, &b)) b = ZERO_BACKEND_THREADS; /* the run itself reports it */
     int world = zero__train_world_size(cfg);
-    return local_ranks(b, world) * threads_per_rank(cfg, b, world);
+    /* swap files on NVMe: each rank's aio threads too (they checksum every page they move) */
+    int nvme = !strcmp(cfg->offload_optimizer, "nvme") || !strcmp(cfg->offload_param, "nvme");
+    return local_ranks(b, world) *
+           (threads_per_rank(cfg, b, world) + (nvme ? cfg->aio_threads : 0));
 }
 
 typedef struct rank_thread {

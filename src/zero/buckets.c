@@ -296,12 +296,15 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
             return ZERO_OK;
         }
         /* One pass: add (widening a 16-bit gradient; into a zero fp32 accumulator a plain
-         * store) and, without shard_grads, zero the working buffer for the next micro-step. */
+         * store, so an accumulator on NVMe is not zeroed first) and, without shard_grads, zero
+         * the working buffer for the next micro-step. */
+        const int store = fresh && eng->params.grad_accum_dtype == ZERO_DTYPE_FP32;
         void *acc = NULL;
-        zero_status_t st = zero__acc_map(eng, un, ZERO__ACC_ZERO | ZERO__ACC_BACKWARD, &acc);
+        zero_status_t st = zero__acc_map(
+            eng, un, (store ? ZERO__ACC_OVERWRITE : ZERO__ACC_ZERO) | ZERO__ACC_BACKWARD, &acc);
         if (st) return st;
         zero__acc_add(eng, acc, eng->params.grad_accum_dtype, un->work, eng->params.compute_dtype,
-                      S, fresh && eng->params.grad_accum_dtype == ZERO_DTYPE_FP32, own);
+                      S, store, own);
         work_done(eng, un, own);
         return zero__acc_unmap(eng, un, 1);
     } else {

@@ -285,6 +285,9 @@ void zero__buckets_free(zero_engine_t *eng);
 /* fetch.c */
 void zero__schedule_event(zero_engine_t *eng, int32_t event);
 void zero__schedule_end_step(zero_engine_t *eng); /* after a step: record, reset */
+/* offload_param, after the step's sync: the next step's first shards of the recorded schedule
+ * are read while the trainer finishes the step and the forward begins. */
+void zero__fetch_read_ahead_next(zero_engine_t *eng);
 /* Stage 3, at the step: wait for prefetches and give every gathered unit's buffer back to the
  * pool (the gathered copies are stale once the shards are updated). */
 zero_status_t zero__fetch_drop_all(zero_engine_t *eng);
@@ -374,8 +377,10 @@ void zero__shard_unmap(const zero_engine_t *eng, const zero__unit_t *un, int wri
 zero_status_t zero__shard_write_behind(const zero_engine_t *eng, const zero__unit_t *un);
 /* 1 when a map of un would find a buffer now (it is resident or one is unpinned). */
 int zero__pswap_can_map(const zero_engine_t *eng, const zero__unit_t *un);
-/* Post the read of un's shard if a buffer is free or clean and unpinned; never waits. */
-void zero__pswap_read_ahead(const zero_engine_t *eng, const zero__unit_t *un);
+/* Post the read of un's shard if a buffer is free, or clean (a finished write collected),
+ * unpinned and not read ahead itself; never waits. *posted 0: no buffer was (un is not
+ * resident). An error: a collected write had failed (its data is not on disk). */
+zero_status_t zero__pswap_read_ahead(const zero_engine_t *eng, const zero__unit_t *un, int *posted);
 /* The unit's accumulator (S_u grad_accum_dtype elements) in *ptr until the unmap; without gswap
  * un->acc itself. When this step has written none yet, fill ZERO__ACC_ZERO gives zeros and
  * ZERO__ACC_OVERWRITE leaves the contents undefined (the caller stores every element). The unmap
@@ -389,8 +394,11 @@ void zero__pswap_read_ahead(const zero_engine_t *eng, const zero__unit_t *un);
 #define ZERO__ACC_BACKWARD 2
 zero_status_t zero__acc_map(zero_engine_t *eng, zero__unit_t *un, int fill, void **ptr);
 zero_status_t zero__acc_unmap(zero_engine_t *eng, zero__unit_t *un, int written);
-/* Post the read of un's accumulator ahead (it was written this step); never waits. */
-void zero__acc_read_ahead(zero_engine_t *eng, const zero__unit_t *un);
+/* Post the read of un's accumulator ahead (it was written this step); never waits. An error: a
+ * collected write had failed, as for zero__pswap_read_ahead. */
+zero_status_t zero__acc_read_ahead(zero_engine_t *eng, const zero__unit_t *un);
+/* Tests only: unit u's parameter (grads 0) or accumulator (1) swap file, NULL if none. */
+zero__aio_file_t *zero__uswap_file(const zero_engine_t *eng, int grads, int u);
 /* After the step's update: write the changed data back and empty every unpinned buffer. */
 zero_status_t zero__pswap_sync(zero_engine_t *eng);
 uint64_t zero__pswap_disk_bytes(const zero_engine_t *eng); /* both kinds of files */

@@ -15,6 +15,7 @@
  * ahead and then dropped unused). live_elems counts the lent buffers.
  */
 #include "engine_internal.h"
+#include "kernels/kernels.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -162,7 +163,7 @@ static zero_status_t start_gather(zero_engine_t *eng, zero__unit_t *un) {
         memset(shard, 0, un->shard_count * eng->ce);
     }
     if (un->grp->size == 1) {
-        if (shard != un->full) memcpy(un->full, shard, P * eng->ce);
+        if (shard != un->full) zero__copy(un->full, shard, P * eng->ce, eng->params.threads);
         unmap_send(eng, un);
         return ZERO_OK;
     }
@@ -174,20 +175,26 @@ static zero_status_t start_gather(zero_engine_t *eng, zero__unit_t *un) {
     return ZERO_OK;
 }
 
-/* offload_param: the first unit of the recorded schedule from fetch `from` on that is not
- * gathered: post the read of its shard unless it is resident, so it runs while the model
- * computes. */
+/* offload_param: the units of the recorded schedule from fetch `from` on that are not gathered:
+ * post the reads of their shards, nearest first, while buffers are free (a read-ahead never
+ * evicts another), so the disk works through the coming units while the model computes and a
+ * slow read has the time of several units to land. */
 static void read_ahead(zero_engine_t *eng, int from) {
     if (!eng->pswap || !eng->ref_fetches || eng->off_schedule) return;
-    for (int j = from; j < eng->ref_fetch_count; j++) {
+    for (int j = from, n = 0;
+         j < eng->ref_fetch_count && n < eng->params.offload_param.buffer_count; j++) {
         int v = eng->ref_fetches[j];
         if (v < 0 || v >= eng->unit_count) return;
         const zero__unit_t *un = &eng->units[v];
         if (!un->poff || un->full) continue;
-        zero__pswap_read_ahead(eng, un);
-        return;
+        int posted;
+        /* no write is in flight between steps (the step's sync ended them): no error here */
+        if (zero__pswap_read_ahead(eng, un, &posted) || !posted) return;
+        n++;
     }
 }
+
+void zero__fetch_read_ahead_next(zero_engine_t *eng) { read_ahead(eng, 0); }
 
 static void drop(zero_engine_t *eng, zero__unit_t *un) {
     if (un->prefetched) {
@@ -297,10 +304,11 @@ zero_status_t zero__fetch_failure_agreed(zero_engine_t *eng, int bad, zero_statu
         return zero__engine_fail(eng, eng->fetch_failure, "%s (no rank updates anything)",
                                  eng->fetch_failure_msg);
     if (bad < 0) return ZERO_OK;
-    return zero__engine_fail(eng, theirs,
-                             "step %lld: rank %d could not read one of its swap files (NVMe) "
-                             "(%s): no rank updates anything; that rank's message names the file",
-                             (long long)eng->step, bad, zero_status_str(theirs));
+    return zero__engine_fail(
+        eng, theirs,
+        "step %lld: rank %d could not read or write one of its swap files (NVMe) "
+        "(%s): no rank updates anything; that rank's message names the file",
+        (long long)eng->step, bad, zero_status_str(theirs));
 }
 
 zero_status_t zero_engine_check(zero_engine_t *eng) {

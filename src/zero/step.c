@@ -226,8 +226,18 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
         }
     }
     if (unit + 1 < eng->unit_count) {
-        zero__pswap_read_ahead(eng, &eng->units[unit + 1]);
-        zero__acc_read_ahead(eng, &eng->units[unit + 1]);
+        int posted;
+        zero_status_t st = zero__pswap_read_ahead(eng, &eng->units[unit + 1], &posted);
+        if (!st) st = zero__acc_read_ahead(eng, &eng->units[unit + 1]);
+        if (st) { /* the message names the file */
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", zero_last_error());
+            if (!u->pending && u->goff) zero__acc_unmap(eng, u, 0);
+            zero__shard_unmap(eng, u, 0);
+            if (pooled) zero__pool_give(&eng->grad_pool, pooled);
+            return zero__engine_fail(eng, st, "step %lld: writing a swap file (NVMe): %s",
+                                     (long long)eng->step, msg);
+        }
     }
     /* the parameters [base, base + span) the master rounds into (16-bit compute) */
     void *lp = NULL;
@@ -323,6 +333,7 @@ static void end_step(zero_engine_t *eng, int acc_cleared) {
         u->acc_used = 0;
     }
     zero__schedule_end_step(eng);
+    zero__fetch_read_ahead_next(eng);
     zero__xfer_end_step(eng);
     if (eng->aio) zero__aio_stats_window(eng->aio, &eng->io_base, &eng->io_last);
 }

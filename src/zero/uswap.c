@@ -15,8 +15,10 @@
  *
  * Parameters (eng->pswap, compute dtype, offload_param.buffer_count slots): fetch.c maps a shard
  * when it posts the unit's all-gather (the prefetch posts those ahead of use), unmaps it when the
- * gather has landed, and reads the next unit of the recorded schedule ahead; the update writes
- * the shards, which go back after the step. With fp32 compute the master is the shard, so it is
+ * gather has landed, and reads the coming units of the recorded schedule ahead, as many as
+ * buffers are free (after the step's sync, the next step's first ones); the update writes the
+ * shards, which go back after the step, and reads the next unit's ahead into a buffer whose
+ * write has finished. With fp32 compute the master is the shard, so it is
  * reached through this map (state.c's RAM residency), never through swap.c.
  * Gradients (eng->gswap, grad_accum_dtype, two slots, write-through): buckets.c maps a unit's
  * accumulator where a reduced gradient lands in it and unmaps it written, which posts its write
@@ -24,7 +26,8 @@
  * the step reads each accumulator once for the update, the next unit's ahead. A unit's first
  * gradient of a step is not read: the file's old contents are the last step's.
  * Invariants: a pinned slot is never evicted; a read-ahead takes a free slot or evicts an
- * unpinned clean one, never waits and never evicts a dirty one; a slot with a request in flight
+ * unpinned clean one that was not read ahead itself, never waits and never evicts a dirty one
+ * (a finished write it collects, and reports if it failed); a slot with a request in flight
  * (read or write) is waited for before its buffer is used again.
  */
 #include "engine_internal.h"
@@ -45,6 +48,7 @@ typedef struct uslot {
     uint64_t used;        /* LRU stamp */
     zero__aio_req_t *req; /* read or write in flight on buf */
     int writing;          /* req is a write */
+    int ahead;            /* read ahead, not mapped since: no other read-ahead evicts it */
 } uslot_t;
 
 struct zero__uswap {
@@ -125,6 +129,7 @@ static zero_status_t evict(zero__uswap_t *us, uslot_t *s) {
     if (!st) st = settle(s);
     s->unit = -1;
     s->dirty = 0;
+    s->ahead = 0;
     return st;
 }
 
@@ -134,15 +139,20 @@ static uslot_t *find(zero__uswap_t *us, int unit) {
     return NULL;
 }
 
-/* A slot to fill: a free one, else the least recently used unpinned one (clean_only: not dirty
- * and no request in flight). NULL: none. */
-static uslot_t *victim(zero__uswap_t *us, int clean_only) {
+/* A slot to fill: a free one, else the least recently used unpinned one. for_read_ahead: only
+ * one that is not dirty, not read ahead itself (a deeper read-ahead never undoes a nearer one)
+ * and has no request in flight, a finished write excepted (the step's write-behind: its slot is
+ * clean once collected). NULL: none. */
+static uslot_t *victim(zero__uswap_t *us, int for_read_ahead) {
     uslot_t *best = NULL;
     for (int i = 0; i < us->slot_count; i++) {
         uslot_t *s = &us->slots[i];
         if (!s->buf) continue;
         if (s->unit < 0 && !s->req) return s;
-        if (s->pins || (clean_only && (s->dirty || s->req))) continue;
+        if (s->pins) continue;
+        if (for_read_ahead &&
+            (s->dirty || s->ahead || (s->req && !(s->writing && zero__aio_test(s->req)))))
+            continue;
         if (!best || s->used < best->used) best = s;
     }
     return best;
@@ -161,6 +171,7 @@ static zero_status_t uswap_map(zero__uswap_t *us, int u, int read, void **ptr) {
                                us->kind, us->slot_count, us->eng->units[u].name);
         if ((st = evict(us, s))) return st;
         s->unit = u;
+        s->ahead = 0;
         if (read &&
             (st = zero__aio_read_post(us->files[u], s->buf, unit_bytes(us, u), 0, &s->req))) {
             s->unit = -1;
@@ -169,6 +180,7 @@ static zero_status_t uswap_map(zero__uswap_t *us, int u, int read, void **ptr) {
     }
     /* a read posted ahead, or this unit's own write still in flight */
     if ((st = settle(s))) return st;
+    s->ahead = 0;
     s->pins++;
     s->used = ++us->clock;
     *ptr = s->buf;
@@ -184,16 +196,26 @@ static zero_status_t uswap_unmap(zero__uswap_t *us, int u, int written) {
     return ZERO_OK;
 }
 
-static void uswap_read_ahead(zero__uswap_t *us, int u) {
-    if (find(us, u)) return;
+/* Post the read of unit u into a slot unless it is resident (*posted 1; 0: no slot was free).
+ * An error is a write collected from the slot that failed: its data never reached the file. */
+static zero_status_t uswap_read_ahead(zero__uswap_t *us, int u, int *posted) {
+    *posted = 1;
+    if (find(us, u)) return ZERO_OK;
     uslot_t *s = victim(us, 1);
-    if (!s || evict(us, s)) return;
+    zero_status_t st = s ? evict(us, s) : ZERO_OK;
+    if (!s || st) {
+        *posted = 0;
+        return st;
+    }
     s->unit = u;
     s->used = ++us->clock;
+    s->ahead = 1;
     if (zero__aio_read_post(us->files[u], s->buf, unit_bytes(us, u), 0, &s->req)) {
         s->req = NULL; /* refused: the map reads it again and reports */
         s->unit = -1;
+        s->ahead = 0;
     }
+    return ZERO_OK;
 }
 
 static void uswap_drop_unit(zero__uswap_t *us, int u) {
@@ -361,8 +383,10 @@ int zero__pswap_can_map(const zero_engine_t *eng, const zero__unit_t *un) {
     return !un->poff || uswap_can_map(eng->pswap, (int)(un - eng->units));
 }
 
-void zero__pswap_read_ahead(const zero_engine_t *eng, const zero__unit_t *un) {
-    if (un->poff) uswap_read_ahead(eng->pswap, (int)(un - eng->units));
+zero_status_t zero__pswap_read_ahead(const zero_engine_t *eng, const zero__unit_t *un,
+                                     int *posted) {
+    *posted = 1;
+    return un->poff ? uswap_read_ahead(eng->pswap, (int)(un - eng->units), posted) : ZERO_OK;
 }
 
 zero_status_t zero__acc_map(zero_engine_t *eng, zero__unit_t *un, int fill, void **ptr) {
@@ -375,9 +399,12 @@ zero_status_t zero__acc_map(zero_engine_t *eng, zero__unit_t *un, int fill, void
     if (st && eng->world > 1 && (fill & ZERO__ACC_BACKWARD)) {
         /* Backward: the other ranks' reduce-scatters go on, and the model stops at an error.
          * As for a parameter shard lost at a fetch (fetch.c): recorded, this rank accumulates
-         * into zeros, and the step's control record fails every rank before any update. */
+         * into zeros, and the step's control record fails every rank before any update. The
+         * error is this unit's read or the write of the unit whose buffer it takes (the aio
+         * message names the file). */
         zero__fetch_lost(eng, st,
-                         "step %lld: reading the gradient of unit %d '%s' from NVMe failed: %s",
+                         "step %lld: the gradient of unit %d '%s' on NVMe (its read, or the "
+                         "write of the buffer it takes) failed: %s",
                          (long long)eng->step, u, un->name, zero_last_error());
         if (!(st = uswap_map(eng->gswap, u, 0, ptr))) {
             memset(*ptr, 0, un->shard_count * eng->ae);
@@ -410,13 +437,21 @@ zero_status_t zero__acc_unmap(zero_engine_t *eng, zero__unit_t *un, int written)
     return ZERO_OK;
 }
 
-void zero__acc_read_ahead(zero_engine_t *eng, const zero__unit_t *un) {
-    if (un->goff && un->acc_on_disk) uswap_read_ahead(eng->gswap, (int)(un - eng->units));
+zero_status_t zero__acc_read_ahead(zero_engine_t *eng, const zero__unit_t *un) {
+    int posted;
+    return un->goff && un->acc_on_disk
+               ? uswap_read_ahead(eng->gswap, (int)(un - eng->units), &posted)
+               : ZERO_OK;
 }
 
 zero_status_t zero__pswap_sync(zero_engine_t *eng) {
     zero_status_t st = uswap_sync(eng->pswap), st2 = uswap_sync(eng->gswap);
     return st ? st : st2;
+}
+
+zero__aio_file_t *zero__uswap_file(const zero_engine_t *eng, int grads, int u) {
+    const zero__uswap_t *us = grads ? eng->gswap : eng->pswap;
+    return us && u >= 0 && u < us->file_cap ? us->files[u] : NULL;
 }
 
 uint64_t zero__pswap_disk_bytes(const zero_engine_t *eng) {

@@ -386,6 +386,19 @@ static void test_faults(zero__aio_backend_t backend, const char *name) {
           "%s: short read: %d '%s'", name, (int)st, zero_last_error());
     CHECK(zero__aio_read(f, buf, n, 128 << 10) == ZERO_OK && memcmp(buf, orig, n) == 0,
           "%s: faults are one-shot", name);
+    /* an injected write EIO: a read of that range is not touched by it, the write fails naming
+     * the file and the piece, and the next write of the same range succeeds */
+    zero__aio_test_inject(f, ZERO__AIO_FAULT_WRITE_EIO, (128 << 10) + 3 * PAGE);
+    CHECK(zero__aio_read(f, buf, n, 128 << 10) == ZERO_OK, "%s: a read past an armed write fault",
+          name);
+    st = zero__aio_write(f, buf, n, 128 << 10);
+    CHECK(st == ZERO_ERR_IO && strstr(zero_last_error(), "write") &&
+              strstr(zero_last_error(), "Input/output error") && strstr(zero_last_error(), path),
+          "%s: write EIO: %d '%s'", name, (int)st, zero_last_error());
+    memcpy(buf, orig, n);
+    CHECK(zero__aio_write(f, buf, n, 128 << 10) == ZERO_OK &&
+              zero__aio_read(f, buf, n, 128 << 10) == ZERO_OK && memcmp(buf, orig, n) == 0,
+          "%s: the write after a write fault", name);
     /* a real short read: the file truncated behind the layer's back */
     CHECK(ftruncate(fd, 256 << 10) == 0, "truncate");
     st = zero__aio_read(f, buf, n, 128 << 10);

@@ -733,6 +733,18 @@ static void test_vector(size_t n) {
         zero__zero(a, n, thr);
         for (size_t i = 0; i < n; i++) b[i] = 0.0f;
         check_close("zero", a, b, n, 0.0, 0.0);
+        if (n > 0) {
+            /* a copy of a byte count that is not whole floats, to an odd byte offset: the
+             * bytes around the destination stay as they were */
+            const size_t bytes = n * sizeof(float) - 3;
+            memset(a, 0x5a, n * sizeof(float));
+            zero__copy((char *)a + 1, x, bytes - 1, thr);
+            const unsigned char *ca = (const unsigned char *)a;
+            int same = ca[0] == 0x5a && !memcmp(ca + 1, x, bytes - 1);
+            for (size_t i = bytes; i < n * sizeof(float); i++) same = same && ca[i] == 0x5a;
+            CHECK(same, "copy n=%zu, %d threads: bytes differ from the source or beside it", n,
+                  thr);
+        }
         free(a);
         free(b);
     }

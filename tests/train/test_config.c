@@ -487,6 +487,20 @@ static void test_machine_threads(void) {
     zero__train_config_set(&c, "train.ranks", "1");
     CHECK(zero__train_machine_threads(&c) == cores, "1 rank, auto threads: %d of %ld cores",
           zero__train_machine_threads(&c), cores);
+    /* swap files on NVMe: each rank's aio threads (intra_op_parallelism) count too */
+    zero__train_config_set(&c, "train.ranks", "2");
+    zero__train_config_set(&c, "train.threads", "2");
+    zero__train_config_set(&c, "aio.intra_op_parallelism", "3");
+    CHECK(zero__train_machine_threads(&c) == 4, "aio threads without offload: %d",
+          zero__train_machine_threads(&c));
+    zero__train_config_set(&c, "zero_optimization.stage", "3");
+    zero__train_config_set(&c, "zero_optimization.offload_param.device", "nvme");
+    CHECK(zero__train_machine_threads(&c) == 2 * (2 + 3), "param offload: %d",
+          zero__train_machine_threads(&c));
+    zero__train_config_set(&c, "zero_optimization.offload_param.device", "cpu");
+    zero__train_config_set(&c, "zero_optimization.offload_optimizer.device", "nvme");
+    CHECK(zero__train_machine_threads(&c) == 2 * (2 + 3), "optimizer offload: %d",
+          zero__train_machine_threads(&c));
 }
 
 /* What an absent key means is what it means under DeepSpeed (deepspeed/runtime/constants.py,

@@ -19,6 +19,9 @@
  *    fetch and fails the step, not a wrong step; on 2 ranks the other rank fails that step too,
  *    naming rank 1 (test_swap_fail.c: timing, more ranks, MPI, nothing changed); a bit flipped
  *    in a gradient accumulator's file fails the step that reads it, naming the file and unit;
+ *  - an I/O error injected into a parameter read, a parameter write or an accumulator write
+ *    fails its step naming the file, and an accumulator write failing on one of 2 ranks fails
+ *    the step on both;
  *  - bad settings (stage 2 with device nvme, buffer_count 0, an empty or missing nvme_path) are
  *    named errors at zero_engine_init.
  */
@@ -365,8 +368,46 @@ static void flipped_grad_bit(const char *dir) {
     CHECK(swap_files_in(dir) == 0, "grad flip: swap files left");
 }
 
+/* An I/O error injected into one request of a swap file (the aio layer's test hook) on one
+ * rank: the step it belongs to fails naming the file and the engine refuses to go on. Faults:
+ * unit 1's parameter read at the next forward's fetch; unit 0's parameter write after the
+ * step's update (found when a later shard's read-ahead takes its finished buffer: a read-ahead
+ * that dropped the failure would let the step succeed); unit 3's accumulator write during
+ * backward (found when its buffer is taken again). */
+static void injected_fault(const char *dir, int grads, zero__aio_fault_t fault, int u) {
+    const pcase_t c = {1, 2, 1, ZERO_DTYPE_FP32, dir};
+    zero_engine_params_t p = params_of(&c, NULL);
+    zero_engine_t *eng = NULL;
+    zero_status_t st = zero_engine_init(&eng, &p);
+    if (!st) st = toy_add_units(eng, sizes, UNITS);
+    if (!st) st = train(eng, 0, 1, 0, 2);
+    uint64_t before = 0;
+    if (!st) st = zero_engine_fingerprint(eng, &before);
+    CHECK(st == ZERO_OK, "fault %d/%d: training before it: %s", grads, (int)fault,
+          zero_last_error());
+    zero__aio_file_t *f = st ? NULL : zero__uswap_file(eng, grads, u);
+    CHECK(f != NULL, "fault %d/%d: no swap file of unit %d", grads, (int)fault, u);
+    if (!f) {
+        zero_engine_free(eng);
+        return;
+    }
+    char path[1400];
+    snprintf(path, sizeof path, "%s", zero__aio_file_path(f));
+    zero__aio_test_inject(f, fault, 0);
+    st = train(eng, 0, 1, 2, 3);
+    CHECK(st != ZERO_OK && strstr(zero_last_error(), path) &&
+              strstr(zero_last_error(), "Input/output error"),
+          "fault %d/%d: the step gave %s: %s", grads, (int)fault, zero_status_str(st),
+          zero_last_error());
+    CHECK(zero_engine_step(eng, NULL) == ZERO_ERR_IO, "fault %d/%d: the engine goes on: %s", grads,
+          (int)fault, zero_last_error());
+    zero_engine_free(eng);
+    CHECK(swap_files_in(dir) == 0, "fault %d/%d: swap files left", grads, (int)fault);
+}
+
 typedef struct flip_arg {
     const char *dir;
+    int inject; /* 0: flip a bit in unit 1's parameters; 1: a write EIO of unit 3's gradient */
     zero_status_t st;
     char error[1024];
 } flip_arg_t;
@@ -377,13 +418,19 @@ typedef struct flip_arg {
 static void flip_rank(zero_comm_t *comm, void *argp) {
     flip_arg_t *a = argp;
     const int rank = zero_comm_rank(comm);
-    const pcase_t c = {1, 2, 0, ZERO_DTYPE_FP32, a->dir};
+    const pcase_t c = {1, 2, a->inject, ZERO_DTYPE_FP32, a->dir};
     zero_engine_params_t p = params_of(&c, comm);
     zero_engine_t *eng = NULL;
     zero_status_t st = zero_engine_init(&eng, &p);
     if (!st) st = toy_add_units(eng, sizes, UNITS);
     if (!st) st = train(eng, rank, 1, 0, 1);
-    if (!st && rank == 1) {
+    if (!st && rank == 1 && a->inject) {
+        zero__aio_file_t *f = zero__uswap_file(eng, 1, 3);
+        if (f)
+            zero__aio_test_inject(f, ZERO__AIO_FAULT_WRITE_EIO, 0);
+        else
+            st = ZERO_ERR_INTERNAL;
+    } else if (!st && rank == 1) {
         char path[1400];
         snprintf(path, sizeof path, "%s/zero-%ld-r1-u1.param.swp", a->dir, (long)getpid());
         if (!flip_bit(path, 100)) st = ZERO_ERR_IO;
@@ -394,17 +441,22 @@ static void flip_rank(zero_comm_t *comm, void *argp) {
     zero_engine_free(eng);
 }
 
-static void flipped_bit_ranks(const char *dir) {
-    flip_arg_t a[2] = {{dir, ZERO_OK, ""}, {dir, ZERO_OK, ""}};
+/* inject 1: rank 1's write of an accumulator fails during backward: found when its buffer is
+ * taken again, it is recorded as a lost read is, and the step fails on both ranks in the same
+ * way, before the timeout. */
+static void flipped_bit_ranks(const char *dir, int inject) {
+    flip_arg_t a[2] = {{dir, inject, ZERO_OK, ""}, {dir, inject, ZERO_OK, ""}};
     void *args[2] = {&a[0], &a[1]};
+    const char *file = inject ? "-r1-u3.grad.swp" : "-r1-u1.param.swp";
+    const char *why = inject ? "Input/output error" : "checksum";
+    const zero_status_t want = inject ? ZERO_ERR_IO : ZERO_ERR_FORMAT;
     CHECK(run_ranks(2, 2.0, flip_rank, args) == ZERO_OK, "clique");
-    CHECK(a[1].st != ZERO_OK && strstr(a[1].error, "-r1-u1.param.swp") &&
-              strstr(a[1].error, "checksum"),
-          "flip, 2 ranks: rank 1 gave %s: %s", zero_status_str(a[1].st), a[1].error);
-    CHECK(a[0].st == ZERO_ERR_FORMAT && strstr(a[0].error, "rank 1") && strstr(a[0].error, "NVMe"),
-          "flip, 2 ranks: rank 0 gave %s: %s", zero_status_str(a[0].st), a[0].error);
-    printf("flip, 2 ranks: rank 0: %s\nrank 1: %s\n", a[0].error, a[1].error);
-    CHECK(swap_files_in(dir) == 0, "flip, 2 ranks: swap files left");
+    CHECK(a[1].st != ZERO_OK && strstr(a[1].error, file) && strstr(a[1].error, why),
+          "%s, 2 ranks: rank 1 gave %s: %s", why, zero_status_str(a[1].st), a[1].error);
+    CHECK(a[0].st == want && strstr(a[0].error, "rank 1") && strstr(a[0].error, "NVMe"),
+          "%s, 2 ranks: rank 0 gave %s: %s", why, zero_status_str(a[0].st), a[0].error);
+    printf("%s, 2 ranks: rank 0: %s\nrank 1: %s\n", why, a[0].error, a[1].error);
+    CHECK(swap_files_in(dir) == 0, "%s, 2 ranks: swap files left", why);
 }
 
 static void bad_settings(const char *dir) {
@@ -460,7 +512,11 @@ int main(void) {
     resume(disk, ZERO_DTYPE_BF16);
     flipped_bit(disk);
     flipped_grad_bit(disk);
-    flipped_bit_ranks(disk);
+    injected_fault(disk, 0, ZERO__AIO_FAULT_EIO, 1);
+    injected_fault(disk, 0, ZERO__AIO_FAULT_WRITE_EIO, 0);
+    injected_fault(disk, 1, ZERO__AIO_FAULT_WRITE_EIO, 3);
+    flipped_bit_ranks(disk, 0);
+    flipped_bit_ranks(disk, 1);
     bad_settings(disk);
     rmdir(disk);
     return check_report();
