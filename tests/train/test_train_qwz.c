@@ -13,7 +13,8 @@
  * 256) with qwZ (c S_u without) to the one other rank per gather, two gathers per unit and step
  * (forward, backward) and three for the embeddings (the token embedding is the output head
  * too: gathered for the input, again for the head, and held from the head's backward to the
- * embedding's); (3) the bytes to the other node: measured equal to theory.
+ * embedding's); (3) the bytes to the other node: measured equal to theory; (4) fp32 with the
+ * parameter shards on NVMe (offload_param): the same weights as in RAM, bitwise.
  */
 #include "check.h"
 #include "cli/cli.h"
@@ -23,6 +24,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "harness.h"
 
@@ -53,45 +55,55 @@ static size_t unit_sizes(size_t *out) {
     return n;
 }
 
-static cJSON *run(const char *data, const char *dtype, int qwz, const char *report) {
-    const char *args[] = {"train",
-                          "-q",
-                          "--no-peak",
-                          "--data",
-                          data,
-                          "--ranks",
-                          "2",
-                          "--ranks-per-node",
-                          "1",
-                          "--stage",
-                          "3",
-                          "--dtype",
-                          dtype,
-                          "--steps",
-                          "120",
-                          "--set",
-                          "model.layers=2",
-                          "--set",
-                          "model.heads=4",
-                          "--set",
-                          "model.dim=64",
-                          "--set",
-                          "model.seq=64",
-                          "--set",
-                          "train_micro_batch_size_per_gpu=4",
-                          "--set",
-                          "optimizer.params.lr=1e-3",
-                          "--set=gradient_clipping=1",
-                          "--set=zero_optimization.stage3_param_persistence_threshold=0",
-                          qwz ? "--set=zero_optimization.zero_quantized_weights=true"
-                              : "--set=zero_optimization.zero_quantized_weights=false",
-                          "--set",
-                          "train.eval_interval=0",
-                          "--set",
-                          "train.samples=0",
-                          "--json-report",
-                          report,
-                          NULL};
+/* extra, extra2: more --set values (NULL: none). */
+static cJSON *run(const char *data, const char *dtype, int qwz, const char *report,
+                  const char *extra, const char *extra2) {
+    const char *args[48] = {"train",
+                            "-q",
+                            "--no-peak",
+                            "--data",
+                            data,
+                            "--ranks",
+                            "2",
+                            "--ranks-per-node",
+                            "1",
+                            "--stage",
+                            "3",
+                            "--dtype",
+                            dtype,
+                            "--steps",
+                            "120",
+                            "--set",
+                            "model.layers=2",
+                            "--set",
+                            "model.heads=4",
+                            "--set",
+                            "model.dim=64",
+                            "--set",
+                            "model.seq=64",
+                            "--set",
+                            "train_micro_batch_size_per_gpu=4",
+                            "--set",
+                            "optimizer.params.lr=1e-3",
+                            "--set=gradient_clipping=1",
+                            "--set=zero_optimization.stage3_param_persistence_threshold=0",
+                            qwz ? "--set=zero_optimization.zero_quantized_weights=true"
+                                : "--set=zero_optimization.zero_quantized_weights=false",
+                            "--set",
+                            "train.eval_interval=0",
+                            "--set",
+                            "train.samples=0",
+                            "--json-report",
+                            report,
+                            NULL};
+    int n = 0;
+    while (args[n]) n++;
+    const char *extras[] = {extra, extra2};
+    for (int k = 0; k < 2; k++)
+        if (extras[k]) {
+            args[n++] = "--set";
+            args[n++] = extras[k];
+        }
     double t0 = zero_time_now();
     int rc = train_cli(args);
     CHECK(rc == 0, "%s run, qwZ %d: %s", dtype, qwz, zero_last_error());
@@ -117,7 +129,24 @@ int main(void) {
     const char *dtypes[] = {"fp32", "bf16"};
     for (int d = 0; d < 2; d++) {
         cJSON *r[2];
-        for (int q = 0; q < 2; q++) r[q] = run(data, dtypes[d], q, report);
+        for (int q = 0; q < 2; q++) r[q] = run(data, dtypes[d], q, report, NULL, NULL);
+        if (d == 0 && r[1]) { /* the parameter shards on NVMe: the same quantized run, bitwise */
+            char nvme[300], path[400];
+            snprintf(nvme, sizeof nvme, "%s/nvme", dir);
+            snprintf(path, sizeof path, "zero_optimization.offload_param.nvme_path=%s", nvme);
+            cJSON *o = mkdir(nvme, 0700) == 0
+                           ? run(data, dtypes[d], 1, report,
+                                 "zero_optimization.offload_param.device=nvme", path)
+                           : NULL;
+            const cJSON *a = cJSON_GetObjectItemCaseSensitive(r[1], "weights_fingerprint"),
+                        *b = cJSON_GetObjectItemCaseSensitive(o, "weights_fingerprint");
+            CHECK(cJSON_IsString(a) && cJSON_IsString(b) && !strcmp(a->valuestring, b->valuestring),
+                  "qwZ with offload_param nvme: fingerprint %s, in RAM %s",
+                  cJSON_IsString(b) ? b->valuestring : "-",
+                  cJSON_IsString(a) ? a->valuestring : "-");
+            cJSON_Delete(o);
+            CHECK(rmdir(nvme) == 0, "swap files left in %s", nvme);
+        }
         const double c = d ? 2 : 4;
         for (int q = 0; q < 2 && r[0] && r[1]; q++) {
             double want = 0;
