@@ -22,15 +22,20 @@
 /* Blocks per thread slice: 16 x 4 bytes of scales, one cache line. */
 enum { GRANULE = 16 };
 
+/* max|x| on the bits: |x| is x with the sign bit cleared, and non-negative floats order as their
+ * bit patterns do, so an integer max (which vectorises, unlike a float max that must mind NaN)
+ * finds it; a pattern above FLT_MAX's is an inf or a NaN. */
 static float block_scale(const float *x, size_t k) {
-    float amax = 0.0f;
-    int bad = 0;
+    uint32_t m = 0;
     for (size_t i = 0; i < k; i++) {
-        const float a = fabsf(x[i]);
-        bad |= !(a <= FLT_MAX); /* inf or NaN */
-        amax = a > amax ? a : amax;
+        uint32_t b;
+        memcpy(&b, &x[i], sizeof b);
+        b &= 0x7fffffffu;
+        m = b > m ? b : m;
     }
-    if (bad) return NAN;
+    if (m > 0x7f7fffffu) return NAN; /* inf or NaN */
+    float amax;
+    memcpy(&amax, &m, sizeof amax);
     if (amax == 0.0f) return 0.0f;
     const float s = amax / 127.0f;
     return s > 0.0f ? s : FLT_TRUE_MIN; /* underflow: the values are multiples of 2^-149 */
