@@ -203,6 +203,20 @@ typedef struct zero_engine_params {
      * parameter block holding inf or NaN arrives as NaN. Below stage 3 it changes nothing
      * (logged once). */
     int quantized_weights;
+    /* zero_optimization.zero_hpz_partition_size (ZeRO++ hpZ; default 1 = off). Stage 3 only
+     * (another stage with h > 1 is ZERO_ERR_CONFIG); h must divide the world size. Groups of h
+     * consecutive ranks (typically a node). The first fetch window of a unit after an optimizer
+     * step all-gathers over the unit's world from the primary shards as usual; each rank then
+     * keeps its secondary shard, its [j P/h, (j+1) P/h) slice of the gathered unit (j = rank mod
+     * h), and every later window of that unit until the next step all-gathers those P/h elements
+     * inside its group only. Secondary shards are invalidated by every step and every write of
+     * the parameters. Memory: P_u/h compute-dtype elements per rank and unit, kept for all
+     * units (ZERO_MEM_PARAMS). Without qwZ the results are bitwise those of plain stage 3; with
+     * qwZ the secondary shard holds the first (dequantized) gather's values and the in-group
+     * gathers carry them exactly, so every window of a step sees what the first one gave.
+     * Applies to units sharded over the world (not those of another partition group) and not
+     * with offload_param nvme (ZERO_ERR_CONFIG). */
+    int hpz_partition_size;
     /* Offload of the optimizer's states, the elements of one swapped sub-group
      * (zero_optimization.sub_group_size, DeepSpeed's 1e9; rounded down to a multiple of 1024,
      * capped by the largest unit) and the swap files' I/O. */

@@ -163,6 +163,13 @@ static const cfg_key_t keys[] = {
      "elements (about 1/4 of fp32's bytes, 1/2 of bf16's); every rank computes with the "
      "dequantized weights, while the shards, the optimizer, the gradients and the checkpoints stay "
      "exact; below stage 3 it changes nothing (a note says so)"},
+    {"zero_optimization.zero_hpz_partition_size", K_INT, OFF(hpz_partition_size), 1, 1, 65536, NULL,
+     NULL, NULL,
+     "ZeRO++ hpZ, stage 3 only (an error below): groups of this many consecutive ranks (a node); "
+     "each rank keeps a secondary shard of every unit over its group (P/h elements), filled by the "
+     "step's first all-gather of the unit, and the later gathers of the step (backward, later "
+     "micro-steps) stay inside the group; must divide the world size; 1 = off; bitwise the "
+     "results of plain stage 3; not with offload_param nvme"},
     {"zero_optimization.sub_group_size", K_I64, OFF(sub_group_elems), 1e9, 1, I64_MAX, NULL, NULL,
      NULL,
      "optimizer states on NVMe are streamed through the step in sub-groups of this many elements "
@@ -416,7 +423,6 @@ static const ds_key_t ds_keys[] = {
     {ZO "elastic_checkpoint", DS_SAME, "false", "checkpoints load at any world size by themselves"},
     {ZO "load_from_fp32_weights", DS_SAME, "true",
      "a resume restores the fp32 master weights from the checkpoint"},
-    {ZO "zero_hpz_partition_size", DS_SAME, "1", "ZeRO++ hpZ is planned"},
     {ZO "zero_quantized_nontrainable_weights", DS_SAME, "false",
      "every parameter is trained, in the compute dtype"},
     {ZO "zero_quantized_gradients", DS_SAME, "false", "ZeRO++ qgZ is planned"},
@@ -1238,6 +1244,7 @@ zero_status_t zero__train_config_engine_params(const zero_train_config_t *cfg,
     ep->persistence_threshold_elems = cfg->persistence_threshold_elems;
     ep->max_live_elems = cfg->max_live_elems;
     ep->quantized_weights = cfg->quantized_weights;
+    ep->hpz_partition_size = cfg->hpz_partition_size;
     zero_status_t st =
         offload_block("offload_optimizer", "swap files", cfg->offload_optimizer, cfg->nvme_path,
                       cfg->offload_buffer_count, &ep->offload_optimizer);

@@ -63,6 +63,7 @@ typedef struct zero_train_config {
     int64_t prefetch_bucket_elems, persistence_threshold_elems, max_live_elems,
         max_reuse_distance_elems;
     int quantized_weights;                     /* zero_quantized_weights (ZeRO++ qwZ) */
+    int hpz_partition_size;                    /* zero_hpz_partition_size (ZeRO++ hpZ) */
     int64_t sub_group_elems;                   /* sub_group_size */
     char offload_optimizer[16];                /* offload_optimizer.device: none|cpu|nvme */
     char nvme_path[ZERO_CONFIG_STR_MAX];       /* offload_optimizer.nvme_path */

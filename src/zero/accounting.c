@@ -100,11 +100,12 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
     memcpy(out->memory_bytes, ms.live_bytes, sizeof out->memory_bytes);
     memcpy(out->memory_peak_bytes, ms.peak_bytes, sizeof out->memory_peak_bytes);
     const zero__stage_policy_t pol = eng->pol;
-    uint64_t P = 0, S = 0, S_np = 0, P_pers = 0, S_acc = 0;
+    uint64_t P = 0, S = 0, S_np = 0, P_pers = 0, S_acc = 0, P_sec = 0;
     for (int i = 0; i < eng->unit_count; i++) {
         const zero__unit_t *u = &eng->units[i];
         P += u->padded_count;
         S += u->shard_count;
+        if (zero__hpz_unit(eng, u)) P_sec += u->padded_count / (uint64_t)eng->hpz->size;
         out->param_count += u->param_count;
         if (!u->goff) S_acc += u->shard_count; /* gswap: the accumulator in its swap file */
         if (u->persistent) {
@@ -116,7 +117,7 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
     out->padded_param_count = (size_t)P;
     const uint64_t c = eng->ce, a = eng->ae;
     out->memory_theory_bytes[ZERO_MEM_PARAMS] =
-        (size_t)(pol.shard_params ? c * (S_np + P_pers) : c * P);
+        (size_t)(pol.shard_params ? c * (S_np + P_pers + P_sec) : c * P); /* + hpZ: P_u / h */
     /* Communication buffers: the two reduce-bucket slots (allocated at the first grads_done
      * with world > 1) and the stage-3 pool of gather buffers, kept until zero_engine_free. */
     /* Per slot: the packed send buffer (B elements) and its recv (B / N), plus, once a direct

@@ -89,6 +89,7 @@ zero_engine_params_t zero_engine_params_default(void) {
     p.prefetch_bucket_elems = 50000000;
     p.persistence_threshold_elems = 100000;
     p.max_live_elems = 1000000000;
+    p.hpz_partition_size = 1;
     p.offload_optimizer.device = ZERO_OFFLOAD_NONE;
     p.offload_optimizer.buffer_count = 4;
     p.offload_optimizer.pipeline_read = 1;
@@ -223,6 +224,35 @@ zero_status_t zero__engine_fail(zero_engine_t *eng, zero_status_t st, const char
     return st;
 }
 
+/* ZeRO++ hpZ: check zero_hpz_partition_size against the stage and the world, and make the
+ * group of h consecutive ranks (eng->hpz; NULL when off: h = 1 or one rank). */
+static zero_status_t hpz_init(zero_engine_t *eng) {
+    const zero_engine_params_t *p = &eng->params;
+    const int h = p->hpz_partition_size;
+    eng->hpz = NULL;
+    if (h == 1) return ZERO_OK;
+    if (h < 1 || h > eng->world || eng->world % h)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "zero_optimization.zero_hpz_partition_size %d is invalid for %d ranks "
+                           "(expected a divisor of the world size, typically the ranks per node)",
+                           h, eng->world);
+    if (p->stage < 3)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "zero_optimization.zero_hpz_partition_size %d needs stage 3 (stage is "
+                           "%d): the secondary partition is of stage 3's parameter shards",
+                           h, p->stage);
+    if (p->offload_param.device == ZERO_OFFLOAD_NVME)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "zero_optimization.zero_hpz_partition_size %d cannot be combined with "
+                           "offload_param device nvme (expected 1, or another offload_param)",
+                           h);
+    int g = 0;
+    zero_status_t st = zero__xfer_group_split(eng, eng->rank / h, &g);
+    if (st) return st;
+    eng->hpz = &eng->groups[g];
+    return ZERO_OK;
+}
+
 zero_status_t zero_engine_init(zero_engine_t **out, const zero_engine_params_t *params) {
     if (!out) return zero__error(ZERO_ERR_INVALID_ARG, "zero_engine_init: out is NULL");
     *out = NULL;
@@ -271,6 +301,7 @@ zero_status_t zero_engine_init(zero_engine_t **out, const zero_engine_params_t *
                   "zero_optimization.zero_quantized_weights applies to stage 3's parameter "
                   "all-gathers; at stage %d it changes nothing (as in DeepSpeed)",
                   p.stage);
+    if ((st = hpz_init(eng))) goto fail_groups;
     if ((st = io_init(eng))) goto fail_groups;
     if ((st = zero__swap_init(eng))) goto fail_io;
     if (eng->swap) eng->residency = zero__swap_residency(eng);

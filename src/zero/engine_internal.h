@@ -85,6 +85,12 @@ typedef struct zero__unit {
     zero_comm_request_t *gather; /* stage 3: all-gather in flight into full */
     void *qsend;     /* qwZ: the quantized shard being sent (from eng->qpool) while gather flies */
     int send_mapped; /* offload_param: the shard is mapped as the gather's source */
+    /* ZeRO++ hpZ (zero__hpz_unit): sec, the secondary shard, P_u / h elements (ZERO_MEM_PARAMS,
+     * allocated with the unit); sec_valid: it holds this step's values (set by the first
+     * gather's landing, cleared by a step or a write); gather_hpz: the gather in flight into
+     * full is the in-group one from sec. */
+    void *sec;
+    int sec_valid, gather_hpz;
 
     /* Gradients. work: P_u compute-dtype elements, the model's micro-step buffer (stages 0-1:
      * always, owned; 2-3: lent by the gradient pool between zero_unit_grads and
@@ -193,8 +199,9 @@ struct zero_engine {
     int owns_mem;
     zero__group_t groups[ZERO__GROUP_MAX]; /* [0]: the world (xfer.c) */
     int group_count;
-    int world, rank;       /* groups[0]'s size and rank */
-    zero_status_t failure; /* sticky: the first collective failure */
+    int world, rank;          /* groups[0]'s size and rank */
+    const zero__group_t *hpz; /* ZeRO++ hpZ: this rank's group of h ranks; NULL when off */
+    zero_status_t failure;    /* sticky: the first collective failure */
     char failure_msg[1024];
     /* world > 1: the first swap-file read that failed at a fetch (offload_param), in backward
      * (a gradient accumulator read back for the next micro-step) or in the fingerprint (its
@@ -407,6 +414,12 @@ void zero__pswap_free(zero_engine_t *eng);
 
 /* Held as a shard (stage 3, not persistent), in RAM or in a parameter swap file. */
 static inline int zero__unit_sharded(const zero__unit_t *un) { return un->shard || un->poff; }
+/* ZeRO++ hpZ applies to un: on, a non-persistent stage-3 unit sharded over the world. */
+static inline int zero__hpz_unit(const zero_engine_t *eng, const zero__unit_t *un) {
+    return eng->hpz && eng->pol.shard_params && !un->persistent && un->grp == &eng->groups[0];
+}
+/* hpZ: the secondary shards no longer hold the parameters (a step or a write changed them). */
+void zero__hpz_invalidate(zero_engine_t *eng);
 
 /* The first element of unit un this rank owns (of its group's shards). */
 static inline size_t zero__shard_lo(const zero__unit_t *un) {

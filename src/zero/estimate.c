@@ -91,6 +91,10 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
     /* and with offload_optimizer nvme too, their gradient accumulators (uswap.c: two buffers) */
     const int gswap = pswap && swap;
     uint64_t gdisk = 0, max_gshard = 0;
+    const int hpz = pol.shard_params && world > 1 && p->hpz_partition_size > 1 &&
+                            world % p->hpz_partition_size == 0
+                        ? p->hpz_partition_size
+                        : 1;
     for (int i = 0; i < unit_count; i++) {
         uint64_t count = 0, off = 0;
         int is_tied = 0;
@@ -117,6 +121,8 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
             } else {
                 params += ce * (!pol.shard_params || persistent ? Pu : Su);
             }
+            /* hpZ: the secondary shard of every sharded unit, P_u / h */
+            if (hpz > 1 && !persistent) params += ce * (Pu / (uint64_t)hpz);
             if (pol.shard_params && !persistent) {
                 np_tied[n_np] = (char)is_tied;
                 np[n_np++] = Pu;

@@ -134,6 +134,22 @@ static zero_status_t free_send_buffers(zero_engine_t *eng, zero__unit_t *un) {
 static zero_status_t start_gather(zero_engine_t *eng, zero__unit_t *un) {
     const size_t P = un->padded_count;
     void *shard = un->shard;
+    un->gather_hpz = 0;
+    if (zero__hpz_unit(eng, un) && un->sec_valid) {
+        /* hpZ: a later window of this step, inside the group from the secondary shards, exact
+         * (never quantized: it carries what the step's first gather gave) */
+        un->full = zero__pool_take(eng, &eng->pool, ZERO_MEM_COMM, P * eng->ce);
+        if (!un->full)
+            return zero__engine_fail(eng, ZERO_ERR_OUT_OF_MEMORY,
+                                     "step %lld: no memory to gather unit '%s' (%zu bytes)",
+                                     (long long)eng->step, un->name, P * eng->ce);
+        eng->live_elems += (int64_t)P;
+        un->gather_hpz = 1;
+        zero_status_t st =
+            zero__xfer_gather(eng, eng->hpz, ZERO_XFER_PARAMS, un->sec, un->full,
+                              P / (size_t)eng->hpz->size, eng->params.compute_dtype, &un->gather);
+        return st ? gather_fail(eng, un, st, "posting the hpZ in-group all-gather") : ZERO_OK;
+    }
     if (un->poff) {
         zero_status_t st = free_send_buffers(eng, un);
         if (st) return st;
@@ -256,11 +272,15 @@ const void *zero_unit_fetch(zero_engine_t *eng, int u) {
         /* a new fetch window: one gather */
         /* with qwZ the gather carries the quantized shard: its bytes, as uint8 (an all-gather's
          * bytes depend only on those it carries) */
-        const uint64_t wire = zero__xfer_param_wire_bytes(eng, un);
+        /* with hpZ, a window after the step's first one: P_u / h elements inside the group */
+        const int in_group = zero__hpz_unit(eng, un) && (un->full ? un->gather_hpz : un->sec_valid);
+        const zero__group_t *g = in_group ? eng->hpz : un->grp;
+        const uint64_t wire = in_group ? un->padded_count / (size_t)eng->hpz->size * eng->ce
+                                       : zero__xfer_param_wire_bytes(eng, un);
         eng->xfer.gather_bytes +=
-            zero__xfer_bytes(un->grp, ZERO_COLL_ALL_GATHER, wire, ZERO_DTYPE_UINT8, 0);
+            zero__xfer_bytes(g, ZERO_COLL_ALL_GATHER, wire, ZERO_DTYPE_UINT8, 0);
         eng->xfer.gather_inter_bytes +=
-            zero__xfer_bytes(un->grp, ZERO_COLL_ALL_GATHER, wire, ZERO_DTYPE_UINT8, 1);
+            zero__xfer_bytes(g, ZERO_COLL_ALL_GATHER, wire, ZERO_DTYPE_UINT8, 1);
         if (!un->full && start_gather(eng, un)) return NULL;
         if (un->gather) {
             zero_status_t st = zero__xfer_gather_params_wait(eng, un);
@@ -273,6 +293,12 @@ const void *zero_unit_fetch(zero_engine_t *eng, int u) {
         if (un->prefetched) {
             un->prefetched = 0;
             eng->prefetch_elems -= (int64_t)un->padded_count;
+        }
+        if (zero__hpz_unit(eng, un) && !un->sec_valid) {
+            /* hpZ: the step's first gather of the unit: keep this rank's slice over its group */
+            const size_t H = un->padded_count / (size_t)eng->hpz->size;
+            memcpy(un->sec, zero__elem(un->full, (size_t)eng->hpz->rank * H, eng->ce), H * eng->ce);
+            un->sec_valid = 1;
         }
     }
     un->refs++;
@@ -328,7 +354,13 @@ zero_status_t zero_engine_check(zero_engine_t *eng) {
     return zero__fetch_failure_agreed(eng, bad, theirs);
 }
 
+void zero__hpz_invalidate(zero_engine_t *eng) {
+    if (!eng || !eng->hpz) return;
+    for (int i = 0; i < eng->unit_count; i++) eng->units[i].sec_valid = 0;
+}
+
 zero_status_t zero__fetch_drop_all(zero_engine_t *eng) {
+    zero__hpz_invalidate(eng); /* the step changes every parameter */
     zero_status_t st = ZERO_OK;
     for (int i = 0; i < eng->unit_count; i++) {
         zero__unit_t *un = &eng->units[i];

@@ -26,6 +26,7 @@ zero__unit_t *zero__engine_unit(const zero_engine_t *eng, int u) {
 void zero__unit_free_buffers(zero__unit_t *un) {
     zero_mem_free(un->full);
     zero_mem_free(un->shard);
+    zero_mem_free(un->sec);
     zero_mem_free(un->master);
     zero_mem_free(un->work);
     zero_mem_free(un->acc);
@@ -167,6 +168,15 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
     zero_mem_t *mem = eng->mem;
     u->persistent =
         pol.shard_params && (int64_t)u->param_count <= eng->params.persistence_threshold_elems;
+    /* hpZ: the secondary shard, P_u / h elements, for the whole run (filled at a step's first
+     * gather of the unit) */
+    if (zero__hpz_unit(eng, u)) {
+        u->sec = zero_mem_calloc(mem, ZERO_MEM_PARAMS, P / (size_t)eng->hpz->size * ce, 64);
+        if (!u->sec)
+            return zero__error(ZERO_ERR_OUT_OF_MEMORY,
+                               "engine: out of memory for the hpZ secondary shard of unit '%s'",
+                               u->name);
+    }
     /* offload_param nvme: the shard lives in its own swap file, made before the fill below. */
     if (eng->pswap && pol.shard_params && !u->persistent) {
         zero_status_t st = zero__pswap_add_unit(eng, index);
@@ -428,6 +438,7 @@ zero_status_t zero_engine_params_write(zero_engine_t *eng, int u, size_t offset,
     else
         zero__narrow(p, in, count, eng->params.compute_dtype); /* fp32: a copy */
     if (mapped) zero__shard_unmap(eng, &eng->units[u], 1);
+    zero__hpz_invalidate(eng);
     return st;
 }
 

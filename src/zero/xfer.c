@@ -237,7 +237,8 @@ void zero__xfer_end_step(zero_engine_t *eng) {
  *            with the unit not held: twice per micro-step for a forward + backward use), where
  *            w_u = c S_u, or with qwZ (n_u > 1) the quantized shard S_u + 4 ceil(S_u / 256); +
  *            AG(g_u, S_u, c) for each unit gathered after the step (stages 1-2: every unit;
- *            stage 3: the persistent ones, never quantized)
+ *            stage 3: the persistent ones, never quantized); with hpZ (group H of h ranks) a
+ *            unit's first window of the step as above and every later one AG(H, P_u / h, c)
  *   control  AG(world, 32 bytes) (one record per rank per step), + AG(world, 4 bytes) with the
  *            optimizer's states on NVMe (every rank's I/O status)
  * Bucketing packs several units' shards into one reduce-scatter; the bytes are linear in the
@@ -256,7 +257,13 @@ static void theory(const zero_engine_t *eng, int inter, uint64_t out[ZERO_XFER_K
         const zero__unit_t *u = &eng->units[i];
         const size_t S = u->shard_count;
         rs += M * zero__xfer_bytes(u->grp, ZERO_COLL_REDUCE_SCATTER, S, c, inter);
-        if (pol.shard_params && !u->persistent)
+        if (zero__hpz_unit(eng, u))
+            ag += zero__xfer_bytes(u->grp, ZERO_COLL_ALL_GATHER,
+                                   zero__xfer_param_wire_bytes(eng, u), ZERO_DTYPE_UINT8, inter) +
+                  (2 * M - 1) * zero__xfer_bytes(eng->hpz, ZERO_COLL_ALL_GATHER,
+                                                 u->padded_count / (size_t)eng->hpz->size,
+                                                 eng->params.compute_dtype, inter);
+        else if (pol.shard_params && !u->persistent)
             ag += 2 * M *
                   zero__xfer_bytes(u->grp, ZERO_COLL_ALL_GATHER,
                                    zero__xfer_param_wire_bytes(eng, u), ZERO_DTYPE_UINT8, inter);

@@ -3,7 +3,8 @@
  * both backends, so the weights are bitwise equal), at stage 0 and, when the engine runs it,
  * stage 3; and at stage 2 with the optimizer's states on NVMe (swap files of each process), and
  * at stage 3 with parameters, gradient accumulators and optimizer states there; and at stage 3
- * with ZeRO++ qwZ (int8 parameter gathers) in fp32 and bf16.
+ * with ZeRO++ qwZ (int8 parameter gathers) in fp32 and bf16, and with hpZ 2 (equal to plain stage
+ * 3).
  *
  * Arguments: the `zero` program and the MPI launcher (CTest passes both). Runs them as child
  * processes; when the engine does not run 2 ranks yet the case prints SKIP.
@@ -127,6 +128,23 @@ int main(int argc, char **argv) {
                   plain3 ? plain3 : "-");
         free(q);
     }
+    /* ZeRO++ hpZ 2 (groups of both ranks), with gradient accumulation 2: bitwise plain stage 3
+     * on both backends */
+    f = fopen(qcfg, "w");
+    if (!f) return 1;
+    fputs(
+        "{\"model\": {\"layers\": 2, \"heads\": 2, \"dim\": 32, \"seq\": 32},\n"
+        " \"data\": {\"builtin_bytes\": 65536},\n"
+        " \"train_batch_size\": 16, \"gradient_accumulation_steps\": 2,\n"
+        " \"zero_optimization\": {\"reduce_bucket_size\": 5000, \"zero_hpz_partition_size\": 2},\n"
+        " \"train\": {\"steps\": 5, \"eval_interval\": 0, \"eval_batches\": 2, \"samples\": 1,\n"
+        "           \"sample_tokens\": 8}}\n",
+        f);
+    fclose(f);
+    char *hp = compare(argv[1], argv[2], qcfg, 3);
+    CHECK(hp && plain3 && !strcmp(hp, plain3), "hpZ's weights %s differ from plain stage 3's %s",
+          hp ? hp : "-", plain3 ? plain3 : "-");
+    free(hp);
     free(plain3);
     unlink(qcfg);
     /* the optimizer's states on NVMe: swap files per process (MPI) or per thread rank */
