@@ -444,7 +444,8 @@ ZERO_API zero_status_t zero_engine_check_replicas(zero_engine_t *eng);
  * layout between steps (other categories 0 = no theory). With P = padded model, S = P / world,
  * A_s = padded elements of stage-3 persistent units, S_n = shard elements of the other units,
  * c = bytes per compute element (4 fp32, 2 bf16/fp16), a = bytes per grad_accum_dtype element:
- *   params  stage 0-2: cP            stage 3: c(S_n + A_s)
+ *   params  stage 0-2: cP            stage 3: c(S_n + A_s), + with hpz_partition_size h > 1:
+ *           c sum_u P_u / h over the non-persistent units (the secondary shards)
  *   grads   stage 0-1: cP + aS       stage 2-3: aS (the shard accumulator) plus the pool
  *           of working buffers the model fills during backward: c sum_p p K'_p, K'_p = the most
  *           units of padded size p holding gradients at once so far (kept between steps); with
@@ -470,7 +471,9 @@ ZERO_API zero_status_t zero_engine_check_replicas(zero_engine_t *eng);
  *            u not held: twice per micro-step for a forward + backward use) + (N-1) c S_pers
  *            (persistent units gathered after the step); stages 1-2: (N-1) cS (after the step).
  *            With quantized_weights (qwZ) a window sends (N-1)(S_u + 4 ceil(S_u / 256)) instead:
- *            the int8 shard and its fp32 scales
+ *            the int8 shard and its fp32 scales. With hpz_partition_size h > 1 only the first
+ *            window of u after a step does so; every later one sends (h-1) c P_u / h inside the
+ *            group of h ranks
  *   control  (N-1) x 32 (one record per rank per step: norm partial, schedule hash, inf/NaN flag)
  * Prefetch changes when a window's gather is posted, not how many (if a prefetched gather is
  * ever dropped unused, the engine logs a warning and the step sends that much more). Before the
