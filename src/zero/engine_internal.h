@@ -385,9 +385,11 @@ zero_status_t zero__shard_write_behind(const zero_engine_t *eng, const zero__uni
 /* 1 when a map of un would find a buffer now (it is resident or one is unpinned). */
 int zero__pswap_can_map(const zero_engine_t *eng, const zero__unit_t *un);
 /* Post the read of un's shard if a buffer is free, or clean (a finished write collected),
- * unpinned and not read ahead itself; never waits. *posted 0: no buffer was (un is not
- * resident). An error: a collected write had failed (its data is not on disk). */
-zero_status_t zero__pswap_read_ahead(const zero_engine_t *eng, const zero__unit_t *un, int *posted);
+ * unpinned, not read ahead itself and not holding one of the units keep[0..nkeep) (needed
+ * before un); never waits. *posted 0: no buffer was (un is not resident). An error: a collected
+ * write had failed (its data is not on disk). */
+zero_status_t zero__pswap_read_ahead(const zero_engine_t *eng, const zero__unit_t *un,
+                                     const int *keep, int nkeep, int *posted);
 /* The unit's accumulator (S_u grad_accum_dtype elements) in *ptr until the unmap; without gswap
  * un->acc itself. When this step has written none yet, fill ZERO__ACC_ZERO gives zeros and
  * ZERO__ACC_OVERWRITE leaves the contents undefined (the caller stores every element). The unmap

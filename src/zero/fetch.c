@@ -192,21 +192,29 @@ static zero_status_t start_gather(zero_engine_t *eng, zero__unit_t *un) {
 }
 
 /* offload_param: the units of the recorded schedule from fetch `from` on that are not gathered:
- * post the reads of their shards, nearest first, while buffers are free (a read-ahead never
- * evicts another), so the disk works through the coming units while the model computes and a
- * slow read has the time of several units to land. */
+ * post the reads of their shards, nearest first, while buffers are free, so the disk works
+ * through the coming units while the model computes and a slow read has the time of several
+ * units to land. A read-ahead never evicts another, nor a shard the schedule needs before the
+ * one it reads (the turn from forward to backward uses the last units again). */
 static void read_ahead(zero_engine_t *eng, int from) {
     if (!eng->pswap || !eng->ref_fetches || eng->off_schedule) return;
+    int keep[64], nkeep = 0; /* the units of fetches [from, j) */
     for (int j = from, n = 0;
          j < eng->ref_fetch_count && n < eng->params.offload_param.buffer_count; j++) {
         int v = eng->ref_fetches[j];
         if (v < 0 || v >= eng->unit_count) return;
         const zero__unit_t *un = &eng->units[v];
-        if (!un->poff || un->full) continue;
-        int posted;
-        /* no write is in flight between steps (the step's sync ended them): no error here */
-        if (zero__pswap_read_ahead(eng, un, &posted) || !posted) return;
-        n++;
+        if (un->poff && !un->full) {
+            int posted;
+            /* no write is in flight between steps (the step's sync ended them): no error */
+            if (zero__pswap_read_ahead(eng, un, keep, nkeep, &posted) || !posted) return;
+            n++;
+        }
+        int seen = 0;
+        for (int k = 0; k < nkeep && !seen; k++) seen = keep[k] == v;
+        if (seen) continue;
+        if (nkeep == (int)(sizeof keep / sizeof keep[0])) return;
+        keep[nkeep++] = v;
     }
 }
 

@@ -227,7 +227,7 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
     }
     if (unit + 1 < eng->unit_count) {
         int posted;
-        zero_status_t st = zero__pswap_read_ahead(eng, &eng->units[unit + 1], &posted);
+        zero_status_t st = zero__pswap_read_ahead(eng, &eng->units[unit + 1], NULL, 0, &posted);
         if (!st) st = zero__acc_read_ahead(eng, &eng->units[unit + 1]);
         if (st) { /* the message names the file */
             char msg[1024];

@@ -139,11 +139,12 @@ static uslot_t *find(zero__uswap_t *us, int unit) {
     return NULL;
 }
 
-/* A slot to fill: a free one, else the least recently used unpinned one. for_read_ahead: only
- * one that is not dirty, not read ahead itself (a deeper read-ahead never undoes a nearer one)
- * and has no request in flight, a finished write excepted (the step's write-behind: its slot is
- * clean once collected). NULL: none. */
-static uslot_t *victim(zero__uswap_t *us, int for_read_ahead) {
+/* A slot to fill: a free one, else the least recently used unpinned one whose unit is not in
+ * keep (needed sooner than the one to be read). for_read_ahead: only one that is not dirty, not
+ * read ahead itself (a deeper read-ahead never undoes a nearer one) and has no request in
+ * flight, a finished write excepted (the step's write-behind: its slot is clean once
+ * collected). NULL: none. */
+static uslot_t *victim(zero__uswap_t *us, int for_read_ahead, const int *keep, int nkeep) {
     uslot_t *best = NULL;
     for (int i = 0; i < us->slot_count; i++) {
         uslot_t *s = &us->slots[i];
@@ -153,12 +154,15 @@ static uslot_t *victim(zero__uswap_t *us, int for_read_ahead) {
         if (for_read_ahead &&
             (s->dirty || s->ahead || (s->req && !(s->writing && zero__aio_test(s->req)))))
             continue;
+        int kept = 0;
+        for (int k = 0; k < nkeep && !kept; k++) kept = keep[k] == s->unit;
+        if (kept) continue;
         if (!best || s->used < best->used) best = s;
     }
     return best;
 }
 
-static int uswap_can_map(zero__uswap_t *us, int u) { return find(us, u) || victim(us, 0); }
+static int uswap_can_map(zero__uswap_t *us, int u) { return find(us, u) || victim(us, 0, NULL, 0); }
 
 /* Unit u's data resident and pinned in *ptr. read 0: the caller overwrites it all, so a slot is
  * taken without reading (a resident copy is used as it is). */
@@ -166,7 +170,7 @@ static zero_status_t uswap_map(zero__uswap_t *us, int u, int read, void **ptr) {
     uslot_t *s = find(us, u);
     zero_status_t st = ZERO_OK;
     if (!s) {
-        if (!(s = victim(us, 0)))
+        if (!(s = victim(us, 0, NULL, 0)))
             return zero__error(ZERO_ERR_INTERNAL, "%s swap: all %d buffers are in use (unit '%s')",
                                us->kind, us->slot_count, us->eng->units[u].name);
         if ((st = evict(us, s))) return st;
@@ -196,12 +200,14 @@ static zero_status_t uswap_unmap(zero__uswap_t *us, int u, int written) {
     return ZERO_OK;
 }
 
-/* Post the read of unit u into a slot unless it is resident (*posted 1; 0: no slot was free).
- * An error is a write collected from the slot that failed: its data never reached the file. */
-static zero_status_t uswap_read_ahead(zero__uswap_t *us, int u, int *posted) {
+/* Post the read of unit u into a slot unless it is resident (*posted 1; 0: no slot was free
+ * that holds none of the units keep[0..nkeep)). An error is a write collected from the slot that
+ * failed: its data never reached the file. */
+static zero_status_t uswap_read_ahead(zero__uswap_t *us, int u, const int *keep, int nkeep,
+                                      int *posted) {
     *posted = 1;
     if (find(us, u)) return ZERO_OK;
-    uslot_t *s = victim(us, 1);
+    uslot_t *s = victim(us, 1, keep, nkeep);
     zero_status_t st = s ? evict(us, s) : ZERO_OK;
     if (!s || st) {
         *posted = 0;
@@ -384,9 +390,10 @@ int zero__pswap_can_map(const zero_engine_t *eng, const zero__unit_t *un) {
 }
 
 zero_status_t zero__pswap_read_ahead(const zero_engine_t *eng, const zero__unit_t *un,
-                                     int *posted) {
+                                     const int *keep, int nkeep, int *posted) {
     *posted = 1;
-    return un->poff ? uswap_read_ahead(eng->pswap, (int)(un - eng->units), posted) : ZERO_OK;
+    return un->poff ? uswap_read_ahead(eng->pswap, (int)(un - eng->units), keep, nkeep, posted)
+                    : ZERO_OK;
 }
 
 zero_status_t zero__acc_map(zero_engine_t *eng, zero__unit_t *un, int fill, void **ptr) {
@@ -440,7 +447,7 @@ zero_status_t zero__acc_unmap(zero_engine_t *eng, zero__unit_t *un, int written)
 zero_status_t zero__acc_read_ahead(zero_engine_t *eng, const zero__unit_t *un) {
     int posted;
     return un->goff && un->acc_on_disk
-               ? uswap_read_ahead(eng->gswap, (int)(un - eng->units), &posted)
+               ? uswap_read_ahead(eng->gswap, (int)(un - eng->units), NULL, 0, &posted)
                : ZERO_OK;
 }
 
