@@ -64,8 +64,9 @@ def main():
         ok(re.search(r"step / max\(RAM step, bytes / bandwidth\) = .* = \d+\.\d+", out),
            "ratio printed: %s" % out)
 
-        # SIGTERM while the capped run trains: everything it made is removed.
-        q = subprocess.Popen([script, "-p", d, "-z", zero] + ARGS + ["-n", "50"],
+        # SIGTERM while the capped run trains (it has steps enough to be still training a second
+        # later on any machine): everything it made is removed.
+        q = subprocess.Popen([script, "-p", d, "-z", zero] + ARGS + ["-n", "1000000"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         seen = ""
         deadline = time.time() + 120
