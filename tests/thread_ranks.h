@@ -2,8 +2,9 @@
  * process (test helper).
  *
  * thread_ranks_run: on communicators the caller made (and frees), e.g. to inspect them before or
- * to free sub-communicators after. thread_ranks_clique: on a fresh clique of n ranks with the given
- * timeout, freed when every rank has returned. */
+ * to free sub-communicators after. thread_ranks_clique (thread_ranks_clique_with: any params, such
+ * as simulated nodes): on a fresh clique of n ranks with the given timeout, freed when every rank
+ * has returned. */
 #ifndef ZERO_TESTS_THREAD_RANKS_H
 #define ZERO_TESTS_THREAD_RANKS_H
 
@@ -43,21 +44,27 @@ static inline void thread_ranks_run(int n, zero_comm_t **comms, thread_rank_fn f
     free(jobs);
 }
 
-/* A clique of n ranks (timeout_s seconds per collective), fn on every rank, then the clique freed.
- * Returns the status of zero_comm_threads_init_all (fn does not run if it failed). */
-static inline zero_status_t thread_ranks_clique(int n, double timeout_s, thread_rank_fn fn,
-                                                void *arg) {
+/* A clique of n ranks made with params p, fn on every rank, then the clique freed. Returns the
+ * status of zero_comm_threads_init_all (fn does not run if it failed). */
+static inline zero_status_t thread_ranks_clique_with(int n, const zero_comm_params_t *p,
+                                                     thread_rank_fn fn, void *arg) {
     zero_comm_t **comms = calloc(n > 0 ? (size_t)n : 1, sizeof *comms);
     if (!comms) abort();
-    zero_comm_params_t p = zero_comm_params_default();
-    p.timeout_s = timeout_s;
-    zero_status_t st = zero_comm_threads_init_all(n, comms, &p);
+    zero_status_t st = zero_comm_threads_init_all(n, comms, p);
     if (st == ZERO_OK) {
         thread_ranks_run(n, comms, fn, arg);
         for (int r = 0; r < n; r++) zero_comm_free(comms[r]);
     }
     free(comms);
     return st;
+}
+
+/* The same with the default params and timeout_s seconds per collective. */
+static inline zero_status_t thread_ranks_clique(int n, double timeout_s, thread_rank_fn fn,
+                                                void *arg) {
+    zero_comm_params_t p = zero_comm_params_default();
+    p.timeout_s = timeout_s;
+    return thread_ranks_clique_with(n, &p, fn, arg);
 }
 
 #endif /* ZERO_TESTS_THREAD_RANKS_H */

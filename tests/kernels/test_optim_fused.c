@@ -23,19 +23,8 @@
 /* One check whose message is fmt with `what` in it. */
 static void check(int ok, const char *fmt, const char *what) { CHECK(ok, fmt, what); }
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static float frand(void) { /* uniform in [-1, 1) */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 41) * (1.0 / 8388608.0)) * 2.0f - 1.0f;
-}
-
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) abort();
-    return p;
-}
+#define KRAND_SEED 0x2545f4914f6cdd1dull
+#include "kernels/krand.h"
 
 /* A copy of bytes bytes of src, in a new buffer. */
 static void *dup(const void *src, size_t bytes) { return memcpy(xmalloc(bytes), src, bytes); }

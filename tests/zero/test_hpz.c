@@ -214,17 +214,11 @@ done:
 static void run(int ranks, int per_node, int h, zero_dtype_t dt, int M, int qwz,
                 void (*fn)(zero_comm_t *, int, void *)) {
     job_t j = {ranks, per_node, h, M, qwz, dt};
-    zero_comm_t **comms = calloc((size_t)ranks, sizeof *comms);
     zero_comm_params_t p = zero_comm_params_default();
     p.timeout_s = 60;
     p.ranks_per_node = per_node;
-    zero_status_t st = zero_comm_threads_init_all(ranks, comms, &p);
+    zero_status_t st = thread_ranks_clique_with(ranks, &p, fn, &j);
     CHECK(!st, "threads clique of %d: %s", ranks, zero_status_str(st));
-    if (!st) {
-        thread_ranks_run(ranks, comms, fn, &j);
-        for (int r = 0; r < ranks; r++) zero_comm_free(comms[r]);
-    }
-    free(comms);
 }
 
 /* A bad zero_hpz_partition_size (h, at j->M's stage, with nvme when j->qwz): named error. */

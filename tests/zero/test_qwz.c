@@ -230,17 +230,11 @@ done:
 
 static void run(int ranks, int per_node, int stage, zero_dtype_t dt) {
     job_t j = {ranks, per_node, stage, dt};
-    zero_comm_t **comms = calloc((size_t)ranks, sizeof *comms);
     zero_comm_params_t p = zero_comm_params_default();
     p.timeout_s = 60;
     p.ranks_per_node = per_node;
-    zero_status_t st = zero_comm_threads_init_all(ranks, comms, &p);
+    zero_status_t st = thread_ranks_clique_with(ranks, &p, rank_main, &j);
     CHECK(!st, "threads clique of %d: %s", ranks, zero_status_str(st));
-    if (!st) {
-        thread_ranks_run(ranks, comms, rank_main, &j);
-        for (int r = 0; r < ranks; r++) zero_comm_free(comms[r]);
-    }
-    free(comms);
 }
 
 /* The note below stage 3: counted from the log. */
