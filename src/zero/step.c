@@ -333,9 +333,10 @@ static void end_step(zero_engine_t *eng, int acc_cleared) {
         u->acc_used = 0;
     }
     zero__schedule_end_step(eng);
-    zero__fetch_read_ahead_next(eng);
     zero__xfer_end_step(eng);
     if (eng->aio) zero__aio_stats_window(eng->aio, &eng->io_base, &eng->io_last);
+    /* after the window: the next step's reads count in the next step */
+    zero__fetch_read_ahead_next(eng);
 }
 
 zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
