@@ -105,7 +105,7 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
         const zero__unit_t *u = &eng->units[i];
         P += u->padded_count;
         S += u->shard_count;
-        if (zero__hpz_unit(eng, u)) P_sec += u->padded_count / (uint64_t)eng->hpz->size;
+        if (zero__hpz_unit(eng, u)) P_sec += zero__hpz_count(eng, u);
         out->param_count += u->param_count;
         if (!u->goff) S_acc += u->shard_count; /* gswap: the accumulator in its swap file */
         if (u->persistent) {

@@ -420,6 +420,11 @@ static inline int zero__unit_sharded(const zero__unit_t *un) { return un->shard 
 static inline int zero__hpz_unit(const zero_engine_t *eng, const zero__unit_t *un) {
     return eng->hpz && eng->pol.shard_params && !un->persistent && un->grp == &eng->groups[0];
 }
+/* hpZ: the elements of un's secondary shard, P_u / h (and of each rank's part of an in-group
+ * gather). */
+static inline size_t zero__hpz_count(const zero_engine_t *eng, const zero__unit_t *un) {
+    return un->padded_count / (size_t)eng->hpz->size;
+}
 /* hpZ: the secondary shards no longer hold the parameters (a step or a write changed them). */
 void zero__hpz_invalidate(zero_engine_t *eng);
 

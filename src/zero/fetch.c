@@ -131,6 +131,18 @@ static zero_status_t free_send_buffers(zero_engine_t *eng, zero__unit_t *un) {
  * zeros, and the fetch succeeds: every collective stays matched, the forward and backward run
  * on values nobody will use, and the step's control record (step.c) fails every rank before
  * any update. Between steps (evaluation, sampling) zero_engine_check does the same. */
+/* Unit un's full buffer from the gather pool, counted live. */
+static zero_status_t take_full(zero_engine_t *eng, zero__unit_t *un) {
+    const size_t P = un->padded_count;
+    un->full = zero__pool_take(eng, &eng->pool, ZERO_MEM_COMM, P * eng->ce);
+    if (!un->full)
+        return zero__engine_fail(eng, ZERO_ERR_OUT_OF_MEMORY,
+                                 "step %lld: no memory to gather unit '%s' (%zu bytes)",
+                                 (long long)eng->step, un->name, P * eng->ce);
+    eng->live_elems += (int64_t)P;
+    return ZERO_OK;
+}
+
 static zero_status_t start_gather(zero_engine_t *eng, zero__unit_t *un) {
     const size_t P = un->padded_count;
     void *shard = un->shard;
@@ -138,16 +150,11 @@ static zero_status_t start_gather(zero_engine_t *eng, zero__unit_t *un) {
     if (zero__hpz_unit(eng, un) && un->sec_valid) {
         /* hpZ: a later window of this step, inside the group from the secondary shards, exact
          * (never quantized: it carries what the step's first gather gave) */
-        un->full = zero__pool_take(eng, &eng->pool, ZERO_MEM_COMM, P * eng->ce);
-        if (!un->full)
-            return zero__engine_fail(eng, ZERO_ERR_OUT_OF_MEMORY,
-                                     "step %lld: no memory to gather unit '%s' (%zu bytes)",
-                                     (long long)eng->step, un->name, P * eng->ce);
-        eng->live_elems += (int64_t)P;
+        zero_status_t st = take_full(eng, un);
+        if (st) return st;
         un->gather_hpz = 1;
-        zero_status_t st =
-            zero__xfer_gather(eng, eng->hpz, ZERO_XFER_PARAMS, un->sec, un->full,
-                              P / (size_t)eng->hpz->size, eng->params.compute_dtype, &un->gather);
+        st = zero__xfer_gather(eng, eng->hpz, ZERO_XFER_PARAMS, un->sec, un->full,
+                               zero__hpz_count(eng, un), eng->params.compute_dtype, &un->gather);
         return st ? gather_fail(eng, un, st, "posting the hpZ in-group all-gather") : ZERO_OK;
     }
     if (un->poff) {
@@ -166,14 +173,11 @@ static zero_status_t start_gather(zero_engine_t *eng, zero__unit_t *un) {
             un->send_mapped = 1;
         }
     }
-    un->full = zero__pool_take(eng, &eng->pool, ZERO_MEM_COMM, P * eng->ce);
-    if (!un->full) {
+    zero_status_t st = take_full(eng, un);
+    if (st) {
         unmap_send(eng, un);
-        return zero__engine_fail(eng, ZERO_ERR_OUT_OF_MEMORY,
-                                 "step %lld: no memory to gather unit '%s' (%zu bytes)",
-                                 (long long)eng->step, un->name, P * eng->ce);
+        return st;
     }
-    eng->live_elems += (int64_t)P;
     if (!shard) { /* the lost shard: zeros, sent in place (comm.h's in-place all-gather) */
         shard = zero__elem(un->full, zero__shard_lo(un), eng->ce);
         memset(shard, 0, un->shard_count * eng->ce);
@@ -183,7 +187,7 @@ static zero_status_t start_gather(zero_engine_t *eng, zero__unit_t *un) {
         unmap_send(eng, un);
         return ZERO_OK;
     }
-    zero_status_t st = zero__xfer_gather_params(eng, un, shard);
+    st = zero__xfer_gather_params(eng, un, shard);
     if (st) {
         unmap_send(eng, un);
         return gather_fail(eng, un, st, "posting the all-gather");
@@ -283,8 +287,8 @@ const void *zero_unit_fetch(zero_engine_t *eng, int u) {
         /* with hpZ, a window after the step's first one: P_u / h elements inside the group */
         const int in_group = zero__hpz_unit(eng, un) && (un->full ? un->gather_hpz : un->sec_valid);
         const zero__group_t *g = in_group ? eng->hpz : un->grp;
-        const uint64_t wire = in_group ? un->padded_count / (size_t)eng->hpz->size * eng->ce
-                                       : zero__xfer_param_wire_bytes(eng, un);
+        const uint64_t wire =
+            in_group ? zero__hpz_count(eng, un) * eng->ce : zero__xfer_param_wire_bytes(eng, un);
         eng->xfer.gather_bytes +=
             zero__xfer_bytes(g, ZERO_COLL_ALL_GATHER, wire, ZERO_DTYPE_UINT8, 0);
         eng->xfer.gather_inter_bytes +=
@@ -304,7 +308,7 @@ const void *zero_unit_fetch(zero_engine_t *eng, int u) {
         }
         if (zero__hpz_unit(eng, un) && !un->sec_valid) {
             /* hpZ: the step's first gather of the unit: keep this rank's slice over its group */
-            const size_t H = un->padded_count / (size_t)eng->hpz->size;
+            const size_t H = zero__hpz_count(eng, un);
             memcpy(un->sec, zero__elem(un->full, (size_t)eng->hpz->rank * H, eng->ce), H * eng->ce);
             un->sec_valid = 1;
         }

@@ -171,7 +171,7 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
     /* hpZ: the secondary shard, P_u / h elements, for the whole run (filled at a step's first
      * gather of the unit) */
     if (zero__hpz_unit(eng, u)) {
-        u->sec = zero_mem_calloc(mem, ZERO_MEM_PARAMS, P / (size_t)eng->hpz->size * ce, 64);
+        u->sec = zero_mem_calloc(mem, ZERO_MEM_PARAMS, zero__hpz_count(eng, u) * ce, 64);
         if (!u->sec)
             return zero__error(ZERO_ERR_OUT_OF_MEMORY,
                                "engine: out of memory for the hpZ secondary shard of unit '%s'",

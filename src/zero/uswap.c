@@ -175,7 +175,6 @@ static zero_status_t uswap_map(zero__uswap_t *us, int u, int read, void **ptr) {
                                us->kind, us->slot_count, us->eng->units[u].name);
         if ((st = evict(us, s))) return st;
         s->unit = u;
-        s->ahead = 0;
         if (read &&
             (st = zero__aio_read_post(us->files[u], s->buf, unit_bytes(us, u), 0, &s->req))) {
             s->unit = -1;

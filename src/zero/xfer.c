@@ -261,8 +261,7 @@ static void theory(const zero_engine_t *eng, int inter, uint64_t out[ZERO_XFER_K
             ag += zero__xfer_bytes(u->grp, ZERO_COLL_ALL_GATHER,
                                    zero__xfer_param_wire_bytes(eng, u), ZERO_DTYPE_UINT8, inter) +
                   (2 * M - 1) * zero__xfer_bytes(eng->hpz, ZERO_COLL_ALL_GATHER,
-                                                 u->padded_count / (size_t)eng->hpz->size,
-                                                 eng->params.compute_dtype, inter);
+                                                 zero__hpz_count(eng, u), c, inter);
         else if (pol.shard_params && !u->persistent)
             ag += 2 * M *
                   zero__xfer_bytes(u->grp, ZERO_COLL_ALL_GATHER,
