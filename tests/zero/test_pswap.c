@@ -319,15 +319,23 @@ static void resume(const char *dir, zero_dtype_t dt) {
     CHECK(swap_files_in(dir) == 0, "resume: swap files left");
 }
 
+/* An engine of case c (on comm, NULL: one rank) with the toy units, trained steps [0, steps). */
+static zero_status_t trained(const pcase_t *c, zero_comm_t *comm, int rank, int steps,
+                             zero_engine_t **eng) {
+    zero_engine_params_t p = params_of(c, comm);
+    *eng = NULL;
+    zero_status_t st = zero_engine_init(eng, &p);
+    if (!st) st = toy_add_units(*eng, sizes, UNITS);
+    if (!st) st = train(*eng, rank, 1, 0, steps);
+    return st;
+}
+
 /* A bit flipped in unit 1's parameter file after a step: the next fetch of it fails naming the
  * file and a checksum, and so does the step. */
 static void flipped_bit(const char *dir) {
     const pcase_t c = {1, 1, 0, ZERO_DTYPE_FP32, dir};
-    zero_engine_params_t p = params_of(&c, NULL);
     zero_engine_t *eng = NULL;
-    zero_status_t st = zero_engine_init(&eng, &p);
-    if (!st) st = toy_add_units(eng, sizes, UNITS);
-    if (!st) st = train(eng, 0, 1, 0, 1);
+    zero_status_t st = trained(&c, NULL, 0, 1, &eng);
     CHECK(st == ZERO_OK, "flip: training before the flip: %s", zero_last_error());
     char path[1400];
     snprintf(path, sizeof path, "%s/zero-%ld-r0-u1.param.swp", dir, (long)getpid());
@@ -347,11 +355,8 @@ static void flipped_bit(const char *dir) {
  * the file and the unit, and the engine refuses to go on. */
 static void flipped_grad_bit(const char *dir) {
     const pcase_t c = {1, 2, 1, ZERO_DTYPE_FP32, dir};
-    zero_engine_params_t p = params_of(&c, NULL);
     zero_engine_t *eng = NULL;
-    zero_status_t st = zero_engine_init(&eng, &p);
-    if (!st) st = toy_add_units(eng, sizes, UNITS);
-    if (!st) st = train(eng, 0, 1, 0, 1);
+    zero_status_t st = trained(&c, NULL, 0, 1, &eng);
     if (!st) st = micro_step(eng, 0, 1, 0);
     CHECK(st == ZERO_OK, "grad flip: training before the flip: %s", zero_last_error());
     char path[1400];
@@ -376,13 +381,8 @@ static void flipped_grad_bit(const char *dir) {
  * backward (found when its buffer is taken again). */
 static void injected_fault(const char *dir, int grads, zero__aio_fault_t fault, int u) {
     const pcase_t c = {1, 2, 1, ZERO_DTYPE_FP32, dir};
-    zero_engine_params_t p = params_of(&c, NULL);
     zero_engine_t *eng = NULL;
-    zero_status_t st = zero_engine_init(&eng, &p);
-    if (!st) st = toy_add_units(eng, sizes, UNITS);
-    if (!st) st = train(eng, 0, 1, 0, 2);
-    uint64_t before = 0;
-    if (!st) st = zero_engine_fingerprint(eng, &before);
+    zero_status_t st = trained(&c, NULL, 0, 2, &eng);
     CHECK(st == ZERO_OK, "fault %d/%d: training before it: %s", grads, (int)fault,
           zero_last_error());
     zero__aio_file_t *f = st ? NULL : zero__uswap_file(eng, grads, u);
@@ -419,11 +419,8 @@ static void flip_rank(zero_comm_t *comm, void *argp) {
     flip_arg_t *a = argp;
     const int rank = zero_comm_rank(comm);
     const pcase_t c = {1, 2, a->inject, ZERO_DTYPE_FP32, a->dir};
-    zero_engine_params_t p = params_of(&c, comm);
     zero_engine_t *eng = NULL;
-    zero_status_t st = zero_engine_init(&eng, &p);
-    if (!st) st = toy_add_units(eng, sizes, UNITS);
-    if (!st) st = train(eng, rank, 1, 0, 1);
+    zero_status_t st = trained(&c, comm, rank, 1, &eng);
     if (!st && rank == 1 && a->inject) {
         zero__aio_file_t *f = zero__uswap_file(eng, 1, 3);
         if (f)
