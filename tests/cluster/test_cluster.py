@@ -239,14 +239,23 @@ def case_linkdown(cluster, zero, tmp):
         print("error lines after (s): " + ", ".join(f"rank {r} {t:.1f}" for r, t in sorted(seen.items())))
         check(len(seen) == 4 and max(seen.values()) <= TIMEOUT_S + ERR_SLACK_S,
               f"every rank's error within {TIMEOUT_S} + {ERR_SLACK_S} s of the link going down")
+        # The hierarchical all-gather crosses hosts between same-local-index ranks, then goes
+        # around inside each host: a rank may be left waiting for a rank of its own host that
+        # waits for the other host. So each rank names ranks other than itself, and on each
+        # host at least one rank names the other host.
+        named_by = {}
         for r in range(4):
             lines = [ln for ln in errs[r].splitlines() if "training failed" in ln]
-            other = (2, 3) if r < 2 else (0, 1)
             named = re.search(r"rank\(s\) ([0-9, ]+)", lines[0]) if lines else None
-            ranks = {int(x) for x in named.group(1).split(",")} if named else set()
-            check(bool(lines) and bool(ranks) and ranks <= set(other),
-                  f"rank {r}: an error naming the unreachable rank(s) {ranks or '-'} "
-                  f"(expected some of {other}): {lines[0] if lines else errs[r].strip()[-300:]}")
+            named_by[r] = {int(x) for x in named.group(1).split(",")} if named else set()
+            check(bool(lines) and bool(named_by[r]) and r not in named_by[r]
+                  and named_by[r] <= {0, 1, 2, 3},
+                  f"rank {r}: an error naming the rank(s) it waited for "
+                  f"{named_by[r] or '-'}: {lines[0] if lines else errs[r].strip()[-300:]}")
+        for host, mine, other in ((0, (0, 1), {2, 3}), (1, (2, 3), {0, 1})):
+            check(any(named_by[r] & other for r in mine),
+                  f"host {host}: a rank names the other host's rank(s) {sorted(other)} "
+                  f"(named: {[sorted(named_by[r]) for r in mine]})")
         left = rank_processes(zero)
         check(not left, f"every rank process ended within {TIMEOUT_S} + {SLACK_S} s of the link "
               f"going down (after {elapsed:.1f} s; left: {left})")
