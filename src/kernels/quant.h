@@ -1,5 +1,5 @@
-/* quant.h — blockwise symmetric int8 quantization with fp32 scales (ZeRO++ qwZ's wire format),
- * quant.c.
+/* quant.h — blockwise symmetric int8 quantization with fp32 scales (ZeRO++ qwZ's wire format)
+ * and its int4 sibling (ZeRO++ qgZ's), quant.c.
  *
  * n elements are cut into blocks of ZERO__Q8_BLOCK (the last one may be shorter: any n >= 0
  * works, no divisibility is required). A block's scale is s = max|x| / 127 (rounded to fp32);
@@ -14,7 +14,16 @@
  *     non-finite value never comes back finite (nor does its block pretend to be intact).
  * Wire layout of zero__q8_bytes(n) bytes: the ceil(n / ZERO__Q8_BLOCK) fp32 scales, then the n
  * int8 values. Results are bitwise independent of `threads`.
- * Not here: who sends it (src/zero/xfer.c).
+ *
+ * int4 (ZERO__Q4_*): the same blocks of 256 with s = max|x| / 7 and q in [-7, 7], the same
+ * rounding, bound (|x - q s| <= s / 2 up to the fp32 rounding) and edge cases (zeros, the
+ * underflow to 2^-149, a non-finite block all NaN). Two values a byte: element 2i in the low
+ * nibble of byte i, 2i + 1 in the high one, each q as 4-bit two's complement (an odd n leaves
+ * the last high nibble 0). Wire layout of zero__q4_bytes(n) bytes: the ceil(n / 256) fp32
+ * scales, then ceil(n / 2) bytes; read and written with memcpy, so no alignment is needed.
+ * Dequantized into fp32 (or a 16-bit dtype), or added into an fp32 accumulator (acc += q s,
+ * the product rounded to fp32 first): the fixed-order sums of qgZ (src/zero/qgz.c).
+ * Not here: who sends it (src/zero/xfer.c, src/zero/qgz.c).
  */
 #ifndef ZERO_KERNELS_QUANT_H
 #define ZERO_KERNELS_QUANT_H
@@ -34,5 +43,18 @@ static inline size_t zero__q8_bytes(size_t n) { return 4 * zero__q8_blocks(n) + 
 void zero__q8_quantize(void *out, const void *x, zero_dtype_t dt, size_t n, int threads);
 /* y (n elements of dt) <- in (zero__q8_bytes(n) bytes, 4-byte aligned), as quantized above. */
 void zero__q8_dequantize(void *y, zero_dtype_t dt, const void *in, size_t n, int threads);
+
+#define ZERO__Q4_BLOCK 256
+
+static inline size_t zero__q4_blocks(size_t n) { return (n + ZERO__Q4_BLOCK - 1) / ZERO__Q4_BLOCK; }
+/* Bytes of n int4 elements: 4 per block plus one per two elements. */
+static inline size_t zero__q4_bytes(size_t n) { return 4 * zero__q4_blocks(n) + (n + 1) / 2; }
+
+/* out (zero__q4_bytes(n) bytes) <- x (n elements of dt: fp32, bf16 or fp16). */
+void zero__q4_quantize(void *out, const void *x, zero_dtype_t dt, size_t n, int threads);
+/* y (n elements of dt) <- in (zero__q4_bytes(n) bytes). */
+void zero__q4_dequantize(void *y, zero_dtype_t dt, const void *in, size_t n, int threads);
+/* acc[i] += q_i s_i (fp32, n elements) from in (zero__q4_bytes(n) bytes). */
+void zero__q4_dequantize_add(float *acc, const void *in, size_t n, int threads);
 
 #endif /* ZERO_KERNELS_QUANT_H */

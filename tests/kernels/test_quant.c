@@ -1,4 +1,5 @@
-/* test_quant.c — the blockwise int8 quantization of ZeRO++ qwZ (src/kernels/quant.c).
+/* test_quant.c — the blockwise int8 quantization of ZeRO++ qwZ and the int4 one of qgZ
+ * (src/kernels/quant.c).
  *
  * Oracles: (1) bitwise, a naive scalar quantizer and dequantizer written here from the format's
  * definition (quant.h: per block of 256, s = max|x| / 127, q = rint(x / s) clamped to
@@ -10,6 +11,11 @@
  * NaN and never a finite value, blocks too small for max / 127 to be a normal number come back
  * exactly. Sizes 1, 7, 255, 256, 257, 1000003 (short last blocks, across the threading
  * threshold); fp32, bf16, fp16; 1 and 2 threads (the bits must not change).
+ * int4 the same way (s = max|x| / 7, q in [-7, 7]): the wire bytes bitwise against a naive
+ * quantizer and a packing written from the format (element 2i in the low nibble of byte i), the
+ * values read back nibble by nibble, dequantize and dequantize-add against q s, the bound
+ * |x - q s| <= s / 2, sizes 0, 1, 2, 3, 255 .. 257, 511, 1000, 1000003, 1e6 + 3 (odd, short and
+ * empty blocks), the same edge cases.
  */
 #include "check.h"
 #include "core/core_internal.h"
@@ -208,9 +214,189 @@ static void edge_blocks(void) {
     free(y);
 }
 
+/* ------------------------------------------------------------------------------ int4 */
+
+/* The naive int4 reference: scales (nb) and q (n, in [-7, 7]) of the n values x. */
+static void ref_quantize4(float *scales, int8_t *q, const float *x, size_t n) {
+    for (size_t b = 0; b * 256 < n; b++) {
+        size_t lo = b * 256, hi = lo + 256 < n ? lo + 256 : n;
+        float amax = 0.0f;
+        int finite = 1;
+        for (size_t i = lo; i < hi; i++) {
+            if (!isfinite(x[i])) finite = 0;
+            if (fabsf(x[i]) > amax) amax = fabsf(x[i]);
+        }
+        float s = !finite ? NAN : amax == 0.0f ? 0.0f : amax / 7.0f;
+        if (finite && amax > 0.0f && s == 0.0f) s = FLT_TRUE_MIN;
+        scales[b] = s;
+        for (size_t i = lo; i < hi; i++) {
+            float v = s > 0.0f ? nearbyintf(x[i] / s) : 0.0f;
+            if (v > 7.0f) v = 7.0f;
+            if (v < -7.0f) v = -7.0f;
+            q[i] = (int8_t)v;
+        }
+    }
+}
+
+/* Element i's value on the wire (nibble i % 2 of byte i / 2 after the scales, sign-extended). */
+static int wire_q4(const unsigned char *wire, size_t nb, size_t i) {
+    const unsigned byte = wire[4 * nb + i / 2];
+    const int v = (int)(i % 2 ? byte >> 4 : byte & 15u);
+    return v >= 8 ? v - 16 : v;
+}
+
+/* Quantize x (n values of dt), compare with the reference bitwise (scales, packed bytes, read
+ * back values), dequantize (into dt, and added into an fp32 accumulator) against q s, check the
+ * bound. Returns the wire bytes. */
+static unsigned char *round_trip4(const char *what, const void *x, zero_dtype_t dt, size_t n,
+                                  int threads, void *y) {
+    const size_t nb = (n + 255) / 256, bytes = 4 * nb + (n + 1) / 2;
+    CHECK(zero__q4_blocks(n) == nb && zero__q4_bytes(n) == bytes,
+          "%s: n=%zu: %zu int4 bytes on the wire (expected 4 x %zu + %zu)", what, n,
+          zero__q4_bytes(n), nb, (n + 1) / 2);
+    unsigned char *wire = xmalloc(bytes + 1);
+    wire[bytes] = 0xa5; /* a guard: the kernel writes exactly `bytes` */
+    zero__q4_quantize(wire, x, dt, n, threads);
+    CHECK(wire[bytes] == 0xa5, "%s: n=%zu: int4 quantize wrote past its %zu bytes", what, n, bytes);
+    float *xf = xmalloc(n * sizeof *xf), *rs = xmalloc(nb * sizeof *rs);
+    int8_t *rq = xmalloc(n + 1);
+    for (size_t i = 0; i < n; i++) xf[i] = load(x, i, dt);
+    ref_quantize4(rs, rq, xf, n);
+    /* the reference's bytes, packed from the format's definition */
+    unsigned char *rw = xmalloc(bytes);
+    memcpy(rw, rs, 4 * nb);
+    for (size_t j = 0; j < (n + 1) / 2; j++) {
+        const unsigned lo = (unsigned)(rq[2 * j] & 15);
+        const unsigned hi = 2 * j + 1 < n ? (unsigned)(rq[2 * j + 1] & 15) : 0u;
+        rw[4 * nb + j] = (unsigned char)(lo | hi << 4);
+    }
+    size_t bad_q = 0;
+    for (size_t i = 0; i < n; i++) bad_q += wire_q4(wire, nb, i) != rq[i];
+    CHECK(!memcmp(wire, rw, bytes) && !bad_q,
+          "%s: %s n=%zu threads=%d: int4 wire differs from the naive reference (%zu values)", what,
+          zero_dtype_name(dt), n, threads, bad_q);
+    zero__q4_dequantize(y, dt, wire, n, threads);
+    float *acc = xmalloc(n * sizeof *acc);
+    for (size_t i = 0; i < n; i++) acc[i] = (float)(i % 5) * 0.25f;
+    zero__q4_dequantize_add(acc, wire, n, threads);
+    size_t bad_y = 0, bad_add = 0, bad_bound = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float s = rs[i / 256], qs = (float)rq[i] * s;
+        const float want = in_dtype(qs, dt), got = load(y, i, dt);
+        if (memcmp(&want, &got, 4) && !(isnan(want) && isnan(got))) bad_y++;
+        const float want_add = (float)(i % 5) * 0.25f + qs;
+        if (memcmp(&want_add, &acc[i], 4) && !(isnan(want_add) && isnan(acc[i]))) bad_add++;
+        if (isfinite(s)) {
+            const double ulp = dt == ZERO_DTYPE_FP32   ? 0x1p-24
+                               : dt == ZERO_DTYPE_BF16 ? 0x1p-8
+                                                       : 0x1p-11;
+            const double tol = s / 2.0 * (1.0 + 0x1p-20) + fabs(xf[i]) * (0x1p-22 + ulp) + s * ulp +
+                               (dt == ZERO_DTYPE_FP16 ? 0x1p-24 : FLT_TRUE_MIN);
+            if (!(fabs((double)got - (double)xf[i]) <= tol)) bad_bound++;
+        }
+    }
+    CHECK(!bad_y, "%s: %s n=%zu threads=%d: %zu int4 dequantized values are not q x scale", what,
+          zero_dtype_name(dt), n, threads, bad_y);
+    CHECK(!bad_add, "%s: n=%zu threads=%d: %zu int4 dequantize-adds are not acc + q x scale", what,
+          n, threads, bad_add);
+    CHECK(!bad_bound, "%s: %s n=%zu threads=%d: %zu int4 values off by more than scale / 2", what,
+          zero_dtype_name(dt), n, threads, bad_bound);
+    free(acc);
+    free(rw);
+    free(xf);
+    free(rs);
+    free(rq);
+    return wire;
+}
+
+static void q4_sizes_and_threads(void) {
+    const size_t sizes[] = {0, 1, 2, 3, 7, 255, 256, 257, 511, 1000, 1000003, 1000000 + 3};
+    for (size_t d = 0; d < ZERO_ARRAY_LEN(dtypes); d++)
+        for (size_t k = 0; k < ZERO_ARRAY_LEN(sizes); k++) {
+            const zero_dtype_t dt = dtypes[d];
+            const size_t n = sizes[k], es = zero_dtype_size(dt);
+            void *x = xmalloc(n * es), *y1 = xmalloc(n * es), *y2 = xmalloc(n * es);
+            for (size_t i = 0; i < n; i++) {
+                float mag = (i / 300) % 3 == 0 ? 1.0f : (i / 300) % 3 == 1 ? 0.02f : 3e-5f;
+                store(x, i, frand() * mag, dt);
+            }
+            unsigned char *w1 = round_trip4("random", x, dt, n, 1, y1);
+            unsigned char *w2 = round_trip4("random", x, dt, n, 2, y2);
+            CHECK(!memcmp(w1, w2, zero__q4_bytes(n)) && !memcmp(y1, y2, n * es),
+                  "int4 %s n=%zu: 1 and 2 threads give different bits", zero_dtype_name(dt), n);
+            free(w1);
+            free(w2);
+            free(x);
+            free(y1);
+            free(y2);
+        }
+}
+
+/* Multiples k s (|k| <= 7) of a block whose max is 7 s, s a power of two: bitwise back. */
+static void q4_exact_multiples(void) {
+    for (int e = -20; e <= 20; e += 5) {
+        const size_t n = 701;
+        const float s = ldexpf(1.0f, e);
+        float *x = xmalloc(n * sizeof *x), *y = xmalloc(n * sizeof *y);
+        for (size_t i = 0; i < n; i++) x[i] = (float)((int)(i * 37 % 15) - 7) * s;
+        for (size_t b = 0; b * 256 < n; b++) x[b * 256] = (b % 2 ? -7.0f : 7.0f) * s;
+        free(round_trip4("multiples", x, ZERO_DTYPE_FP32, n, 1, y));
+        CHECK(!memcmp(x, y, n * sizeof *x), "int4 multiples of 2^%d: not bitwise back", e);
+        free(x);
+        free(y);
+    }
+}
+
+static void q4_edge_blocks(void) {
+    const size_t n = 1001; /* blocks 0..3, the last one 233 long */
+    float *x = xmalloc(n * sizeof *x), *y = xmalloc(n * sizeof *y);
+    for (size_t i = 0; i < n; i++) x[i] = frand();
+    for (size_t i = 256; i < 512; i++) x[i] = (i % 2) ? -0.0f : 0.0f;
+    for (size_t i = 512; i < 768; i++) x[i] = (float)((int)(i % 9) - 4) * FLT_TRUE_MIN;
+    x[1000] = NAN; /* block 3, its last (odd) element */
+    unsigned char *w = round_trip4("edges", x, ZERO_DTYPE_FP32, n, 1, y);
+    float sc[4];
+    memcpy(sc, w, sizeof sc);
+    int zeros = 1, tiny = 1, nans = 1, finite0 = 1;
+    for (size_t i = 256; i < 512; i++) zeros &= y[i] == 0.0f;
+    for (size_t i = 512; i < 768; i++) tiny &= y[i] == x[i];
+    for (size_t i = 768; i < n; i++) nans &= isnan(y[i]);
+    for (size_t i = 0; i < 256; i++) finite0 &= isfinite(y[i]);
+    CHECK(sc[1] == 0.0f && zeros, "int4 zero block: scale %g, zeros back: %d", (double)sc[1],
+          zeros);
+    CHECK(sc[2] == FLT_TRUE_MIN && tiny, "int4 tiny block: scale %g, not exact back",
+          (double)sc[2]);
+    CHECK(isnan(sc[3]) && nans, "int4 block with a NaN: scale %g, every element NaN: %d",
+          (double)sc[3], nans);
+    CHECK(finite0, "int4: the blocks beside a non-finite one stay finite");
+    free(w);
+    const float specials[] = {NAN, -INFINITY, INFINITY};
+    for (size_t d = 0; d < ZERO_ARRAY_LEN(dtypes); d++)
+        for (size_t k = 0; k < ZERO_ARRAY_LEN(specials); k++) {
+            const zero_dtype_t dt = dtypes[d];
+            const size_t es = zero_dtype_size(dt), m = 257;
+            void *xs = xmalloc(m * es), *ys = xmalloc(m * es);
+            for (size_t i = 0; i < m; i++) store(xs, i, 0.5f, dt);
+            store(xs, 3, specials[k], dt);
+            store(xs, 256, specials[k], dt);
+            free(round_trip4("non-finite", xs, dt, m, 1, ys));
+            int all_nan = 1;
+            for (size_t i = 0; i < m; i++) all_nan &= isnan(load(ys, i, dt));
+            CHECK(all_nan, "int4 %s %g: a non-finite value's block must come back NaN",
+                  zero_dtype_name(dt), (double)specials[k]);
+            free(xs);
+            free(ys);
+        }
+    free(x);
+    free(y);
+}
+
 int main(void) {
     sizes_and_threads();
     exact_multiples();
     edge_blocks();
+    q4_sizes_and_threads();
+    q4_exact_multiples();
+    q4_edge_blocks();
     return check_report();
 }
