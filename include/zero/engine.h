@@ -217,6 +217,29 @@ typedef struct zero_engine_params {
      * Applies to units sharded over the world (not those of another partition group) and not
      * with offload_param nvme (ZERO_ERR_CONFIG). */
     int hpz_partition_size;
+    /* zero_optimization.zero_quantized_gradients (ZeRO++ qgZ; default 0). Every stage's gradient
+     * reduce-scatter of the units sharded over the world (not another partition group's) is
+     * carried as blockwise symmetric int4 (one fp32 scale per 256 elements of each unit's shard)
+     * in two all-to-alls: inside the node, where the node's contributions to each destination
+     * are summed in fp32 and re-quantized, then between the nodes' ranks of one local index
+     * (src/zero/qgz.h; on one node, or nodes that are not equal runs of consecutive ranks, one
+     * all-to-all over all ranks). The result has the plain reduce-scatter's contract: the sum
+     * over ranks into the accumulator, the step taking the mean (1 / (world x micro-steps)) as
+     * always, so only the wire is quantized: master weights, optimizer, checkpoints are as
+     * without it. Error per element of the sum: at most half the int4 scale (max|x| / 7 of its
+     * 256-element block) of every rank's contribution plus half that of every node's partial.
+     * A block holding inf or NaN arrives as NaN (the step's overflow check sees it). With one
+     * rank it changes nothing. */
+    int quantized_gradients;
+    /* zero_optimization.zeropp_loco_param (LoCo error feedback for qgZ; loco = 0: off, DeepSpeed's
+     * null). Each rank keeps, per unit sharded over the world, an fp32 buffer of its full
+     * gradient's size (P_u elements, ZERO_MEM_GRADS): e = err_beta e + (1 - err_beta) (g' - Q(g'))
+     * where g' = g + e is what it quantizes and sends instead of g. Reset to zero every reset_T
+     * optimizer steps, on a skipped (inf/NaN) step and at resume (not checkpointed, as in
+     * DeepSpeed). Needs quantized_gradients. err_beta in [0, 1), reset_T >= 1. */
+    int loco;
+    float loco_err_beta; /* default 0.8 */
+    int loco_reset_t;    /* default 1024 */
     /* Offload of the optimizer's states, the elements of one swapped sub-group
      * (zero_optimization.sub_group_size, DeepSpeed's 1e9; rounded down to a multiple of 1024,
      * capped by the largest unit) and the swap files' I/O. */
@@ -461,12 +484,19 @@ ZERO_API zero_status_t zero_engine_check_replicas(zero_engine_t *eng);
  *           gathered (held or prefetched) at the same time so far. The pool lends a buffer of
  *           exactly a unit's padded size to each gather and takes it back at release; it frees
  *           them only in zero_engine_free. gather_pool_bytes reports it, gather_pool_idle_bytes
- *           the part not lent now (the rest are the units gathered now).
+ *           the part not lent now (the rest are the units gathered now). With
+ *           quantized_gradients (qgZ) each slot also keeps the int4 reduce-scatter's scratch
+ *           for the largest call it carried, of B elements and W = sum_u (4 ceil(S_u / 256) +
+ *           ceil(S_u / 2)) wire bytes over its units: 2 N W + 2 M_n W (M_n nodes; 0 on one
+ *           node) + 4B, each part rounded up to 64 bytes.
  * Communication (bytes SENT by this rank in the last completed optimizer step, every collective
  * the engine issued), by kind beside the theory of src/zero/xfer.c (zero__xfer_theory): with
  * N = world, M = micro-steps of the step, S = P / N, c and a as above:
  *   grads    (N-1) cS per micro-step (the reduce-scatters) + stage 0: (N-1) aS (the reduced
- *            gradient all-gathered)
+ *            gradient all-gathered). With quantized_gradients (qgZ) on M_n nodes of L ranks
+ *            each, a unit's reduction sends (L-1) M_n W_u inside its node and (M_n-1) W_u to
+ *            other nodes, W_u = 4 ceil(S_u / 256) + ceil(S_u / 2): (N-1) W_u in all, 0.129x the
+ *            flat reduce-scatter's bytes in fp32, 0.258x in bf16
  *   params   stage 3: (N-1) c S_u per fetch window of each non-persistent unit u (a fetch with
  *            u not held: twice per micro-step for a forward + backward use) + (N-1) c S_pers
  *            (persistent units gathered after the step); stages 1-2: (N-1) cS (after the step).

@@ -170,6 +170,23 @@ static const cfg_key_t keys[] = {
      "step's first all-gather of the unit, and the later gathers of the step (backward, later "
      "micro-steps) stay inside the group; must divide the world size; 1 = off; bitwise the "
      "results of plain stage 3; not with offload_param nvme"},
+    {"zero_optimization.zero_quantized_gradients", K_BOOL, OFF(quantized_gradients), 0, 0, 1, NULL,
+     NULL, NULL,
+     "ZeRO++ qgZ, every stage: the gradient reduce-scatter carries blockwise int4 (an fp32 scale "
+     "per 256 elements) in two all-to-alls, inside each node (partials summed in fp32 and "
+     "re-quantized) then between nodes; about 1/8 of fp32's bytes to other nodes; the step takes "
+     "the mean over all ranks as without it; only the wire is quantized (master weights, "
+     "optimizer, checkpoints unchanged)"},
+    {"zero_optimization.zeropp_loco_param.err_beta", K_FLOAT, OFF(loco_err_beta), 0.8, 0, 0.999999,
+     NULL, NULL, NULL,
+     "LoCo error feedback for qgZ (giving zeropp_loco_param, or either of its keys, turns it on; "
+     "null: off): each rank adds its last quantization error to the next gradient it sends, "
+     "error = err_beta error + (1 - err_beta) (sent - quantized); an fp32 buffer of the full "
+     "gradient per rank; needs zero_quantized_gradients"},
+    {"zero_optimization.zeropp_loco_param.reset_T", K_INT, OFF(loco_reset_t), 1024, 1, INT_MAX,
+     NULL, NULL, NULL,
+     "LoCo: the error buffers are zeroed every reset_T optimizer steps (and after a skipped step "
+     "and at resume: not checkpointed)"},
     {"zero_optimization.sub_group_size", K_I64, OFF(sub_group_elems), 1e9, 1, I64_MAX, NULL, NULL,
      NULL,
      "optimizer states on NVMe are streamed through the step in sub-groups of this many elements "
@@ -425,8 +442,6 @@ static const ds_key_t ds_keys[] = {
      "a resume restores the fp32 master weights from the checkpoint"},
     {ZO "zero_quantized_nontrainable_weights", DS_SAME, "false",
      "every parameter is trained, in the compute dtype"},
-    {ZO "zero_quantized_gradients", DS_SAME, "false", "ZeRO++ qgZ is planned"},
-    {ZO "zeropp_loco_param", DS_SAME, "null", "ZeRO++ qgZ is planned"},
     {ZO "mics_shard_size", DS_SAME, "-1", "parameters are sharded over all ranks (no MiCS)"},
     {ZO "mics_hierarchical_params_gather", DS_SAME, "false", "no MiCS"},
     {ZO "memory_efficient_linear", DS_NOOP, NULL,
@@ -789,6 +804,8 @@ static zero_status_t walk(zero_train_config_t *cfg, const cJSON *obj, const char
         } else if (cJSON_IsObject(it) && is_section(path)) {
             zero_status_t st = walk(cfg, it, path, src);
             if (st) return st;
+        } else if (!strcmp(path, "zero_optimization.zeropp_loco_param") && cJSON_IsNull(it)) {
+            continue; /* DeepSpeed's "off" */
         } else if (!strcmp(path, "zero_optimization") && cJSON_IsBool(it)) {
             /* DeepSpeed's first releases (and some of its documentation examples) wrote
              * "zero_optimization": true for what is now stage 1. */
@@ -1245,6 +1262,11 @@ zero_status_t zero__train_config_engine_params(const zero_train_config_t *cfg,
     ep->max_live_elems = cfg->max_live_elems;
     ep->quantized_weights = cfg->quantized_weights;
     ep->hpz_partition_size = cfg->hpz_partition_size;
+    ep->quantized_gradients = cfg->quantized_gradients;
+    ep->loco = zero__train_config_is_set(cfg, "zero_optimization.zeropp_loco_param.err_beta") ||
+               zero__train_config_is_set(cfg, "zero_optimization.zeropp_loco_param.reset_T");
+    ep->loco_err_beta = cfg->loco_err_beta;
+    ep->loco_reset_t = cfg->loco_reset_t;
     zero_status_t st =
         offload_block("offload_optimizer", "swap files", cfg->offload_optimizer, cfg->nvme_path,
                       cfg->offload_buffer_count, &ep->offload_optimizer);

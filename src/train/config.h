@@ -64,6 +64,9 @@ typedef struct zero_train_config {
         max_reuse_distance_elems;
     int quantized_weights;                     /* zero_quantized_weights (ZeRO++ qwZ) */
     int hpz_partition_size;                    /* zero_hpz_partition_size (ZeRO++ hpZ) */
+    int quantized_gradients;                   /* zero_quantized_gradients (ZeRO++ qgZ) */
+    float loco_err_beta;                       /* zeropp_loco_param.err_beta (LoCo) */
+    int loco_reset_t;                          /* zeropp_loco_param.reset_T */
     int64_t sub_group_elems;                   /* sub_group_size */
     char offload_optimizer[16];                /* offload_optimizer.device: none|cpu|nvme */
     char nvme_path[ZERO_CONFIG_STR_MAX];       /* offload_optimizer.nvme_path */

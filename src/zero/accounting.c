@@ -127,15 +127,23 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
         eng->bucket_cap + eng->recv_cap + (eng->buckets[0].drecv ? eng->direct_recv_count : 0);
     out->gather_pool_bytes = zero__pool_bytes(&eng->pool, 0);
     out->gather_pool_idle_bytes = zero__pool_bytes(&eng->pool, 1);
-    /* + qwZ: the pool of quantized shards being sent (one per gather in flight, kept) */
+    /* + qwZ: the pool of quantized shards being sent (one per gather in flight, kept); + qgZ:
+     * each slot's scratch, zero__qgz_scratch_bytes of the largest call it carried (kept) */
+    uint64_t qgz_scratch = 0;
+    for (int s = 0; s < ZERO__BUCKET_SLOTS; s++) qgz_scratch += eng->buckets[s].qscratch_bytes;
     out->memory_theory_bytes[ZERO_MEM_COMM] = (size_t)(ZERO__BUCKET_SLOTS * c * per_slot) +
                                               out->gather_pool_bytes +
-                                              zero__pool_bytes(&eng->qpool, 0);
+                                              zero__pool_bytes(&eng->qpool, 0) + qgz_scratch;
     /* Stage 2-3: the shard accumulator plus the pool of working buffers the model fills during
      * backward (4 sum_p p K_p, K_p the most units of padded size p holding gradients at once;
      * kept between steps so that backward does not map fresh memory for every unit). */
     out->grad_pool_bytes = zero__pool_bytes(&eng->grad_pool, 0);
-    const uint64_t grads_kept = pol.shard_grads ? a * S_acc : c * P + a * S_acc;
+    /* + LoCo: 4 P_u per unit of the world's int4 reductions, from the first reduction on */
+    uint64_t loco = 0;
+    for (int i = 0; eng->params.loco && eng->buckets_ready && i < eng->unit_count; i++)
+        if (zero__xfer_qgz_group(eng, eng->units[i].grp))
+            loco += 4 * (uint64_t)eng->units[i].padded_count;
+    const uint64_t grads_kept = (pol.shard_grads ? a * S_acc : c * P + a * S_acc) + loco;
     out->memory_theory_bytes[ZERO_MEM_GRADS] = (size_t)grads_kept + out->grad_pool_bytes;
     /* Optimizer states: Adam m and v, plus the separate fp32 master with 16-bit compute. */
     const uint64_t ob = eng->swap ? 0 : zero__optim_state_bytes(eng->lowp); /* per element */

@@ -32,6 +32,7 @@
 #include "engine_internal.h"
 
 #include "kernels/kernels.h"
+#include "kernels/quant.h"
 
 #include <string.h>
 
@@ -68,9 +69,17 @@ void *zero_unit_grads(zero_engine_t *eng, int u) {
 /* The slot's collective has landed (or failed): fold results into the accumulators, give lent
  * working buffers back (stages 2-3: to the pool; 0-1: zeroed for the next micro-step). */
 static zero_status_t wait_bucket(zero_engine_t *eng, zero__bucket_t *b) {
-    if (!b->req) return ZERO_OK;
-    zero_status_t st = zero__xfer_wait(b->req);
-    b->req = NULL;
+    if (!b->req && !b->qgz) return ZERO_OK;
+    zero_status_t st;
+    if (b->qgz) { /* ZeRO++ qgZ: finish the int4 exchanges and sums */
+        int done = 0;
+        st = zero__qgz_progress(&b->qop, 1, &done);
+        zero__qgz_op_clear(&b->qop);
+        b->qgz = 0;
+    } else {
+        st = zero__xfer_wait(b->req);
+        b->req = NULL;
+    }
     char msg[512] = "";
     if (st) snprintf(msg, sizeof msg, "%s", zero_last_error());
     const int first = b->entries[0].unit, last = b->entries[b->entry_count - 1].unit;
@@ -130,6 +139,17 @@ static zero_status_t alloc_buckets(zero_engine_t *eng) {
         un->direct = 2 * un->padded_count > cap;
         if (un->direct && un->shard_count > max_direct) max_direct = un->shard_count;
         if (!un->direct && un->grp->size < min_group) min_group = un->grp->size;
+    }
+    /* LoCo: an error buffer for every unit of the world's int4 reductions */
+    for (int i = 0; eng->params.loco && i < eng->unit_count; i++) {
+        zero__unit_t *un = &eng->units[i];
+        if (!zero__xfer_qgz_group(eng, un->grp) || un->loco) continue;
+        un->loco = zero_mem_calloc(eng->mem, ZERO_MEM_GRADS, un->padded_count * sizeof(float), 64);
+        if (!un->loco)
+            return zero__error(ZERO_ERR_OUT_OF_MEMORY,
+                               "engine: no memory for the LoCo error buffer of unit '%s' (%zu "
+                               "bytes)",
+                               un->name, un->padded_count * sizeof(float));
     }
     eng->bucket_cap = cap;
     eng->recv_cap = cap / (size_t)min_group;
@@ -191,6 +211,38 @@ static zero_status_t advance(zero_engine_t *eng) {
     return wait_bucket(eng, &eng->buckets[eng->bucket_cur]);
 }
 
+/* ZeRO++ qgZ: the bucket's reduction as int4 (its group is the world's), one segment per unit
+ * in packing order. */
+static zero_status_t post_qgz(zero_engine_t *eng, zero__bucket_t *b, const void *send, void *recv) {
+    if (b->entry_count > b->seg_cap) {
+        size_t *ns = realloc(b->segs, (size_t)b->entry_count * sizeof *ns);
+        if (!ns) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "engine: out of memory (bucket)");
+        b->segs = ns;
+        b->seg_cap = b->entry_count;
+    }
+    for (int k = 0; k < b->entry_count; k++)
+        b->segs[k] = eng->units[b->entries[k].unit].shard_count;
+    return zero__xfer_qgz_post(eng, b, send, recv, b->segs, b->entry_count);
+}
+
+/* Let the qgZ calls in flight go on without blocking, oldest first (a later call may start its
+ * cross-node exchange only after every earlier one has): a call whose node exchange has landed
+ * sums and re-quantizes its partials and posts its cross-node exchange now, while backward
+ * goes on, instead of when its slot is waited for. */
+static void poll_qgz(zero_engine_t *eng) {
+    for (;;) {
+        zero__bucket_t *next = NULL;
+        for (int s = 0; s < ZERO__BUCKET_SLOTS; s++) {
+            zero__bucket_t *b = &eng->buckets[s];
+            if (b->qgz && b->qop.state == 1 && (!next || b->seq < next->seq)) next = b;
+        }
+        if (!next) return;
+        int done = 0;
+        if (zero__qgz_progress(&next->qop, 0, &done)) return; /* the slot's wait reports it */
+        if (next->qop.state == 1) return;
+    }
+}
+
 /* Post the current bucket's reduce-scatter and move to the next slot (waiting for it). */
 static zero_status_t flush(zero_engine_t *eng) {
     zero__bucket_t *b = &eng->buckets[eng->bucket_cur];
@@ -203,8 +255,11 @@ static zero_status_t flush(zero_engine_t *eng) {
         for (int r = 1; r < b->grp->size; r++)
             memmove(zero__elem(b->send, (size_t)r * B, ce),
                     zero__elem(b->send, (size_t)r * stride, ce), B * ce);
-    zero_status_t st = zero__xfer_reduce_scatter(eng, b->grp, ZERO_XFER_GRADS, b->send, b->recv, B,
-                                                 eng->params.compute_dtype, &b->req);
+    zero_status_t st =
+        zero__xfer_qgz_group(eng, b->grp)
+            ? post_qgz(eng, b, b->send, b->recv)
+            : zero__xfer_reduce_scatter(eng, b->grp, ZERO_XFER_GRADS, b->send, b->recv, B,
+                                        eng->params.compute_dtype, &b->req);
     if (st) return post_fail(eng, b, st);
     return advance(eng);
 }
@@ -227,10 +282,51 @@ static zero_status_t post_direct(zero_engine_t *eng, zero__unit_t *un) {
     }
     if ((st = add_entry(b, e))) return st;
     b->grp = un->grp;
-    st = zero__xfer_reduce_scatter(eng, un->grp, ZERO_XFER_GRADS, un->work, recv, un->shard_count,
-                                   eng->params.compute_dtype, &b->req);
+    st = zero__xfer_qgz_group(eng, un->grp)
+             ? post_qgz(eng, b, un->work, recv)
+             : zero__xfer_reduce_scatter(eng, un->grp, ZERO_XFER_GRADS, un->work, recv,
+                                         un->shard_count, eng->params.compute_dtype, &b->req);
     if (st) return post_fail(eng, b, st);
     return advance(eng);
+}
+
+/* LoCo error feedback on unit un's working buffer before it is sent by qgZ: per destination
+ * block (the unit's shard S of every rank), per 256-element block of the int4 grid qgZ uses
+ * there, g' = g + e is what is sent (rounded into the compute dtype first: what qgZ reads) and
+ * e = err_beta e + (1 - err_beta) (g' - Q(g')), Q the int4 round trip of that block. */
+static void loco_apply(zero_engine_t *eng, zero__unit_t *un) {
+    if (eng->loco_reset) { /* every reset_T steps, after a skipped step, after a state write */
+        for (int i = 0; i < eng->unit_count; i++)
+            if (eng->units[i].loco)
+                memset(eng->units[i].loco, 0, eng->units[i].padded_count * sizeof(float));
+        eng->loco_reset = 0;
+    }
+    const float beta = eng->params.loco_err_beta;
+    const zero_dtype_t ct = eng->params.compute_dtype;
+    const size_t S = un->shard_count, N = (size_t)un->grp->size, ce = eng->ce;
+    float g[ZERO__Q4_BLOCK], d[ZERO__Q4_BLOCK];
+    unsigned char wire[4 + ZERO__Q4_BLOCK / 2];
+    for (size_t r = 0; r < N; r++) {
+        for (size_t lo = 0; lo < S; lo += ZERO__Q4_BLOCK) {
+            const size_t k = ZERO_MIN((size_t)ZERO__Q4_BLOCK, S - lo), base = r * S + lo;
+            float *e = un->loco + base;
+            void *w = zero__elem(un->work, base, ce);
+            if (ct == ZERO_DTYPE_FP32)
+                memcpy(g, w, k * sizeof(float));
+            else
+                zero__widen(g, w, k, ct);
+            for (size_t i = 0; i < k; i++) g[i] += e[i];
+            if (ct == ZERO_DTYPE_FP32) {
+                memcpy(w, g, k * sizeof(float));
+            } else {
+                zero__narrow(w, g, k, ct);
+                zero__widen(g, w, k, ct);
+            }
+            zero__q4_quantize(wire, g, ZERO_DTYPE_FP32, k, 1);
+            zero__q4_dequantize(d, ZERO_DTYPE_FP32, wire, k, 1);
+            for (size_t i = 0; i < k; i++) e[i] = beta * e[i] + (1.0f - beta) * (g[i] - d[i]);
+        }
+    }
 }
 
 /* Unit un's working buffer has been consumed (added into the accumulator or copied into a
@@ -254,13 +350,14 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
     }
     const size_t S = un->shard_count;
     const int N = un->grp->size;
-    const zero_dtype_t dt = eng->params.compute_dtype;
-    eng->xfer.rs_bytes += zero__xfer_bytes(un->grp, ZERO_COLL_REDUCE_SCATTER, S, dt, 0);
-    eng->xfer.rs_inter_bytes += zero__xfer_bytes(un->grp, ZERO_COLL_REDUCE_SCATTER, S, dt, 1);
+    eng->xfer.rs_bytes += zero__xfer_grad_bytes(eng, un->grp, S, 0);
+    eng->xfer.rs_inter_bytes += zero__xfer_grad_bytes(eng, un->grp, S, 1);
+    if (eng->qgz_on) poll_qgz(eng);
     if (eng->world > 1 && !eng->buckets_ready) {
         zero_status_t st = alloc_buckets(eng);
         if (st) return st;
     }
+    if (un->loco && N > 1) loco_apply(eng, un);
     if (N > 1 && un->direct) {
         zero_status_t st = post_direct(eng, un);
         if (st) return st;
@@ -351,7 +448,7 @@ zero_status_t zero__buckets_drain(zero_engine_t *eng) {
         zero__bucket_t *next = NULL;
         for (int s = 0; s < ZERO__BUCKET_SLOTS; s++) {
             zero__bucket_t *b = &eng->buckets[s];
-            if (b->req && (!next || b->seq < next->seq)) next = b;
+            if ((b->req || b->qgz) && (!next || b->seq < next->seq)) next = b;
         }
         if (!next) break;
         zero_status_t st2 = wait_bucket(eng, next);
@@ -364,6 +461,9 @@ void zero__buckets_free(zero_engine_t *eng) {
     for (int s = 0; s < ZERO__BUCKET_SLOTS; s++) {
         zero__bucket_t *b = &eng->buckets[s];
         if (b->req) (void)zero__xfer_wait(b->req);
+        zero__qgz_op_clear(&b->qop); /* waits for an exchange still in flight */
+        free(b->segs);
+        zero_mem_free(b->qscratch);
         zero_mem_free(b->send);
         zero_mem_free(b->recv);
         zero_mem_free(b->drecv);

@@ -90,6 +90,8 @@ zero_engine_params_t zero_engine_params_default(void) {
     p.persistence_threshold_elems = 100000;
     p.max_live_elems = 1000000000;
     p.hpz_partition_size = 1;
+    p.loco_err_beta = 0.8f;
+    p.loco_reset_t = 1024;
     p.offload_optimizer.device = ZERO_OFFLOAD_NONE;
     p.offload_optimizer.buffer_count = 4;
     p.offload_optimizer.pipeline_read = 1;
@@ -201,6 +203,21 @@ static zero_status_t check_params(const zero_engine_params_t *p) {
                            "%lld, stage3_max_live_parameters %lld: expected >= 0",
                            (long long)p->prefetch_bucket_elems,
                            (long long)p->persistence_threshold_elems, (long long)p->max_live_elems);
+    if (p->loco && !p->quantized_gradients)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "zero_optimization.zeropp_loco_param is set but "
+                           "zero_quantized_gradients is false (LoCo is error feedback for qgZ: "
+                           "expected zero_quantized_gradients true, or zeropp_loco_param null)");
+    if (p->loco && !(p->loco_err_beta >= 0.0f && p->loco_err_beta < 1.0f))
+        return zero__error(ZERO_ERR_CONFIG,
+                           "zero_optimization.zeropp_loco_param.err_beta %g is invalid "
+                           "(expected 0 <= err_beta < 1)",
+                           (double)p->loco_err_beta);
+    if (p->loco && p->loco_reset_t < 1)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "zero_optimization.zeropp_loco_param.reset_T %d is invalid (expected "
+                           ">= 1 optimizer steps)",
+                           p->loco_reset_t);
     zero_status_t st = zero__swap_check_params(p);
     if (!st) st = zero__pswap_check_params(p);
     if (!st && uses_swap_files(p)) {
@@ -302,6 +319,16 @@ zero_status_t zero_engine_init(zero_engine_t **out, const zero_engine_params_t *
                   "all-gathers; at stage %d it changes nothing (as in DeepSpeed)",
                   p.stage);
     if ((st = hpz_init(eng))) goto fail_groups;
+    if (p.quantized_gradients && eng->world > 1) {
+        /* ZeRO++ qgZ over the world: its node and cross-node communicators (collective) */
+        if ((st = zero__qgz_init(&eng->qgz, eng->groups[0].comm))) goto fail_groups;
+        eng->qgz_on = 1;
+        if (eng->rank == 0 && eng->qgz.M == 1 && zero_comm_node_count(eng->groups[0].comm) > 1)
+            zero__log(ZERO_LOG_INFO, eng->rank, eng->world,
+                      "zero_quantized_gradients: the nodes are not equal runs of consecutive "
+                      "ranks, so the int4 reduce-scatter is one all-to-all over all %d ranks",
+                      eng->world);
+    }
     if ((st = io_init(eng))) goto fail_groups;
     if ((st = zero__swap_init(eng))) goto fail_io;
     if (eng->swap) eng->residency = zero__swap_residency(eng);
@@ -322,6 +349,7 @@ zero_status_t zero_engine_init(zero_engine_t **out, const zero_engine_params_t *
 fail_io:
     zero__aio_free(eng->aio);
 fail_groups:
+    zero__qgz_free(&eng->qgz);
     zero__xfer_groups_free(eng);
 fail_mem:
     zero_mem_free(eng->scratch);
@@ -363,6 +391,7 @@ void zero_engine_free(zero_engine_t *eng) {
     free(eng->events);
     free(eng->ref_fetches);
     free(eng->prev_fetches);
+    zero__qgz_free(&eng->qgz);
     zero__xfer_groups_free(eng);
     zero_mem_free(eng->scratch);
     if (eng->owns_mem) zero_mem_free_domain(eng->mem);

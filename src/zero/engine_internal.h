@@ -34,6 +34,7 @@
 #include "core/core_internal.h"
 #include "io/aio.h"
 #include "optim/adamw.h"
+#include "qgz.h"
 
 #include <stdint.h>
 
@@ -91,6 +92,9 @@ typedef struct zero__unit {
      * full is the in-group one from sec. */
     void *sec;
     int sec_valid, gather_hpz;
+    /* LoCo (loco with qgZ, units of the world): this rank's error feedback, P_u fp32 elements
+     * (ZERO_MEM_GRADS), allocated with the reduce buckets; added to the next gradient sent. */
+    float *loco;
 
     /* Gradients. work: P_u compute-dtype elements, the model's micro-step buffer (stages 0-1:
      * always, owned; 2-3: lent by the gradient pool between zero_unit_grads and
@@ -145,6 +149,15 @@ typedef struct zero__bucket {
     int entry_count, entry_cap;
     zero_comm_request_t *req; /* reduce-scatter in flight */
     uint64_t seq;             /* posting order */
+    /* ZeRO++ qgZ: the int4 reduce-scatter in flight instead of req (qgz set), its segments
+     * (the units' shard sizes, seg_cap allocated) and its scratch (ZERO_MEM_COMM, grown to the
+     * largest call the slot has carried and kept). */
+    int qgz;
+    zero__qgz_op_t qop;
+    size_t *segs;
+    int seg_cap;
+    void *qscratch;
+    size_t qscratch_bytes;
 } zero__bucket_t;
 
 /* The stage as a policy: what is sharded and how gradients and parameters move, decided once
@@ -201,7 +214,12 @@ struct zero_engine {
     int group_count;
     int world, rank;          /* groups[0]'s size and rank */
     const zero__group_t *hpz; /* ZeRO++ hpZ: this rank's group of h ranks; NULL when off */
-    zero_status_t failure;    /* sticky: the first collective failure */
+    /* ZeRO++ qgZ (quantized_gradients, world > 1): the hierarchy of the world's int4
+     * reduce-scatter (its two communicators); qgz_on when in use (for group 0's units). */
+    zero__qgz_t qgz;
+    int qgz_on;
+    int loco_reset;        /* LoCo: zero the error buffers before their next use */
+    zero_status_t failure; /* sticky: the first collective failure */
     char failure_msg[1024];
     /* world > 1: the first swap-file read that failed at a fetch (offload_param), in backward
      * (a gradient accumulator read back for the next micro-step) or in the fingerprint (its
@@ -456,6 +474,15 @@ zero_status_t zero__xfer_reduce_scatter(zero_engine_t *eng, const zero__group_t 
  * rank's part into un->full. Either way the wait is the one to call. */
 zero_status_t zero__xfer_gather_params(zero_engine_t *eng, zero__unit_t *un, const void *shard);
 zero_status_t zero__xfer_gather_params_wait(zero_engine_t *eng, zero__unit_t *un);
+/* ZeRO++ qgZ: whether group g's gradient reductions are int4 (qgz.h); the bytes this rank sends
+ * (inter: to other nodes) in one gradient reduction of S elements per rank over g, qgZ or the
+ * plain reduce-scatter; post bucket b's int4 reduce-scatter of the segments seg (summing to B)
+ * from send (n blocks of B) into recv, counted as its two all-to-alls. */
+int zero__xfer_qgz_group(const zero_engine_t *eng, const zero__group_t *g);
+uint64_t zero__xfer_grad_bytes(const zero_engine_t *eng, const zero__group_t *g, size_t S,
+                               int inter);
+zero_status_t zero__xfer_qgz_post(zero_engine_t *eng, zero__bucket_t *b, const void *send,
+                                  void *recv, const size_t *seg, int nseg);
 /* Bytes one rank's part of un's fetch gather occupies on the wire: S_u compute elements, or
  * with qwZ the quantized shard. */
 uint64_t zero__xfer_param_wire_bytes(const zero_engine_t *eng, const zero__unit_t *un);

@@ -179,6 +179,15 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
          * the sum itself: it holds one already (accumulation), or its dtype differs. */
         const int drecv = p->grad_accum_steps > 1 || p->grad_accum_dtype != p->compute_dtype;
         comm = ZERO__BUCKET_SLOTS * ce * (B + B / N + (drecv ? max_direct / N : 0));
+        if (p->quantized_gradients) {
+            /* qgZ (qgz.h): each slot's scratch for its largest call, blocks of Bq elements and
+             * W <= Bq / 2 + 4 (Bq / 256 + 1) + 5 per unit wire bytes: 2 N W + 2 M W + 4 Bq
+             * (M <= N nodes) and the 64-byte roundings; LoCo: 4 P of error buffers */
+            const uint64_t Bq = (B / N > max_direct / N ? B / N : max_direct / N);
+            const uint64_t W = Bq / 2 + 4 * (Bq / 256 + 1) + 5 * (uint64_t)n;
+            comm += ZERO__BUCKET_SLOTS * (4 * N * W + 4 * Bq + 5 * 64);
+            if (p->loco) grads += 4 * P;
+        }
     }
     /* Stage 3: the gather pool holds the units in use (a block and a tied unit), plus what the
      * prefetch keeps ahead (up to stage3_prefetch_bucket_size elements, whole units). */

@@ -27,6 +27,7 @@ void zero__unit_free_buffers(zero__unit_t *un) {
     zero_mem_free(un->full);
     zero_mem_free(un->shard);
     zero_mem_free(un->sec);
+    zero_mem_free(un->loco);
     zero_mem_free(un->master);
     zero_mem_free(un->work);
     zero_mem_free(un->acc);

@@ -167,7 +167,7 @@ static zero_status_t landed(zero__qgz_op_t *op, int wait, int *done) {
     return st;
 }
 
-zero_status_t zero__qgz_progress(zero__qgz_op_t *op, int wait, int *done) {
+static zero_status_t progress(zero__qgz_op_t *op, int wait, int *done) {
     const zero__qgz_t *q = op->q;
     const int L = q->L, M = q->M;
     const size_t W = op->W;
@@ -205,6 +205,19 @@ zero_status_t zero__qgz_progress(zero__qgz_op_t *op, int wait, int *done) {
     }
     *done = op->state == 3;
     return ZERO_OK;
+}
+
+zero_status_t zero__qgz_progress(zero__qgz_op_t *op, int wait, int *done) {
+    *done = 0;
+    if (op->state == 4)
+        return zero__error(op->status, "qgZ: an exchange of this reduce-scatter failed earlier");
+    zero_status_t st = progress(op, wait, done);
+    if (st) { /* a failed call stays failed */
+        op->state = 4;
+        op->status = st;
+        *done = 0;
+    }
+    return st;
 }
 
 void zero__qgz_op_clear(zero__qgz_op_t *op) {

@@ -62,7 +62,9 @@ void zero__qgz_bytes(const zero__qgz_t *q, size_t W, uint64_t *sent, uint64_t *i
 /* One call in flight. Buffers are borrowed until it is done. */
 typedef struct zero__qgz_op {
     const zero__qgz_t *q;
-    int state; /* 0 idle, 1 node exchange in flight, 2 cross exchange in flight, 3 done */
+    int state; /* 0 idle, 1 node exchange in flight, 2 cross exchange in flight, 3 done,
+                * 4 failed (status) */
+    zero_status_t status;
     void *recv;
     zero_dtype_t dtype;
     float scale;
@@ -84,7 +86,8 @@ zero_status_t zero__qgz_post(zero__qgz_op_t *op, const zero__qgz_t *q, const voi
                              void *scratch, int threads);
 /* Advance a call: wait = 0 does what has become possible without blocking, wait = 1 finishes
  * it. *done = 1 once recv holds the result. Calls must be advanced in posting order (a later
- * call only after an earlier one has reached state 2 or 3). */
+ * call only after an earlier one has reached state 2 or 3). A failure is returned again by
+ * every later call on the op. */
 zero_status_t zero__qgz_progress(zero__qgz_op_t *op, int wait, int *done);
 /* Release what a call holds (after done, or after a failure). */
 void zero__qgz_op_clear(zero__qgz_op_t *op);

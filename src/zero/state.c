@@ -149,6 +149,7 @@ zero_status_t zero_engine_state_write(zero_engine_t *eng, int u, zero_engine_sta
     zero_status_t st = locate(eng, u, state, offset, count, &split);
     if (st || !count) return st;
     zero__hpz_invalidate(eng); /* a master written: the parameters follow it */
+    eng->loco_reset = 1;       /* and LoCo's error feedback starts again (as at resume) */
     if (split) return zero__master_io(eng, &eng->units[u], offset, count, NULL, in);
     return state_copy(eng, u, state, offset, count, NULL, in);
 }

@@ -449,6 +449,7 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
     if (ls.skip) {
         ss.grad_norm = isfinite(norm) ? norm : -1.0;
         ss.skipped = 1;
+        eng->loco_reset = 1; /* LoCo: an inf/NaN may sit in the error buffers */
         if (eng->rank == 0) {
             zero_loss_scaler_state_t lst;
             zero_loss_scaler_get_state(eng->scaler, &lst);
@@ -468,6 +469,7 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
             ss.clipped = 1;
         }
         eng->step++;
+        if (p->loco && eng->step % p->loco_reset_t == 0) eng->loco_reset = 1;
         for (int i = 0; i < eng->unit_count && !st; i++) {
             const uint64_t sent = eng->xfer.sent[ZERO_XFER_GRADS];
             st = update_unit(eng, i, scale, ss.lr, &acc_cleared);

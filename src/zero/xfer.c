@@ -180,6 +180,54 @@ zero_status_t zero__xfer_reduce_scatter(zero_engine_t *eng, const zero__group_t 
     return zero_comm_reduce_scatter_post(send, recv, n, dt, ZERO_OP_SUM, g->comm, req);
 }
 
+/* ------------------------------------------------------------------------------ qgZ */
+
+int zero__xfer_qgz_group(const zero_engine_t *eng, const zero__group_t *g) {
+    return eng->qgz_on && g == &eng->groups[0];
+}
+
+uint64_t zero__xfer_grad_bytes(const zero_engine_t *eng, const zero__group_t *g, size_t S,
+                               int inter) {
+    if (!zero__xfer_qgz_group(eng, g))
+        return zero__xfer_bytes(g, ZERO_COLL_REDUCE_SCATTER, S, eng->params.compute_dtype, inter);
+    uint64_t sent = 0, inter_sent = 0;
+    zero__qgz_bytes(&eng->qgz, zero__q4_bytes(S), &sent, &inter_sent);
+    return inter ? inter_sent : sent;
+}
+
+zero_status_t zero__xfer_qgz_post(zero_engine_t *eng, zero__bucket_t *b, const void *send,
+                                  void *recv, const size_t *seg, int nseg) {
+    size_t B = 0;
+    for (int i = 0; i < nseg; i++) B += seg[i];
+    const size_t W = zero__qgz_wire_bytes(seg, nseg);
+    const size_t need = zero__qgz_scratch_bytes(&eng->qgz, B, W);
+    if (need > b->qscratch_bytes) { /* the slot's last call has landed: nothing reads it */
+        zero_mem_free(b->qscratch);
+        b->qscratch_bytes = 0;
+        b->qscratch = zero_mem_alloc(eng->mem, ZERO_MEM_COMM, need, 64);
+        if (!b->qscratch)
+            return zero__error(ZERO_ERR_OUT_OF_MEMORY,
+                               "engine: no memory for the int4 reduce-scatter's scratch (%zu "
+                               "bytes)",
+                               need);
+        b->qscratch_bytes = need;
+    }
+    uint64_t sent = 0, inter_sent = 0;
+    zero__qgz_bytes(&eng->qgz, W, &sent, &inter_sent);
+    eng->xfer.sent[ZERO_XFER_GRADS] += sent;
+    eng->xfer.sent_coll[ZERO_COLL_ALL_TO_ALL] += sent;
+    eng->xfer.inter_sent += inter_sent;
+    /* scale 1: the sum, as the plain reduce-scatter gives (the step takes the mean) */
+    zero_status_t st =
+        zero__qgz_post(&b->qop, &eng->qgz, send, recv, seg, nseg, eng->params.compute_dtype, 1.0f,
+                       b->qscratch, eng->params.threads);
+    if (st)
+        zero__qgz_op_clear(&b->qop);
+    else
+        b->qgz = 1;
+    return st;
+}
+
 zero_status_t zero__xfer_max(zero_engine_t *eng, const zero__group_t *g, int32_t *buf, size_t n) {
     (void)eng; /* checks only: not counted */
     return zero_comm_all_reduce(buf, buf, n, ZERO_DTYPE_INT32, ZERO_OP_MAX, g->comm);
@@ -232,7 +280,10 @@ void zero__xfer_end_step(zero_engine_t *eng) {
  * element size flat; the hierarchical algorithms' amounts on several nodes), c the compute dtype,
  * a the accumulator's:
  *   grads    RS(g_u, S_u, c) per grads_done (one reduce-scatter of the unit's gradient per
- *            micro-step), + stage 0: AG(g_u, S_u, a) (the reduced gradient all-gathered)
+ *            micro-step), or with qgZ (units of the world) its two int4 all-to-alls, (L - 1) M
+ *            W_u inside the node and (M - 1) W_u to other nodes, W_u = zero__q4_bytes(S_u)
+ *            (qgz.h; the bytes are linear in W, each unit being its own segment of a bucket),
+ *            + stage 0: AG(g_u, S_u, a) (the reduced gradient all-gathered)
  *   params   stage 3: AG(g_u, w_u bytes) per fetch window of a non-persistent unit (a fetch
  *            with the unit not held: twice per micro-step for a forward + backward use), where
  *            w_u = c S_u, or with qwZ (n_u > 1) the quantized shard S_u + 4 ceil(S_u / 256); +
@@ -256,7 +307,7 @@ static void theory(const zero_engine_t *eng, int inter, uint64_t out[ZERO_XFER_K
     for (int i = 0; i < eng->unit_count; i++) {
         const zero__unit_t *u = &eng->units[i];
         const size_t S = u->shard_count;
-        rs += M * zero__xfer_bytes(u->grp, ZERO_COLL_REDUCE_SCATTER, S, c, inter);
+        rs += M * zero__xfer_grad_bytes(eng, u->grp, S, inter);
         if (zero__hpz_unit(eng, u))
             ag += zero__xfer_bytes(u->grp, ZERO_COLL_ALL_GATHER,
                                    zero__xfer_param_wire_bytes(eng, u), ZERO_DTYPE_UINT8, inter) +

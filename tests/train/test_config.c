@@ -184,6 +184,18 @@ static void test_invalid_cases(void) {
         {"{\"zero_optimization\": {\"zero_hpz_partition_size\": 0}}",
          1,
          {"zero_optimization.zero_hpz_partition_size = 0", NULL, NULL}},
+        {"{\"zero_optimization\": {\"zero_quantized_gradients\": 4}}",
+         1,
+         {"zero_optimization.zero_quantized_gradients = 4", "boolean", NULL}},
+        {"{\"zero_optimization\": {\"zeropp_loco_param\": {\"err_beta\": 1.5}}}",
+         1,
+         {"zero_optimization.zeropp_loco_param.err_beta = 1.5", "out of range", NULL}},
+        {"{\"zero_optimization\": {\"zeropp_loco_param\": {\"reset_T\": 0}}}",
+         1,
+         {"zero_optimization.zeropp_loco_param.reset_T = 0", "out of range", NULL}},
+        {"{\"zero_optimization\": {\"zeropp_loco_param\": 0.8}}",
+         1,
+         {"zero_optimization.zeropp_loco_param = 0.8", "expected an object", NULL}},
         {"{\"optimizer\": {\"params\": {\"betas\": [0.9]}}}",
          1,
          {"optimizer.params.betas = [0.9]", "[number, number]", NULL}},
@@ -599,17 +611,18 @@ static void test_deepspeed_spellings(void) {
           "duplicate after arrays: '%s'", zero_last_error());
 
     warnings[0] = 0;
-    CHECK(parse_check(&c,
-                      "{\"bfloat16\": {\"enabled\": true},\n"
-                      " \"optimizer\": {\"params\": {\"adam_w_mode\": true, \"amsgrad\": true}},\n"
-                      " \"zero_optimization\": {\"allgather_partitions\": true, "
-                      "\"max_live_parameters\": 77, \"zero_quantized_gradients\": true,\n"
-                      "   \"stage3_model_persistence_threshold\": 5, \"cpu_offload\": false},\n"
-                      " \"dataloader_drop_last\": false, \"fp32_reduce_scatter\": false,\n"
-                      " \"activation_checkpointing\": {\"cpu_checkpointing\": true},\n"
-                      " \"wall_clock_breakdown\": true, \"tensorboard\": {\"enabled\": true},\n"
-                      " \"gradient_clipping\": \"auto\", \"train_batch_size\": \"auto\"}",
-                      2) == ZERO_OK,
+    CHECK(parse_check(
+              &c,
+              "{\"bfloat16\": {\"enabled\": true},\n"
+              " \"optimizer\": {\"params\": {\"adam_w_mode\": true, \"amsgrad\": true}},\n"
+              " \"zero_optimization\": {\"allgather_partitions\": true, "
+              "\"max_live_parameters\": 77, \"mics_shard_size\": 4, \"zeropp_loco_param\": null,\n"
+              "   \"stage3_model_persistence_threshold\": 5, \"cpu_offload\": false},\n"
+              " \"dataloader_drop_last\": false, \"fp32_reduce_scatter\": false,\n"
+              " \"activation_checkpointing\": {\"cpu_checkpointing\": true},\n"
+              " \"wall_clock_breakdown\": true, \"tensorboard\": {\"enabled\": true},\n"
+              " \"gradient_clipping\": \"auto\", \"train_batch_size\": \"auto\"}",
+              2) == ZERO_OK,
           "spellings: %s", zero_last_error());
     CHECK(c.bf16 == 1 && zero__train_config_compute_dtype(&c) == ZERO_DTYPE_BF16,
           "bfloat16 -> bf16 compute");
@@ -619,7 +632,7 @@ static void test_deepspeed_spellings(void) {
           c.train_batch_size);
     const char *want[] = {"'bfloat16' is DeepSpeed's other name of 'bf16'",
                           "'optimizer.params.amsgrad' = true ignored: not supported yet",
-                          "'zero_optimization.zero_quantized_gradients' = true ignored",
+                          "'zero_optimization.mics_shard_size' = 4 ignored",
                           "'activation_checkpointing.cpu_checkpointing' ignored",
                           "'wall_clock_breakdown': step and optimizer-step times",
                           "'tensorboard' ignored: not supported yet",
@@ -709,7 +722,9 @@ static void test_public_load(void) {
                        " \"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 1000,\n"
                        "   \"overlap_comm\": false, \"stage3_prefetch_bucket_size\": 123,\n"
                        "   \"stage3_param_persistence_threshold\": 45, "
-                       "\"stage3_max_live_parameters\": 6789, \"zero_quantized_weights\": true}}\n";
+                       "\"stage3_max_live_parameters\": 6789, \"zero_quantized_weights\": true,\n"
+                       "   \"zero_quantized_gradients\": true, \"zeropp_loco_param\": "
+                       "{\"err_beta\": 0.5, \"reset_T\": 7}}}\n";
     CHECK(write(fd, json, strlen(json)) == (ssize_t)strlen(json), "write");
     close(fd);
     zero_engine_params_t p = zero_engine_params_default();
@@ -733,6 +748,10 @@ static void test_public_load(void) {
               p.quantized_weights == 1,
           "zero_optimization: bucket %zu bytes, qwZ %d", p.reduce_bucket_bytes,
           p.quantized_weights);
+    CHECK(p.quantized_gradients == 1 && p.loco == 1 && p.loco_err_beta == 0.5f &&
+              p.loco_reset_t == 7,
+          "qgZ %d, LoCo %d (%g, %d)", p.quantized_gradients, p.loco, (double)p.loco_err_beta,
+          p.loco_reset_t);
     /* a failure changes nothing */
     zero_engine_params_t before = p;
     FILE *f = fopen(path, "w");

@@ -4,7 +4,7 @@
  * stage 3; and at stage 2 with the optimizer's states on NVMe (swap files of each process), and
  * at stage 3 with parameters, gradient accumulators and optimizer states there; and at stage 3
  * with ZeRO++ qwZ (int8 parameter gathers) in fp32 and bf16, and with hpZ 2 (equal to plain stage
- * 3).
+ * 3), and with qgZ (int4 gradient all-to-alls) with LoCo in fp32 and with qwZ in bf16.
  *
  * Arguments: the `zero` program and the MPI launcher (CTest passes both). Runs them as child
  * processes; when the engine does not run 2 ranks yet the case prints SKIP.
@@ -145,6 +145,31 @@ int main(int argc, char **argv) {
     CHECK(hp && plain3 && !strcmp(hp, plain3), "hpZ's weights %s differ from plain stage 3's %s",
           hp ? hp : "-", plain3 ? plain3 : "-");
     free(hp);
+    /* ZeRO++ qgZ (int4 gradient all-to-alls): fp32 with LoCo, bf16 with qwZ (one node: the
+     * trainer takes MPI's nodes; test_qgz_mpi_np4 runs 2 nodes x 2); the arithmetic is the
+     * engine's, the backends only move bytes, so the weights are the same bits */
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        f = fopen(qcfg, "w");
+        if (!f) return 1;
+        fprintf(f,
+                "{\"model\": {\"layers\": 2, \"heads\": 2, \"dim\": 32, \"seq\": 32},\n"
+                " \"data\": {\"builtin_bytes\": 65536}, \"bf16\": {\"enabled\": %s},\n"
+                " \"train_batch_size\": 16, \"gradient_accumulation_steps\": 2,\n"
+                " \"zero_optimization\": {\"reduce_bucket_size\": 5000, "
+                "\"zero_quantized_gradients\": true, %s},\n"
+                " \"train\": {\"steps\": 5, \"eval_interval\": 0, \"eval_batches\": 2, "
+                "\"samples\": 0}}\n",
+                bf16 ? "true" : "false",
+                bf16 ? "\"zero_quantized_weights\": true"
+                     : "\"zeropp_loco_param\": {\"err_beta\": 0.8, \"reset_T\": 1024}");
+        fclose(f);
+        char *q = compare(argv[1], argv[2], qcfg, 3);
+        if (!bf16)
+            CHECK(q && plain3 && strcmp(q, plain3),
+                  "qgZ's weights %s equal plain stage 3's %s: was it on?", q ? q : "-",
+                  plain3 ? plain3 : "-");
+        free(q);
+    }
     free(plain3);
     unlink(qcfg);
     /* the optimizer's states on NVMe: swap files per process (MPI) or per thread rank */

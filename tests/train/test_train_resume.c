@@ -53,6 +53,8 @@ typedef struct opts {
     int qwz;           /* zero_optimization.zero_quantized_weights (ZeRO++ qwZ) */
     int hpz;           /* zero_optimization.zero_hpz_partition_size (ZeRO++ hpZ), 0: unset */
     int per_node;      /* train.ranks_per_node, 0: unset */
+    int qgz;           /* zero_optimization.zero_quantized_gradients (ZeRO++ qgZ) */
+    int loco_reset;    /* zeropp_loco_param.reset_T (LoCo on), 0: LoCo off */
 } opts_t;
 
 /* Run the trainer in process; returns the status, *fp the weights fingerprint. */
@@ -85,6 +87,11 @@ static zero_status_t train(const opts_t *o, uint64_t *fp) {
     snprintf(num, sizeof num, "%d", o->hpz);
     if (!st && o->hpz)
         st = zero__train_config_set(&c, "zero_optimization.zero_hpz_partition_size", num);
+    if (!st && o->qgz)
+        st = zero__train_config_set(&c, "zero_optimization.zero_quantized_gradients", "true");
+    snprintf(num, sizeof num, "%d", o->loco_reset);
+    if (!st && o->loco_reset)
+        st = zero__train_config_set(&c, "zero_optimization.zeropp_loco_param.reset_T", num);
     snprintf(num, sizeof num, "%d", o->per_node);
     if (!st && o->per_node) st = zero__train_config_set(&c, "train.ranks_per_node", num);
     if (st) return st;
@@ -214,6 +221,50 @@ static void test_hpz(const char *dtype) {
           (unsigned long long)loaded, (unsigned long long)resumed);
 }
 
+/* (8) ZeRO++ qgZ on 4 ranks as 2 nodes of 2 (int4 gradient reduce-scatters): a checkpoint of a
+ * qgZ run resumed with qgZ on continues bitwise like the uninterrupted run (qgZ keeps no state);
+ * loaded with qgZ off it holds the same weights; the run differs from the plain one. With LoCo
+ * (loco_reset > 0) the error buffers are not checkpointed: they start at zero after a resume, so
+ * a resume at step 3 continues bitwise only when reset_T = 3 zeroes them there in the
+ * uninterrupted run too, and differs with reset_T = 1000. */
+static void test_qgz(const char *dtype, int loco_reset) {
+    char save[512], name[64];
+    snprintf(name, sizeof name, "qgz-%s-%d", dtype, loco_reset);
+    path(save, sizeof save, name);
+    uint64_t plain = 0, ref = 0, mid = 0, resumed = 0, loaded = 0;
+    opts_t o = {.ranks = 4, .stage = 3, .steps = 6, .dtype = dtype, .per_node = 2};
+    CHECK(train(&o, &plain) == ZERO_OK, "qgZ %s: plain run: %s", dtype, zero_last_error());
+    o.qgz = 1;
+    o.loco_reset = loco_reset;
+    CHECK(train(&o, &ref) == ZERO_OK, "qgZ %s: uninterrupted run: %s", dtype, zero_last_error());
+    o.steps = 3;
+    o.save_dir = save;
+    CHECK(train(&o, &mid) == ZERO_OK, "qgZ %s: first 3 steps: %s", dtype, zero_last_error());
+    o.steps = 6;
+    o.resume = "latest";
+    CHECK(train(&o, &resumed) == ZERO_OK, "qgZ %s: resume: %s", dtype, zero_last_error());
+    opts_t l = {.ranks = 4, .stage = 3, .steps = 6, .resume = save, .dtype = dtype, .per_node = 2};
+    CHECK(train(&l, &loaded) == ZERO_OK, "qgZ %s: load with qgZ off: %s", dtype, zero_last_error());
+    printf("qgZ %s LoCo reset %d: plain %016llx, uninterrupted %016llx, resumed %016llx, at 3 "
+           "%016llx, step 6 loaded without qgZ %016llx\n",
+           dtype, loco_reset, (unsigned long long)plain, (unsigned long long)ref,
+           (unsigned long long)resumed, (unsigned long long)mid, (unsigned long long)loaded);
+    CHECK(plain != ref, "qgZ %s: the weights equal the plain run's: was qgZ on?", dtype);
+    if (loco_reset == 0 || loco_reset == 3)
+        CHECK(ref == resumed,
+              "qgZ %s LoCo %d: resumed run %016llx differs from uninterrupted %016llx", dtype,
+              loco_reset, (unsigned long long)resumed, (unsigned long long)ref);
+    else
+        CHECK(ref != resumed,
+              "qgZ %s LoCo %d: the resumed run equals the uninterrupted one: were the error "
+              "buffers restored?",
+              dtype, loco_reset);
+    CHECK(mid != ref, "qgZ %s: the last 3 steps did not change the weights", dtype);
+    CHECK(loaded == resumed,
+          "qgZ %s: the checkpoint loaded without qgZ holds %016llx, saved %016llx", dtype,
+          (unsigned long long)loaded, (unsigned long long)resumed);
+}
+
 /* (2) Save at (from_ranks, from_stage), load at (to_ranks, to_stage). */
 static void test_reshard(int from_ranks, int from_stage, int to_ranks, int to_stage) {
     char save[512], name[64];
@@ -330,6 +381,10 @@ int main(void) {
     test_qwz("bf16");
     test_hpz("fp32");
     test_hpz("bf16");
+    test_qgz("fp32", 0);
+    test_qgz("bf16", 0);
+    test_qgz("fp32", 3);
+    test_qgz("fp32", 1000);
     test_reshard(2, 3, 3, 1);
     test_reshard(2, 2, 1, 0);
     test_init_from();
