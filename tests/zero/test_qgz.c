@@ -284,7 +284,11 @@ int main(void) {
         run_case(1, 0, dt, small, 4, 1, 1, 1);
         run_case(4, 3, dt, small, 4, 1, 4, 1); /* 3 + 1: one hop over the 4 ranks */
     }
-    run_case(4, 2, ZERO_DTYPE_FP32, big, 2, 2, 2, 2); /* the kernels on 2 threads */
+    /* The kernels on 2 threads: OpenMP's runtime is not instrumented, so ThreadSanitizer would
+     * see its fork and join as races; the optimised and ASan builds run this case. */
+#if !defined(__SANITIZE_THREAD__)
+    run_case(4, 2, ZERO_DTYPE_FP32, big, 2, 2, 2, 2);
+#endif
     run_case(4, 2, ZERO_DTYPE_BF16, big, 2, 1, 2, 2);
     return check_report();
 }
