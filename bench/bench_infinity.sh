@@ -14,11 +14,15 @@
 # schedule drives prefetch and read-ahead; with fewer steps, after the first), the bytes moved
 # per step (the last step's) over the measured
 # bandwidth, and step / max(RAM step, bytes / bandwidth) against the bar 1.25.
+# Both runs train with gradient_clipping 0, so that the capped run's optimizer updates run during
+# backward (zero_optimization.offload_optimizer.overlap_step, on by default where exact; its
+# log line is printed) and its swap I/O overlaps backward's compute; the fingerprints must still
+# be equal.
 #
 # Usage: bench/bench_infinity.sh [-p DIR] [-l LAYERS] [-d DIM] [-H HEADS] [-s SEQ] [-n STEPS]
 #                                [-x RATIO] [-g SUB_GROUP] [-b BUFFERS] [-o STAGING] [-f PREFETCH]
 #                                [-r LR]
-#                                [-S SIZE] [-z PROGRAM] [-R] [-i]
+#                                [-S SIZE] [-z PROGRAM] [-R] [-i] [-O]
 #   -p DIR        where the swap files go (the disk to measure; default build/): a temporary
 #                 directory is made there and removed at the end, also on failure or Ctrl-C
 #   -l, -d, -H, -s  the model: layers (30), dim (1536), heads (12), seq (256); vocab 256 and
@@ -44,6 +48,8 @@
 #   -z PROGRAM    the zero program (build/zero)
 #   -R            the capped run only (no `zero bench io`, no run in RAM)
 #   -i            pass --ignore-memory-check to the capped run (the script says so)
+#   -O            the capped run with offload_optimizer.overlap_step false (the optimizer step
+#                 updates every unit after backward: the serial reference)
 # Exit status: 0 done (the bars are printed, not enforced), 1 a run failed, 2 bad usage or not
 # enough disk, 77 no cgroup v1 memory controller or no right to make a cgroup (one SKIP line).
 # Small (a minute; 51M parameters at 4 x the cap):
@@ -51,8 +57,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base=build layers=30 dim=1536 heads=12 seq=256 steps=5 ratio=4 subgroup=10000000 pbuf=5
-obuf=4 ram=1 ignore="" prefetch=50000000 io_size=1G zero=build/zero lr=1e-5
-while getopts "p:l:d:H:s:n:x:g:b:o:f:r:S:z:Rih" o; do
+obuf=4 ram=1 ignore="" prefetch=50000000 io_size=1G zero=build/zero lr=1e-5 overlap=()
+while getopts "p:l:d:H:s:n:x:g:b:o:f:r:S:z:RiOh" o; do
     case $o in
     p) base=$OPTARG ;;
     l) layers=$OPTARG ;;
@@ -70,6 +76,7 @@ while getopts "p:l:d:H:s:n:x:g:b:o:f:r:S:z:Rih" o; do
     z) zero=$OPTARG ;;
     R) ram=0 ;;
     i) ignore=--ignore-memory-check ;;
+    O) overlap=(--set zero_optimization.offload_optimizer.overlap_step=false) ;;
     *) sed -n '2,/^set /p' "$0" | sed '$d'; exit 2 ;;
     esac
 done
@@ -111,7 +118,8 @@ model=(--config configs/gpt-85m.json --stage 3 --steps "$steps" --no-peak
     --set gradient_accumulation_steps=1 --set model.activation_checkpointing=true
     --set train.eval_interval=0 --set train.eval_batches=1 --set train.samples=0
     --set "zero_optimization.stage3_prefetch_bucket_size=$prefetch"
-    --set "optimizer.params.lr=$lr" --set scheduler.params.warmup_num_steps=1)
+    --set "optimizer.params.lr=$lr" --set scheduler.params.warmup_num_steps=1
+    --set gradient_clipping=0)
 
 # The model's parameters (zero__gpt_param_count in src/model/gpt.c: embeddings, blocks, final
 # layernorm), its model states at 16 bytes each, and the cap.
@@ -137,7 +145,7 @@ offload=(--set zero_optimization.offload_param.device=nvme
     --set "zero_optimization.offload_optimizer.buffer_count=$obuf"
     --set zero_optimization.offload_optimizer.device=nvme
     --set "zero_optimization.offload_optimizer.nvme_path=$swap"
-    --set "zero_optimization.sub_group_size=$subgroup")
+    --set "zero_optimization.sub_group_size=$subgroup" ${overlap[@]+"${overlap[@]}"})
 "$zero" train "${model[@]}" "${offload[@]}" --print-config >"$tmp/config.json" 2>"$tmp/needs.txt" || {
     cat "$tmp/needs.txt" >&2; exit 1; }
 read -r swap_need need < <(python3 - "$tmp/needs.txt" "$io_size" <<'EOF'
@@ -217,6 +225,7 @@ sampled=$(cat "$tmp/sampled" 2>/dev/null || echo "0 0")
 rmdir "$cg" 2>/dev/null && cg=""
 engine=$(grep -o 'optimizer states on NVMe under [^ ]* ([a-z_]*' "$tmp/capped.log" | sed 's/.*(//' || true)
 echo "capped run: exit status $rc; load average after: $(load)"
+grep -o 'offload_optimizer.overlap_step [a-z]*[^:]*' "$tmp/capped.log" | head -1 | sed 's/^/capped run: /' || true
 if [ "$rc" -ne 0 ]; then
     echo "--- the capped run's output (last 25 lines) ---"
     tail -25 "$tmp/capped.log"
@@ -269,6 +278,9 @@ step = statistics.median(r["step_s"] for r in steady)
 print("  step times (s) " + " ".join(f"{r['step_s']:.2f}" for r in recs) +
       f"; median {which} {step:.2f}, of which the optimizer step "
       f"{statistics.median(r['optimizer_step_s'] for r in steady):.2f}")
+if "units_in_backward" in recs[-1]:
+    print("  units updated during backward (overlap_step) per step: " +
+          " ".join(str(r["units_in_backward"]) for r in recs))
 ok = rc == 0 and oom_kill in ("0", "n/a") and r0["peak_rss_bytes"] < cap and \
     max_usage <= cap and v1 < v0 and states >= 4 * cap
 print(f"  beyond-memory bar (states >= 4 x cap, no OOM kill, exit 0, peak RSS < cap, "

@@ -151,6 +151,19 @@ typedef struct zero_offload_params {
     char nvme_path[1024]; /* an existing, writable directory */
     int buffer_count;     /* staging buffers, >= 2 (DeepSpeed's default 4) */
     int pipeline_read, pipeline_write;
+    /* offload_optimizer only (zero's own key offload_optimizer.overlap_step, default 1): run a
+     * unit's AdamW during the last micro-step's backward, as soon as its gradient is final, so
+     * that the optimizer states' disk I/O overlaps backward's compute. Applies where the result
+     * is bitwise the step's: stage 3, device nvme, grad_clip 0 (the clip factor needs the global
+     * norm) and fp32 or bf16 compute (no loss scale); otherwise the step updates every unit as
+     * before (logged once). Units updated in backward: the non-persistent ones, once their last
+     * micro-step's reduced gradient has landed and no fetch of theirs is open. From then until
+     * zero_engine_step returns, the state calls (zero_engine_params_read / _write, _grads_read,
+     * _state_read / _write, _set_step_count, _fingerprint, _check_replicas, a zero_unit_fetch of
+     * an updated unit, _zero_grads) refuse with ZERO_ERR_INVALID_ARG naming the key, and an
+     * inf/NaN gradient on any rank fails the step (ZERO_ERR_INVALID_ARG, on every rank: the
+     * engine is failed) instead of skipping it. Not used by offload_param. */
+    int overlap_step;
 } zero_offload_params_t;
 
 typedef struct zero_engine_params {
@@ -262,8 +275,8 @@ typedef struct zero_engine_params {
  * thread, lr 3e-4, min_lr 3e-5, betas (0.9, 0.95), eps 1e-8, weight_decay 0.1, cosine, warm-up 0
  * (linear, from 0), total 1, clip 1.0, one micro-step; DeepSpeed's ZeRO defaults: reduce bucket 5e8
  * elements (2e9 bytes, capped at INT_MAX), prefetch 5e7, persistence 1e5, max live 1e9 elements; no
- * offload (optimizer buffer_count 4, pipelines on; parameter buffer_count 5), sub-groups of 1e9
- * elements, DeepSpeed's aio block. */
+ * offload (optimizer buffer_count 4, pipelines and overlap_step on; parameter buffer_count 5),
+ * sub-groups of 1e9 elements, DeepSpeed's aio block. */
 ZERO_API zero_engine_params_t zero_engine_params_default(void);
 
 typedef struct zero_engine zero_engine_t;
@@ -323,6 +336,9 @@ typedef struct zero_step_stats {
                          weights, parameters, Adam moments, step count and LR schedule unchanged */
     float loss_scale; /* the scale this step's gradients carried (fp16; 1 for fp32 and bf16) */
     double step_s;    /* seconds spent in zero_engine_step */
+    /* units whose update ran during the last backward (offload_optimizer.overlap_step), before
+     * zero_engine_step; the step updated the others */
+    int units_in_backward;
 } zero_step_stats_t;
 
 /* End of a global batch: wait for the reduce-scatters, average the accumulated gradient over
@@ -332,10 +348,12 @@ typedef struct zero_step_stats {
  * into the parameters), all-gather the updated parameters (stages 1-2; stage 3 persistent units)
  * and zero the gradients. An inf/NaN in any rank's reduced gradient skips the update on every
  * rank (stats->skipped = 1, a warning is logged, fp16's scale follows the loss scaler's rules)
- * and returns ZERO_OK; an overflow at fp16's floor with raise_error_at_min_scale returns
- * ZERO_ERR_CONFIG on every rank, naming the step and the scale. Ranks that called units differently
- * get ZERO_ERR_MISMATCH naming the step, the first differing call and the units. stats may be NULL.
- * Collective. */
+ * and returns ZERO_OK (with offload_optimizer.overlap_step in effect, once some rank updated
+ * units during backward, it returns ZERO_ERR_INVALID_ARG on every rank instead and the engine
+ * is failed: see zero_offload_params_t); an overflow at fp16's floor with
+ * raise_error_at_min_scale returns ZERO_ERR_CONFIG on every rank, naming the step and the scale.
+ * Ranks that called units differently get ZERO_ERR_MISMATCH naming the step, the first differing
+ * call and the units. stats may be NULL. Collective. */
 ZERO_API zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats);
 
 /* After fetches that no step follows (an evaluation, sampling): ZERO_OK, or, when a fetch on any

@@ -212,6 +212,12 @@ static const cfg_key_t keys[] = {
      NULL, NULL, NULL,
      "write the previous sub-group back while one is updated (on by default here; DeepSpeed's "
      "default is off)"},
+    {"zero_optimization.offload_optimizer.overlap_step", K_BOOL, OFF(overlap_step), 1, 0, 1, NULL,
+     NULL, NULL,
+     "zero's own: with device nvme at stage 3, gradient_clipping 0 and fp32 or bf16, each unit's "
+     "optimizer update runs in the last micro-step's backward once its gradient is final, so "
+     "the swap I/O overlaps backward (the same bits); an inf/NaN gradient then fails the step "
+     "instead of skipping it (false: skipped); ignored elsewhere (logged)"},
     {"zero_optimization.offload_param.device", K_STR, OFF(offload_param), 0, 0, 0, "none",
      "none|cpu|nvme", NULL,
      "stage 3: where the parameter shards live: none or cpu (this process's memory), nvme (one "
@@ -1273,6 +1279,7 @@ zero_status_t zero__train_config_engine_params(const zero_train_config_t *cfg,
     if (st) return st;
     ep->offload_optimizer.pipeline_read = cfg->pipeline_read;
     ep->offload_optimizer.pipeline_write = cfg->pipeline_write;
+    ep->offload_optimizer.overlap_step = cfg->overlap_step;
     st = offload_block("offload_param", "parameter swap files", cfg->offload_param,
                        cfg->param_nvme_path, cfg->param_buffer_count, &ep->offload_param);
     if (st) return st;

@@ -72,6 +72,7 @@ typedef struct zero_train_config {
     char nvme_path[ZERO_CONFIG_STR_MAX];       /* offload_optimizer.nvme_path */
     int offload_buffer_count;                  /* offload_optimizer.buffer_count */
     int pipeline_read, pipeline_write;         /* offload_optimizer.pipeline_* */
+    int overlap_step;                          /* offload_optimizer.overlap_step */
     char offload_param[16];                    /* offload_param.device: none|cpu|nvme */
     char param_nvme_path[ZERO_CONFIG_STR_MAX]; /* offload_param.nvme_path */
     int param_buffer_count;                    /* offload_param.buffer_count */

@@ -352,12 +352,12 @@ static zero_status_t metrics_line(run_t *r, int step, float loss, const zero_ste
             "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"clipped\": %s, "
             "\"skipped\": %s, \"tokens\": %.0f, \"tokens_per_s\": %.6g, \"step_s\": %.6g, "
             "\"elapsed_s\": %.6g, \"optimizer_step_s\": %.6g, \"compute_dtype\": \"%s\", "
-            "\"loss_scale\": %.9g, \"skipped_steps\": %lld",
+            "\"loss_scale\": %.9g, \"skipped_steps\": %lld, \"units_in_backward\": %d",
             step, (double)loss, (double)ss->lr, ss->grad_norm, ss->clipped ? "true" : "false",
             ss->skipped ? "true" : "false", tokens, tok_s, step_s,
             r->elapsed_base + zero_time_now() - r->job->t_start, ss->step_s,
             zero_dtype_name(zero__train_config_compute_dtype(r->cfg)), (double)ss->loss_scale,
-            (long long)(r->skipped_base + r->skipped_steps));
+            (long long)(r->skipped_base + r->skipped_steps), ss->units_in_backward);
     if (!isnan(val_loss)) fprintf(r->metrics, ", \"val_loss\": %.9g", (double)val_loss);
     fprintf(r->metrics, "}\n");
     return zero__train_metrics_flush(r->metrics, r->job->io->metrics_path, 0);

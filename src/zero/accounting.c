@@ -77,6 +77,8 @@ zero_status_t zero_engine_fingerprint(zero_engine_t *eng, uint64_t *out) {
     if (!eng || !out)
         return zero__error(ZERO_ERR_INVALID_ARG, "zero_engine_fingerprint: NULL argument");
     if (eng->failure) return zero__error(eng->failure, "%s", eng->failure_msg);
+    zero_status_t refused = zero__overlap_refuse(eng, "zero_engine_fingerprint");
+    if (refused) return refused;
     uint64_t h = FNV_OFFSET;
     zero_status_t st = ZERO_OK;
     for (int i = 0; i < eng->unit_count && !st; i++) st = hash_unit(eng, i, &h);

@@ -89,6 +89,7 @@ static zero_status_t wait_bucket(zero_engine_t *eng, zero__bucket_t *b) {
         if (e->into_acc) { /* landed in the accumulator (gswap: its mapped buffer) */
             zero_status_t s2 = zero__acc_unmap(eng, un, !st);
             if (!st) st = s2;
+            if (!st) zero__overlap_landed(eng, un);
         } else if (!st) {
             void *acc = NULL;
             st = zero__acc_map(eng, un, ZERO__ACC_ZERO | ZERO__ACC_BACKWARD, &acc);
@@ -98,6 +99,7 @@ static zero_status_t wait_bucket(zero_engine_t *eng, zero__bucket_t *b) {
                               eng->params.compute_dtype, un->shard_count, 0, 0);
                 st = zero__acc_unmap(eng, un, 1);
             }
+            if (!st) zero__overlap_landed(eng, un);
         }
         if (!e->lent) continue;
         if (eng->pol.shard_grads) {
@@ -344,6 +346,20 @@ static void work_done(zero_engine_t *eng, zero__unit_t *un, int zeroed) {
 zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
     zero__unit_t *un = &eng->units[u];
     zero__schedule_event(eng, -(int32_t)u - 1);
+    if (eng->overlap && ++un->done_count > eng->params.grad_accum_steps && un->early) {
+        /* a gradient after the last micro-step's: the unit is final no more */
+        if (un->early == 2)
+            return zero__engine_fail(
+                eng, ZERO_ERR_INVALID_ARG,
+                "step %lld: unit %d '%s' got the gradient of micro-step %d, but "
+                "gradient_accumulation_steps is %d and its update already ran in backward "
+                "(zero_optimization.offload_optimizer.overlap_step): call zero_engine_step after "
+                "that many micro-steps, or set overlap_step false",
+                (long long)eng->step + 1, u, un->name, un->done_count,
+                eng->params.grad_accum_steps);
+        un->early = 0;
+        eng->early_ready--;
+    }
     if (!un->work) { /* the model never asked: its gradient is zero, but ranks must agree */
         zero_status_t st = take_work(eng, un);
         if (st) return st;
@@ -383,6 +399,7 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
             void *t = un->acc;
             un->acc = un->work;
             un->work = t;
+            zero__overlap_landed(eng, un);
             return ZERO_OK;
         }
         if (fresh && own) {
@@ -390,6 +407,7 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
              * reads it from work (widening is exact, so it sees the accumulator's values), and
              * only a further micro-step moves it into acc (take_work). */
             un->pending = 1;
+            zero__overlap_landed(eng, un);
             return ZERO_OK;
         }
         /* One pass: add (widening a 16-bit gradient; into a zero fp32 accumulator a plain
@@ -403,7 +421,9 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
         zero__acc_add(eng, acc, eng->params.grad_accum_dtype, un->work, eng->params.compute_dtype,
                       S, store, own);
         work_done(eng, un, own);
-        return zero__acc_unmap(eng, un, 1);
+        if ((st = zero__acc_unmap(eng, un, 1))) return st;
+        zero__overlap_landed(eng, un);
+        return ZERO_OK;
     } else {
         const size_t stride = eng->bucket_cap / (size_t)N;
         zero__bucket_t *b = &eng->buckets[eng->bucket_cur];
@@ -438,7 +458,9 @@ zero_status_t zero_unit_grads_done(zero_engine_t *eng, int u) {
     zero__unit_t *un = zero__engine_unit(eng, u);
     if (!un) return ZERO_ERR_INVALID_ARG;
     if (eng->failure) return zero__error(eng->failure, "%s", eng->failure_msg);
-    return zero__grads_done(eng, u);
+    zero_status_t st = zero__grads_done(eng, u);
+    if (!st) zero__overlap_run(eng); /* a unit final now (or landed since) whose fetch is closed */
+    return st;
 }
 
 zero_status_t zero__buckets_drain(zero_engine_t *eng) {

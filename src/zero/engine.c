@@ -96,6 +96,7 @@ zero_engine_params_t zero_engine_params_default(void) {
     p.offload_optimizer.buffer_count = 4;
     p.offload_optimizer.pipeline_read = 1;
     p.offload_optimizer.pipeline_write = 1;
+    p.offload_optimizer.overlap_step = 1;
     p.offload_param.device = ZERO_OFFLOAD_NONE;
     p.offload_param.buffer_count = 5;
     p.sub_group_elems = 1000000000;
@@ -105,6 +106,36 @@ zero_engine_params_t zero_engine_params_default(void) {
     p.aio.single_submit = 0;
     p.aio.overlap_events = 1;
     return p;
+}
+
+/* offload_optimizer.overlap_step: on where a unit's update in backward gives the step's bits
+ * (step.c): stage 3 with the optimizer states on NVMe, no clipping (its factor needs the global
+ * norm, known only after backward) and no loss scale (fp16's dynamic scale can skip a step).
+ * Said once, with the reason when it is off. */
+static void overlap_init(zero_engine_t *eng) {
+    const zero_engine_params_t *p = &eng->params;
+    if (p->offload_optimizer.device != ZERO_OFFLOAD_NVME) return;
+    const char *why = !p->offload_optimizer.overlap_step    ? "set false"
+                      : !eng->pol.shard_params              ? "it needs stage 3"
+                      : p->grad_clip > 0.0f                 ? "gradient_clipping is on (the "
+                                                              "clip factor needs the global "
+                                                              "norm, known after backward)"
+                      : p->compute_dtype == ZERO_DTYPE_FP16 ? "fp16's loss scale may skip "
+                                                              "a step"
+                      : p->quantized_gradients ? "zero_quantized_gradients' reduce-scatter is "
+                                                 "not followed per unit"
+                                               : NULL;
+    eng->overlap = why == NULL;
+    if (eng->rank != 0) return;
+    if (eng->overlap)
+        zero__log(ZERO_LOG_INFO, eng->rank, eng->world,
+                  "offload_optimizer.overlap_step on: each unit's optimizer update runs in the "
+                  "last micro-step's backward once its gradient is final (an inf/NaN gradient "
+                  "then fails the step instead of skipping it)");
+    else
+        zero__log(ZERO_LOG_INFO, eng->rank, eng->world,
+                  "offload_optimizer.overlap_step off (%s): the optimizer step updates every unit",
+                  why);
 }
 
 /* Either offload keeps its data in swap files. */
@@ -329,6 +360,7 @@ zero_status_t zero_engine_init(zero_engine_t **out, const zero_engine_params_t *
                       "ranks, so the int4 reduce-scatter is one all-to-all over all %d ranks",
                       eng->world);
     }
+    overlap_init(eng);
     if ((st = io_init(eng))) goto fail_groups;
     if ((st = zero__swap_init(eng))) goto fail_io;
     if (eng->swap) eng->residency = zero__swap_residency(eng);

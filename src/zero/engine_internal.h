@@ -6,7 +6,8 @@
  * fetch.c       fetch/release (stage-3 gather, prefetch, persistence, the pool of gather
  *               buffers), schedule recording
  * pool.c        pools of reusable buffers (stage-3 gathers, stage-2/3 gradient work)
- * step.c        optimizer step: norm, schedule check, clip, AdamW on shards, all-gathers
+ * step.c        optimizer step: norm, schedule check, clip, AdamW on shards, all-gathers;
+ *               with overlap_step, the updates run in backward as gradients become final
  * xfer.c        every collective the engine posts, over a partition group, counted by
  *               kind; the formula of what a step sends
  * accounting.c  fingerprint and the memory / communication report
@@ -116,6 +117,13 @@ typedef struct zero__unit {
     int pending;
 
     float *m, *v; /* Adam moments: P_u (stage 0) or S_u elements */
+
+    /* offload_optimizer.overlap_step (step.c, eng->overlap): grads_done calls and reduced
+     * gradients landed in the accumulator this step; early: 1 its last micro-step's gradient
+     * has landed (final) and the update waits for a hook, 2 updated in backward (early_sumsq:
+     * its accumulator's sum of squares, taken before the update zeroed it). */
+    int done_count, landed_count, early;
+    double early_sumsq;
 } zero__unit_t;
 
 /* One buffer of a pool (pool.c): kept for reuse by any unit of the same padded size, so
@@ -281,6 +289,13 @@ struct zero_engine {
     zero__pool_t grad_pool; /* stage 2-3: gradient working buffers (ZERO_MEM_GRADS), same */
     zero__pool_t qpool;     /* qwZ: quantized shards being sent (ZERO_MEM_COMM), same */
 
+    /* offload_optimizer.overlap_step in effect (decided at init, the same on every rank);
+     * early_ready: units with early == 1; early_done: units updated in this step's backward
+     * (the state calls refuse while it is not 0); early_stop: no further update in this
+     * backward (an inf/NaN gradient seen, or one failed). */
+    int overlap;
+    int early_ready, early_done, early_stop;
+
     uint64_t bucket_seq; /* posting order of bucket reduce-scatters */
     zero__xfer_counts_t xfer;
 };
@@ -322,6 +337,16 @@ void zero__fetch_lost(zero_engine_t *eng, zero_status_t st, const char *fmt, ...
  * status; bad < 0: none): ZERO_OK, or the engine failed (sticky) with this rank's own message
  * or one naming rank bad. */
 zero_status_t zero__fetch_failure_agreed(zero_engine_t *eng, int bad, zero_status_t theirs);
+
+/* step.c, offload_optimizer.overlap_step. A reduced gradient of unit un has landed in its
+ * accumulator (buckets.c): on the last micro-step it is final and its update may run. */
+void zero__overlap_landed(zero_engine_t *eng, zero__unit_t *un);
+/* A hook in backward (grads_done, release): run the updates of the final units that can run now
+ * (no fetch open, their swap buffers available). Failures become the step's (every rank). */
+void zero__overlap_run(zero_engine_t *eng);
+/* ZERO_OK, or (some unit was updated in this backward, zero_engine_step not yet called) the error
+ * naming `what` and the key. */
+zero_status_t zero__overlap_refuse(const zero_engine_t *eng, const char *what);
 
 /* pool.c. take: an idle buffer of exactly `bytes` bytes, else a new one (category cat)
  * that joins the pool; NULL when out of memory. give: back to the pool (asserts it came from
@@ -377,6 +402,9 @@ zero_status_t zero__swap_add_unit(zero_engine_t *eng, int u); /* its file, befor
 void zero__swap_drop_unit(zero_engine_t *eng, int u);         /* a failed declaration */
 /* Finish every write (end of a step, of a unit's fill); the first I/O error. */
 zero_status_t zero__swap_sync(zero_engine_t *eng);
+/* A unit's update in backward is done: post the write of the sub-group still current (else only
+ * the next unit's update would) and read ahead; the error of posting it. */
+zero_status_t zero__swap_leave(zero_engine_t *eng);
 zero__optim_residency_t zero__swap_residency(zero_engine_t *eng);
 /* Elements of a sub-group (the step cuts its tiles at multiples of it from the held range's
  * start), 0 without swap; the RAM it holds (staging buffers, page checksums: ZERO_MEM_OFFLOAD);
@@ -402,6 +430,8 @@ void zero__shard_unmap(const zero_engine_t *eng, const zero__unit_t *un, int wri
 zero_status_t zero__shard_write_behind(const zero_engine_t *eng, const zero__unit_t *un);
 /* 1 when a map of un would find a buffer now (it is resident or one is unpinned). */
 int zero__pswap_can_map(const zero_engine_t *eng, const zero__unit_t *un);
+/* The same for un's accumulator (1 without gswap). */
+int zero__acc_can_map(const zero_engine_t *eng, const zero__unit_t *un);
 /* Post the read of un's shard if a buffer is free, or clean (a finished write collected),
  * unpinned, not read ahead itself and not holding one of the units keep[0..nkeep) (needed
  * before un); never waits. *posted 0: no buffer was (un is not resident). An error: a collected

@@ -274,6 +274,15 @@ const void *zero_unit_fetch(zero_engine_t *eng, int u) {
         zero__error(eng->failure, "%s", eng->failure_msg);
         return NULL;
     }
+    if (un->early == 2) { /* its shard holds the next step's parameters already */
+        zero__engine_fail(
+            eng, ZERO_ERR_INVALID_ARG,
+            "step %lld: unit %d '%s' is fetched after its optimizer update ran in "
+            "this step's backward (zero_optimization.offload_optimizer.overlap_step): "
+            "fetch it after zero_engine_step, or set overlap_step false",
+            (long long)eng->step + 1, u, un->name);
+        return NULL;
+    }
     zero__schedule_event(eng, u);
     if (eng->ref_fetches && !eng->off_schedule &&
         (eng->fetch_index >= eng->ref_fetch_count || eng->ref_fetches[eng->fetch_index] != u))
@@ -323,6 +332,7 @@ void zero_unit_release(zero_engine_t *eng, int u) {
     zero__unit_t *un = zero__engine_unit(eng, u);
     if (!un || !eng->pol.shard_params || un->persistent || un->refs == 0) return;
     if (--un->refs == 0) drop(eng, un);
+    if (un->refs == 0 && un->early == 1) zero__overlap_run(eng); /* its update waited for this */
 }
 
 void zero__fetch_lost(zero_engine_t *eng, zero_status_t st, const char *fmt, ...) {
@@ -339,14 +349,18 @@ void zero__fetch_lost(zero_engine_t *eng, zero_status_t st, const char *fmt, ...
 
 zero_status_t zero__fetch_failure_agreed(zero_engine_t *eng, int bad, zero_status_t theirs) {
     if (eng->fetch_failure)
-        return zero__engine_fail(eng, eng->fetch_failure, "%s (no rank updates anything)",
-                                 eng->fetch_failure_msg);
+        return zero__engine_fail(eng, eng->fetch_failure, "%s (%s)", eng->fetch_failure_msg,
+                                 eng->overlap ? "the step fails; units updated in backward keep "
+                                                "their update"
+                                              : "no rank updates anything");
     if (bad < 0) return ZERO_OK;
     return zero__engine_fail(
         eng, theirs,
         "step %lld: rank %d could not read or write one of its swap files (NVMe) "
-        "(%s): no rank updates anything; that rank's message names the file",
-        (long long)eng->step, bad, zero_status_str(theirs));
+        "(%s): %s; that rank's message names the file",
+        (long long)eng->step, bad, zero_status_str(theirs),
+        eng->overlap ? "the step fails (units updated in backward keep their update)"
+                     : "no rank updates anything");
 }
 
 zero_status_t zero_engine_check(zero_engine_t *eng) {

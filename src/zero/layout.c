@@ -421,7 +421,8 @@ zero_status_t zero_engine_params_read(const zero_engine_t *eng, int u, size_t of
                                       float *out) {
     void *p = NULL;
     int mapped = 0;
-    zero_status_t st = param_range(eng, u, offset, count, &p, &mapped);
+    zero_status_t st = zero__overlap_refuse(eng, "zero_engine_params_read");
+    if (!st) st = param_range(eng, u, offset, count, &p, &mapped);
     if (st) return st;
     zero__widen(out, p, count, eng->params.compute_dtype);
     if (mapped) zero__shard_unmap(eng, &eng->units[u], 0);
@@ -432,7 +433,8 @@ zero_status_t zero_engine_params_write(zero_engine_t *eng, int u, size_t offset,
                                        const float *in) {
     void *p = NULL;
     int mapped = 0;
-    zero_status_t st = param_range(eng, u, offset, count, &p, &mapped);
+    zero_status_t st = zero__overlap_refuse(eng, "zero_engine_params_write");
+    if (!st) st = param_range(eng, u, offset, count, &p, &mapped);
     if (st) return st;
     if (eng->lowp) /* the master takes the written values exactly where this rank holds it */
         st = zero__master_io(eng, &eng->units[u], offset, count, NULL, in);
@@ -447,6 +449,7 @@ zero_status_t zero_engine_grads_read(zero_engine_t *eng, int u, size_t offset, s
                                      float *out) {
     zero__unit_t *un = zero__engine_unit(eng, u);
     if (!un) return ZERO_ERR_INVALID_ARG;
+    if (zero__overlap_refuse(eng, "zero_engine_grads_read")) return ZERO_ERR_INVALID_ARG;
     size_t lo = zero__shard_lo(un);
     if (offset < lo || offset > lo + un->shard_count || count > lo + un->shard_count - offset)
         return zero__error(ZERO_ERR_INVALID_ARG,

@@ -115,7 +115,7 @@ static zero_status_t check_group(zero_engine_t *eng, const zero__group_t *g) {
 zero_status_t zero_engine_check_replicas(zero_engine_t *eng) {
     if (!eng) return zero__error(ZERO_ERR_INVALID_ARG, "zero_engine_check_replicas: NULL engine");
     if (eng->failure) return zero__error(eng->failure, "%s", eng->failure_msg);
-    zero_status_t st = ZERO_OK;
+    zero_status_t st = zero__overlap_refuse(eng, "zero_engine_check_replicas");
     for (int g = 0; g < eng->group_count && !st; g++) st = check_group(eng, &eng->groups[g]);
     return st;
 }

@@ -136,7 +136,8 @@ static zero_status_t state_copy(zero_engine_t *eng, int u, zero_engine_state_t s
 zero_status_t zero_engine_state_read(const zero_engine_t *eng, int u, zero_engine_state_t state,
                                      size_t offset, size_t count, float *out) {
     int split = 0;
-    zero_status_t st = locate(eng, u, state, offset, count, &split);
+    zero_status_t st = zero__overlap_refuse(eng, "zero_engine_state_read");
+    if (!st) st = locate(eng, u, state, offset, count, &split);
     if (st || !count) return st;
     if (split) return zero__master_io(eng, &eng->units[u], offset, count, out, NULL);
     /* reading maps the tile without changing it (unmapped as not written) */
@@ -146,7 +147,8 @@ zero_status_t zero_engine_state_read(const zero_engine_t *eng, int u, zero_engin
 zero_status_t zero_engine_state_write(zero_engine_t *eng, int u, zero_engine_state_t state,
                                       size_t offset, size_t count, const float *in) {
     int split = 0;
-    zero_status_t st = locate(eng, u, state, offset, count, &split);
+    zero_status_t st = zero__overlap_refuse(eng, "zero_engine_state_write");
+    if (!st) st = locate(eng, u, state, offset, count, &split);
     if (st || !count) return st;
     zero__hpz_invalidate(eng); /* a master written: the parameters follow it */
     eng->loco_reset = 1;       /* and LoCo's error feedback starts again (as at resume) */
@@ -163,6 +165,8 @@ zero_status_t zero_engine_set_step_count(zero_engine_t *eng, int64_t steps) {
         return zero__error(ZERO_ERR_INVALID_ARG,
                            "engine step count %lld is out of range (expected 0 .. %d)",
                            (long long)steps, INT32_MAX);
+    zero_status_t st = zero__overlap_refuse(eng, "zero_engine_set_step_count");
+    if (st) return st;
     eng->step = steps;
     return ZERO_OK;
 }

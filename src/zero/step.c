@@ -157,13 +157,14 @@ static zero_status_t pass_gap(const zero_engine_t *eng, int unit, size_t base, v
 }
 
 /* AdamW on what this rank updates of unit `unit` (stage 0: everything), in one fused pass per
- * tensor, the tile of the optimizer's states (optim/adamw.h) mapped through the residency: the
+ * tensor, the tile of the optimizer's states (optim/adamw.h) mapped through the residency, with
+ * learning rate lr and bias-correction step tstep (the step's count after it): the
  * gradient scaled by `scale` (the world's; a unit of a smaller group averages over its group
  * instead), m, v and the fp32 master updated, with 16-bit compute the master
  * rounded into the parameters, and the gradient zeroed. Sets *acc_cleared when that gradient
  * was the accumulator itself (so the step need not zero it again). */
 static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, float lr,
-                                 int *acc_cleared) {
+                                 int64_t tstep, int read_next, int *acc_cleared) {
     zero__unit_t *u = &eng->units[unit];
     const zero_engine_params_t *p = &eng->params;
     const size_t S = u->shard_count, lo = zero__shard_lo(u);
@@ -225,7 +226,7 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
             return st;
         }
     }
-    if (unit + 1 < eng->unit_count) {
+    if (read_next && unit + 1 < eng->unit_count) {
         int posted;
         zero_status_t st = zero__pswap_read_ahead(eng, &eng->units[unit + 1], NULL, 0, &posted);
         if (!st) st = zero__acc_read_ahead(eng, &eng->units[unit + 1]);
@@ -255,7 +256,7 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
         if (st) break;
         /* decoupled decay (in the kernel), skipped for NO_DECAY tensors */
         const zero__adamw_hp_t hp =
-            zero__adamw_hp(&opt, lr, (int)eng->step, !(u->tensors[t].flags & ZERO_TENSOR_NO_DECAY));
+            zero__adamw_hp(&opt, lr, (int)tstep, !(u->tensors[t].flags & ZERO_TENSOR_NO_DECAY));
         for (size_t x = a, y; !st && x < b; x = y) {
             y = tile_end(eng, base, x, b);
             const size_t o = x - base;
@@ -280,6 +281,106 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
         return zero__engine_fail(eng, st, "step %lld: optimizer state of unit '%s': %s",
                                  (long long)eng->step, u->name, zero_last_error());
     return ZERO_OK;
+}
+
+/* This rank's share of the step's sum of squares from unit u's reduced gradient (before its
+ * update, which zeroes it). A unit of a group of n < N ranks sums over n ranks, not N: weighted
+ * by (N / n)^2, its share of the world's norm is that of its group's mean gradient. */
+static double unit_sumsq(zero_engine_t *eng, const zero__unit_t *u) {
+    const zero_engine_params_t *p = &eng->params;
+    /* pending: the accumulator would hold exactly the widened working buffer, and the sum over
+     * one chunk of all of it is zero__sumsq of the widened values, same bits */
+    double part = u->pending ? zero__sumsq_lp(u->work, p->compute_dtype, u->shard_count,
+                                              ZERO_MAX(u->shard_count, (size_t)1), p->threads)
+                  : u->goff  ? (u->acc_on_disk ? u->acc_sumsq : 0.0) /* taken when written */
+                             : zero__sumsq_dt(eng, u->acc, u->shard_count, p->grad_accum_dtype);
+    if (u->grp->size != eng->world) {
+        const double w = (double)eng->world / u->grp->size;
+        part *= w * w;
+    }
+    return part;
+}
+
+/* ------------------------------------------------------------------------------ overlap_step
+ * offload_optimizer.overlap_step (eng->overlap: stage 3, states on NVMe, no clipping, no loss
+ * scale; engine.c). The step's update of a unit needs only its final gradient, the scale, the lr
+ * and the step count: without clipping the scale is the mean over ranks x micro-steps (the loss
+ * scale is 1), the lr and the count are known before the step. So once the last micro-step's
+ * reduced gradient of a unit has landed in its accumulator (landed_count reaches
+ * grad_accum_steps: every grads_done of the step has landed, in posting order), update_unit can
+ * run in backward, the same call with the same arguments as the step's: the same bits. Its
+ * states' reads and writes (swap.c, in backward's order: units downward) then overlap with the
+ * backward of the units below. Only non-persistent units: their parameters are reachable only
+ * through a fetch (refs counts the open ones), so the update waits until none is open, and a
+ * later fetch in the step is refused. The step sums the partial taken before the update
+ * (early_sumsq) in unit order as before, and updates the other units. An inf/NaN gradient can no
+ * longer skip a step whose units were updated: it fails, on every rank (the control record's
+ * overflow field carries "updated in backward" as its bit 1). */
+
+/* The step's scale without clipping: avg of zero_engine_step, the loss scale being 1. */
+static double overlap_scale(const zero_engine_t *eng) {
+    return 1.0 / ((double)eng->world * (double)eng->params.grad_accum_steps) /
+           zero_loss_scaler_scale(eng->scaler);
+}
+
+void zero__overlap_landed(zero_engine_t *eng, zero__unit_t *un) {
+    if (!eng->overlap) return;
+    if (++un->landed_count == eng->params.grad_accum_steps && !un->persistent && !un->early) {
+        un->early = 1;
+        eng->early_ready++;
+    }
+}
+
+/* An update in backward failed (its message is the engine's failure): with more than one rank
+ * it becomes this rank's fetch_failure, so that its collectives go on and the step's control
+ * record fails every rank; with one the engine stays failed. No further update in this step. */
+static void overlap_failed(zero_engine_t *eng, zero_status_t st) {
+    eng->early_stop = 1;
+    if (eng->world == 1 || eng->fetch_failure) return;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", eng->failure_msg);
+    eng->failure = ZERO_OK;
+    eng->failure_msg[0] = '\0';
+    zero__fetch_lost(eng, st, "%s", msg);
+}
+
+void zero__overlap_run(zero_engine_t *eng) {
+    if (!eng->early_ready || eng->early_stop || eng->failure || eng->fetch_failure) return;
+    for (int i = eng->unit_count - 1; i >= 0 && eng->early_ready; i--) {
+        zero__unit_t *u = &eng->units[i];
+        if (u->early != 1 || u->refs || !zero__pswap_can_map(eng, u) || !zero__acc_can_map(eng, u))
+            continue;
+        const double part = unit_sumsq(eng, u);
+        if (!isfinite(part)) { /* the step fails (or skips, if no rank updated anything) */
+            eng->early_stop = 1;
+            return;
+        }
+        u->early_sumsq = part;
+        u->early = 2;
+        eng->early_ready--;
+        eng->early_done++;
+        int cleared;
+        zero_status_t st =
+            update_unit(eng, i, overlap_scale(eng), zero_engine_lr_at(eng, eng->step),
+                        eng->step + 1, 0, &cleared);
+        if (!st && (st = zero__swap_leave(eng)))
+            zero__engine_fail(eng, st, "step %lld: optimizer states on NVMe: %s",
+                              (long long)eng->step + 1, zero_last_error());
+        if (st) {
+            overlap_failed(eng, st);
+            return;
+        }
+    }
+}
+
+zero_status_t zero__overlap_refuse(const zero_engine_t *eng, const char *what) {
+    if (!eng || !eng->early_done) return ZERO_OK;
+    return zero__error(ZERO_ERR_INVALID_ARG,
+                       "%s: %d units were already updated by this step's optimizer during "
+                       "backward (zero_optimization.offload_optimizer.overlap_step); call it "
+                       "before the last micro-step's backward or after zero_engine_step, or set "
+                       "overlap_step false",
+                       what, eng->early_done);
 }
 
 /* Stage 0 all-gathers each unit's reduced gradient inside its update. When this rank's update
@@ -331,7 +432,9 @@ static void end_step(zero_engine_t *eng, int acc_cleared) {
             zero__zero(u->work, u->padded_count * eng->ce / sizeof(float), eng->params.threads);
         u->pending = 0;
         u->acc_used = 0;
+        u->done_count = u->landed_count = u->early = 0;
     }
+    eng->early_ready = eng->early_done = eng->early_stop = 0;
     zero__schedule_end_step(eng);
     zero__xfer_end_step(eng);
     if (eng->aio) zero__aio_stats_window(eng->aio, &eng->io_base, &eng->io_last);
@@ -353,24 +456,13 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
     if ((st = zero__buckets_drain(eng))) return st;
     if (eng->pol.shard_params && (st = zero__fetch_drop_all(eng))) return st;
 
-    /* This rank's partial sum of squares over its shards, and its inf/NaN flag. A unit of a
-     * group of n < N ranks sums over n ranks, not N: weighted by (N / n)^2, its share of the
-     * world's norm is that of its group's mean gradient. */
+    /* This rank's partial sum of squares over its shards (units in order; a unit updated in
+     * backward gave its part then), and its inf/NaN flag. */
     double mine = 0.0;
     int overflow = 0;
     for (int i = 0; i < eng->unit_count; i++) {
-        const zero__unit_t *u = &eng->units[i];
-        /* pending: the accumulator would hold exactly the widened working buffer, and the
-         * sum over one chunk of all of it is zero__sumsq of the widened values, same bits */
-        double part = u->pending ? zero__sumsq_lp(u->work, p->compute_dtype, u->shard_count,
-                                                  ZERO_MAX(u->shard_count, (size_t)1), p->threads)
-                      : u->goff  ? (u->acc_on_disk ? u->acc_sumsq : 0.0) /* taken when written */
-                                 : zero__sumsq_dt(eng, u->acc, u->shard_count, p->grad_accum_dtype);
-        if (u->grp->size != eng->world) {
-            const double w = (double)eng->world / u->grp->size;
-            part *= w * w;
-        }
-        mine += part;
+        zero__unit_t *u = &eng->units[i];
+        mine += u->early == 2 ? u->early_sumsq : unit_sumsq(eng, u);
     }
     /* The sum of squares is the non-finite check too, with no pass of its own. A finite fp32,
      * bf16 or fp16 value squares to at most 3.4e38^2 = 1.2e77 in float64, so a float64 sum of
@@ -380,6 +472,7 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
      * are never negative, so never inf - inf) keeps +inf or NaN. So mine is non-finite iff some
      * element of this rank's shards is inf or NaN — what zero__has_nonfinite answered. */
     overflow = !isfinite(mine);
+    int early_any = eng->early_done > 0; /* some rank updated units in backward */
     double sumsq = mine;
     if (eng->world > 1) {
         step_record_t rec, *all = malloc((size_t)eng->world * sizeof *all);
@@ -388,7 +481,7 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
         rec.sumsq = mine;
         rec.schedule_hash = eng->event_count ? eng->event_hash : 0;
         rec.schedule_calls = (uint32_t)eng->event_count;
-        rec.overflow = (int16_t)overflow;
+        rec.overflow = (int16_t)(overflow | (early_any ? 2 : 0));
         rec.fetch_failure = (int16_t)eng->fetch_failure;
         rec.step = (uint64_t)eng->step;
         st = zero__xfer_gather(eng, &eng->groups[0], ZERO_XFER_CONTROL, &rec, all, sizeof rec,
@@ -418,13 +511,22 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
         sumsq = 0.0;
         for (int r = 0; r < eng->world; r++) { /* rank order */
             sumsq += all[r].sumsq;
-            overflow |= all[r].overflow != 0;
+            overflow |= (all[r].overflow & 1) != 0;
+            early_any |= (all[r].overflow & 2) != 0;
         }
         free(all);
     }
     /* A finite shard cannot give a non-finite float64 sum of squares; belt and braces, and the
      * same on every rank since sumsq is. */
     if (!isfinite(sumsq)) overflow = 1;
+    if (overflow && early_any) /* every rank alike: the flags and sumsq are the same on all */
+        return zero__engine_fail(
+            eng, ZERO_ERR_INVALID_ARG,
+            "step %lld: inf/NaN gradient, but zero_optimization.offload_optimizer.overlap_step "
+            "already updated units during backward, so the step cannot be skipped; the engine "
+            "cannot go on (resume from a checkpoint; set overlap_step false to have such steps "
+            "skipped instead)",
+            (long long)eng->step + 1);
 
     int acc_cleared = 0; /* the update zeroed every accumulator (same for every unit) */
     zero_loss_scaler_result_t ls;
@@ -470,9 +572,13 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
         }
         eng->step++;
         if (p->loco && eng->step % p->loco_reset_t == 0) eng->loco_reset = 1;
+        /* units updated in backward: the same call, their accumulators zeroed (stage 3) */
+        acc_cleared = eng->early_done > 0;
+        ss.units_in_backward = eng->early_done;
         for (int i = 0; i < eng->unit_count && !st; i++) {
+            if (eng->units[i].early == 2) continue;
             const uint64_t sent = eng->xfer.sent[ZERO_XFER_GRADS];
-            st = update_unit(eng, i, scale, ss.lr, &acc_cleared);
+            st = update_unit(eng, i, scale, ss.lr, eng->step, 1, &acc_cleared);
             if (st && eng->swap) gathers_after(eng, i, eng->xfer.sent[ZERO_XFER_GRADS] != sent);
         }
         if (!st && (st = zero__swap_sync(eng)))
@@ -497,6 +603,13 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
 
 void zero_engine_zero_grads(zero_engine_t *eng) {
     if (!eng) return;
+    if (eng->early_done) { /* half a step taken: nothing consistent to go back to */
+        zero__engine_fail(eng, ZERO_ERR_INVALID_ARG, "%s",
+                          zero__overlap_refuse(eng, "zero_engine_zero_grads")
+                              ? zero_last_error()
+                              : "zero_engine_zero_grads");
+        return;
+    }
     (void)zero__buckets_drain(eng);
     for (int i = 0; i < eng->unit_count; i++) {
         zero__unit_t *u = &eng->units[i];
@@ -505,5 +618,7 @@ void zero_engine_zero_grads(zero_engine_t *eng) {
         u->acc_on_disk = 0;
         u->acc_used = 0;
         u->pending = 0;
+        u->done_count = u->landed_count = u->early = 0;
     }
+    eng->early_ready = eng->early_stop = 0;
 }

@@ -81,6 +81,7 @@ struct zero__swap {
     uint64_t seq;
     slow_map_t slow[SLOW_MAX];
     int pipeline_read, pipeline_write;
+    int reverse; /* units in backward's order (overlap_step) */
     zero__optim_residency_t ram;
 };
 
@@ -168,11 +169,13 @@ static slot_t *find(zero__swap_t *sw, int unit, int group) {
     return NULL;
 }
 
-/* The sub-group after (*unit, *group) in the step's order (after the last, the first). */
+/* The sub-group after (*unit, *group) in the step's order (after the last, the first): units
+ * upward, or with overlap_step (eng->overlap: the updates run in backward) downward, sub-groups
+ * upward either way. */
 static void next_pos(const zero__swap_t *sw, int *unit, int *group) {
     if (++*group >= sw->units[*unit].groups) {
         *group = 0;
-        *unit = (*unit + 1) % sw->unit_count;
+        *unit = (*unit + (sw->reverse ? sw->unit_count - 1 : 1)) % sw->unit_count;
     }
 }
 
@@ -361,7 +364,13 @@ zero_status_t zero__offload_check(const zero_offload_params_t *o, const char *bl
 zero_status_t zero__swap_check_params(const zero_engine_params_t *p) {
     zero_status_t st = zero__offload_check(&p->offload_optimizer, "offload_optimizer", "swap files",
                                            2, "staging buffers");
-    if (st || p->offload_optimizer.device != ZERO_OFFLOAD_NVME) return st;
+    if (st) return st;
+    if (p->offload_optimizer.overlap_step != 0 && p->offload_optimizer.overlap_step != 1)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "zero_optimization.offload_optimizer.overlap_step %d is invalid "
+                           "(expected 0 or 1)",
+                           p->offload_optimizer.overlap_step);
+    if (p->offload_optimizer.device != ZERO_OFFLOAD_NVME) return st;
     if (p->sub_group_elems < 1)
         return zero__error(ZERO_ERR_CONFIG,
                            "zero_optimization.sub_group_size %lld is invalid (expected >= 1)",
@@ -383,6 +392,7 @@ zero_status_t zero__swap_init(zero_engine_t *eng) {
     sw->current = -1;
     sw->pipeline_read = p->offload_optimizer.pipeline_read;
     sw->pipeline_write = p->offload_optimizer.pipeline_write;
+    sw->reverse = eng->overlap;
     sw->ram = zero__state_residency_ram(eng);
     for (int s = 0; s < ZERO_ENGINE_STATE_COUNT; s++) sw->idx[s] = -1;
     sw->idx[ZERO_ENGINE_STATE_ADAM_M] = sw->nstates++;
@@ -477,9 +487,19 @@ zero_status_t zero__swap_sync(zero_engine_t *eng) {
     zero_status_t st = drain(sw);
     /* the next step starts with the first sub-groups: read as many as the slots hold while
      * forward and backward run */
-    if (!st && sw->unit_count)
-        read_ahead(sw, sw->unit_count - 1, sw->units[sw->unit_count - 1].groups - 1,
-                   sw->slot_count);
+    if (!st && sw->unit_count) {
+        const int last = sw->reverse ? 0 : sw->unit_count - 1; /* the position before the first */
+        read_ahead(sw, last, sw->units[last].groups - 1, sw->slot_count);
+    }
+    return st;
+}
+
+zero_status_t zero__swap_leave(zero_engine_t *eng) {
+    zero__swap_t *sw = eng->swap;
+    if (!sw || sw->current < 0) return ZERO_OK;
+    const int unit = sw->slots[sw->current].unit, group = sw->slots[sw->current].group;
+    zero_status_t st = leave_current(sw);
+    if (!st) read_ahead(sw, unit, group, ZERO_MAX(sw->slot_count - 2, 1));
     return st;
 }
 

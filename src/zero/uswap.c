@@ -384,6 +384,10 @@ zero_status_t zero__shard_write_behind(const zero_engine_t *eng, const zero__uni
     return s && !s->pins && !s->req ? post_write(eng->pswap, s) : ZERO_OK;
 }
 
+int zero__acc_can_map(const zero_engine_t *eng, const zero__unit_t *un) {
+    return !un->goff || uswap_can_map(eng->gswap, (int)(un - eng->units));
+}
+
 int zero__pswap_can_map(const zero_engine_t *eng, const zero__unit_t *un) {
     return !un->poff || uswap_can_map(eng->pswap, (int)(un - eng->units));
 }

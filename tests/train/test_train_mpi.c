@@ -205,6 +205,53 @@ int main(int argc, char **argv) {
             swap, swap);
     fclose(f);
     free(compare(argv[1], argv[2], nvme, 3));
+    /* the same with the optimizer's updates in backward (offload_optimizer.overlap_step: on with
+     * gradient_clipping 0; persistence 0 so that the blocks are sharded), bf16: threads equal
+     * MPI, and both equal the run with the key false; the metrics show units updated in
+     * backward */
+    char *ov[2] = {NULL, NULL};
+    for (int on = 1; on >= 0; on--) {
+        f = fopen(nvme, "w");
+        if (!f) return 1;
+        fprintf(f,
+                "{\"model\": {\"layers\": 2, \"heads\": 2, \"dim\": 32, \"seq\": 32},\n"
+                " \"data\": {\"builtin_bytes\": 65536}, \"bf16\": {\"enabled\": true},\n"
+                " \"train_batch_size\": 16, \"gradient_accumulation_steps\": 2,\n"
+                " \"gradient_clipping\": 0,\n"
+                " \"zero_optimization\": {\"reduce_bucket_size\": 5000, \"sub_group_size\": 4096,\n"
+                "   \"stage3_param_persistence_threshold\": 0,\n"
+                "   \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\", "
+                "\"overlap_step\": %s},\n"
+                "   \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\", "
+                "\"buffer_count\": 3}},\n"
+                " \"train\": {\"steps\": 5, \"eval_interval\": 0, \"eval_batches\": 2, "
+                "\"samples\": 0}}\n",
+                swap, on ? "true" : "false", swap);
+        fclose(f);
+        ov[on] = compare(argv[1], argv[2], nvme, 3);
+        char cmd[2048], err[8192], met[600];
+        snprintf(met, sizeof met, "%s/overlap.jsonl", dir);
+        snprintf(cmd, sizeof cmd,
+                 "%s train -q --no-peak --config %s --ranks 2 --stage 3 --metrics %s", argv[1],
+                 nvme, met);
+        CHECK(run(cmd, err, sizeof err) == 0, "overlap %d metrics run: %s", on, err);
+        int lines = 0, with = 0;
+        char line[4096];
+        FILE *m = fopen(met, "r");
+        while (m && fgets(line, sizeof line, m)) {
+            lines++;
+            const char *k = strstr(line, "\"units_in_backward\": ");
+            with += k && atoi(k + strlen("\"units_in_backward\": ")) > 0;
+        }
+        if (m) fclose(m);
+        unlink(met);
+        CHECK(lines == 5 && with == (on ? 5 : 0),
+              "overlap_step %d: %d of %d steps updated units in backward", on, with, lines);
+    }
+    CHECK(ov[0] && ov[1] && !strcmp(ov[0], ov[1]), "overlap_step on %s, off %s",
+          ov[1] ? ov[1] : "-", ov[0] ? ov[0] : "-");
+    free(ov[0]);
+    free(ov[1]);
     CHECK(rmdir(swap) == 0, "swap files left in %s", swap);
     unlink(nvme);
     unlink(cfg);
