@@ -449,6 +449,10 @@ zero_status_t zero__pswap_read_ahead(const zero_engine_t *eng, const zero__unit_
 #define ZERO__ACC_OVERWRITE 0
 #define ZERO__ACC_ZERO 1
 #define ZERO__ACC_BACKWARD 2
+/* written of zero__acc_unmap: the update consumed it (zeroed it): its slot is not written back,
+ * the file stays stale (acc_on_disk ends with the step). With overlap_step a unit's last landing
+ * of the step is not written through either: its update reads it from the slot. */
+#define ZERO__ACC_SPENT 2
 zero_status_t zero__acc_map(zero_engine_t *eng, zero__unit_t *un, int fill, void **ptr);
 zero_status_t zero__acc_unmap(zero_engine_t *eng, zero__unit_t *un, int written);
 /* Post the read of un's accumulator ahead (it was written this step); never waits. An error: a

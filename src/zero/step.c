@@ -268,7 +268,8 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
     }
     if (!st) st = pass_gap(eng, unit, base, g, gsize, zero_g, lp, done - base, span);
     if (!u->pending && u->goff) {
-        zero_status_t s2 = zero__acc_unmap(eng, u, 0); /* zeroed by the pass; acc_on_disk ends */
+        /* zeroed by the pass, never read again this step: not written back */
+        zero_status_t s2 = zero__acc_unmap(eng, u, ZERO__ACC_SPENT);
         if (!st) st = s2;
     }
     if (u->poff) {

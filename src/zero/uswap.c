@@ -432,12 +432,28 @@ zero_status_t zero__acc_map(zero_engine_t *eng, zero__unit_t *un, int fill, void
 zero_status_t zero__acc_unmap(zero_engine_t *eng, zero__unit_t *un, int written) {
     if (!un->goff) return ZERO_OK;
     const int u = (int)(un - eng->units);
+    uslot_t *s = find(eng->gswap, u);
+    ZERO_ASSERT(s && s->pins > 0);
+    if (written == ZERO__ACC_SPENT) { /* zeros now, the file stale until the next step writes */
+        s->pins--;
+        s->dirty = 0;
+        return ZERO_OK;
+    }
+    /* overlap_step: the unit's last gradient of the step, which its update in backward reads
+     * next from this slot: not written through (an eviction before that writes it back) */
+    const int hold = written && eng->overlap && !un->persistent &&
+                     un->landed_count + 1 == eng->params.grad_accum_steps;
     if (written) {
         /* the step's norm takes each unit's sum as it stands after the last write: the same
          * computation over the same values as the step's own pass over un->acc */
         void *acc = find(eng->gswap, u)->buf;
         un->acc_sumsq = zero__sumsq_dt(eng, acc, un->shard_count, eng->params.grad_accum_dtype);
         un->acc_on_disk = 1;
+    }
+    if (hold) {
+        s->pins--;
+        s->dirty = 1;
+        return ZERO_OK;
     }
     zero_status_t st = uswap_unmap(eng->gswap, u, written);
     if (st)

@@ -8,8 +8,11 @@
  * rank holds (read back after the last step) and every step's gradient norm must be equal bit for
  * bit, on 1, 2 and 4 thread ranks, fp32 and bf16, 1 and 3 micro-steps, offload_param nvme on and
  * off. The overlapped run must have updated units in backward (zero_step_stats_t
- * units_in_backward: every sharded unit in every step), the others none: a silent fall-back to the
- * step's path fails here. Then:
+ * units_in_backward: every sharded unit in every step; with several ranks all but unit 0, whose
+ * last reduce-scatter lands in the step), the others none: a silent fall-back to the
+ * step's path fails here; on one rank with offload_param (the accumulators on NVMe) it also moves
+ * fewer swap bytes per step (the last gradients are updated from their slots, never written or
+ * read back). Then:
  *  - between the last backward and zero_engine_step the state calls refuse, naming the key;
  *  - an inf/NaN gradient on rank 1 of 2 fails that step on both ranks with the named error, and
  *    the engine refuses to go on; with overlap_step false the same step is skipped on both;
@@ -44,6 +47,7 @@ typedef struct rank_arg {
     const ocase_t *c;
     uint64_t fingerprint, state_hash, norm_hash;
     int in_backward[STEPS], skipped[STEPS];
+    uint64_t read_bytes, written_bytes; /* the swap files' I/O of the last step */
     zero_status_t st, again;
     char error[1024];
     int failed_step;
@@ -164,6 +168,12 @@ static void case_rank(zero_comm_t *comm, void *argp) {
     }
     if (!st) st = zero_engine_fingerprint(eng, &a->fingerprint);
     if (!st) st = hash_states(eng, &a->state_hash);
+    if (!st) {
+        zero_engine_report_t rep;
+        zero_engine_get_report(eng, &rep);
+        a->read_bytes = rep.swap_read_bytes_per_step;
+        a->written_bytes = rep.swap_written_bytes_per_step;
+    }
     a->st = st;
     snprintf(a->error, sizeof a->error, "%s", st ? zero_last_error() : "");
     a->again = st && eng ? zero_engine_step(eng, NULL) : ZERO_OK;
@@ -220,6 +230,17 @@ static void compare(int n, int micro, int poff, zero_dtype_t dt, const char *dir
                   res[0][r].in_backward[s], want);
         }
     }
+    /* with the gradient accumulators on NVMe (poff) a unit's last gradient is updated from its
+     * slot in backward: neither written nor read back. One rank (every sharded unit updated in
+     * backward): fewer bytes in all. */
+    for (int r = 0; r < n && poff && n == 1; r++)
+        CHECK(res[2][r].written_bytes + res[2][r].read_bytes <
+                  res[1][r].written_bytes + res[1][r].read_bytes,
+              "%d ranks %s micro %d rank %d: swap bytes read + written with overlap %llu + %llu, "
+              "without %llu + %llu",
+              n, what, micro, r, (unsigned long long)res[2][r].read_bytes,
+              (unsigned long long)res[2][r].written_bytes, (unsigned long long)res[1][r].read_bytes,
+              (unsigned long long)res[1][r].written_bytes);
     CHECK(swap_files_in(dir) == 0, "swap files left");
     pthread_mutex_unlock(&lock);
 }
