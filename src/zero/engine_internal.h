@@ -295,6 +295,10 @@ struct zero_engine {
      * backward (an inf/NaN gradient seen, or one failed). */
     int overlap;
     int early_ready, early_done, early_stop;
+    /* tests: an update in backward waits for its data (as the step does) instead of leaving the
+     * unit to a later hook, so that which units are updated in backward does not depend on the
+     * disk's timing */
+    int overlap_wait;
 
     uint64_t bucket_seq; /* posting order of bucket reduce-scatters */
     zero__xfer_counts_t xfer;
@@ -405,6 +409,9 @@ zero_status_t zero__swap_sync(zero_engine_t *eng);
 /* A unit's update in backward is done: post the write of the sub-group still current (else only
  * the next unit's update would) and read ahead; the error of posting it. */
 zero_status_t zero__swap_leave(zero_engine_t *eng);
+/* overlap_step: the first sub-group of unit's states has been read (1 without swap): its update
+ * would not wait for it. If no slot holds it, its read is posted ahead when a slot is free. */
+int zero__swap_ready(zero_engine_t *eng, int unit);
 zero__optim_residency_t zero__swap_residency(zero_engine_t *eng);
 /* Elements of a sub-group (the step cuts its tiles at multiples of it from the held range's
  * start), 0 without swap; the RAM it holds (staging buffers, page checksums: ZERO_MEM_OFFLOAD);
@@ -432,6 +439,9 @@ zero_status_t zero__shard_write_behind(const zero_engine_t *eng, const zero__uni
 int zero__pswap_can_map(const zero_engine_t *eng, const zero__unit_t *un);
 /* The same for un's accumulator (1 without gswap). */
 int zero__acc_can_map(const zero_engine_t *eng, const zero__unit_t *un);
+/* overlap_step: un's shard and (written this step) accumulator are resident in their slots, no
+ * read or write of theirs still running (1 without the swap files): its update would not wait. */
+int zero__uswap_ready(const zero_engine_t *eng, const zero__unit_t *un);
 /* Post the read of un's shard if a buffer is free, or clean (a finished write collected),
  * unpinned, not read ahead itself and not holding one of the units keep[0..nkeep) (needed
  * before un); never waits. *posted 0: no buffer was (un is not resident). An error: a collected

@@ -226,10 +226,15 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
             return st;
         }
     }
-    if (read_next && unit + 1 < eng->unit_count) {
+    /* the unit the step updates next: the following one, or with overlap the one below not
+     * updated in backward */
+    int next = unit + 1;
+    if (eng->overlap)
+        for (next = unit - 1; next >= 0 && eng->units[next].early == 2;) next--;
+    if (read_next && next >= 0 && next < eng->unit_count) {
         int posted;
-        zero_status_t st = zero__pswap_read_ahead(eng, &eng->units[unit + 1], NULL, 0, &posted);
-        if (!st) st = zero__acc_read_ahead(eng, &eng->units[unit + 1]);
+        zero_status_t st = zero__pswap_read_ahead(eng, &eng->units[next], NULL, 0, &posted);
+        if (!st) st = zero__acc_read_ahead(eng, &eng->units[next]);
         if (st) { /* the message names the file */
             char msg[1024];
             snprintf(msg, sizeof msg, "%s", zero_last_error());
@@ -349,7 +354,11 @@ void zero__overlap_run(zero_engine_t *eng) {
     if (!eng->early_ready || eng->early_stop || eng->failure || eng->fetch_failure) return;
     for (int i = eng->unit_count - 1; i >= 0 && eng->early_ready; i--) {
         zero__unit_t *u = &eng->units[i];
-        if (u->early != 1 || u->refs || !zero__pswap_can_map(eng, u) || !zero__acc_can_map(eng, u))
+        /* never waits for the disk: a unit whose data is not in yet waits for a later hook (or
+         * the step) */
+        if (u->early != 1 || u->refs) continue;
+        if (eng->overlap_wait ? !zero__pswap_can_map(eng, u) || !zero__acc_can_map(eng, u)
+                              : !zero__uswap_ready(eng, u) || !zero__swap_ready(eng, i))
             continue;
         const double part = unit_sumsq(eng, u);
         if (!isfinite(part)) { /* the step fails (or skips, if no rank updated anything) */
@@ -576,7 +585,10 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
         /* units updated in backward: the same call, their accumulators zeroed (stage 3) */
         acc_cleared = eng->early_done > 0;
         ss.units_in_backward = eng->early_done;
-        for (int i = 0; i < eng->unit_count && !st; i++) {
+        /* overlap: the rest in backward's order too, which swap.c reads ahead in (each unit's
+         * update is its own: any order gives the same bits) */
+        for (int k = 0; k < eng->unit_count && !st; k++) {
+            const int i = eng->overlap ? eng->unit_count - 1 - k : k;
             if (eng->units[i].early == 2) continue;
             const uint64_t sent = eng->xfer.sent[ZERO_XFER_GRADS];
             st = update_unit(eng, i, scale, ss.lr, eng->step, 1, &acc_cleared);

@@ -82,6 +82,10 @@ struct zero__swap {
     slow_map_t slow[SLOW_MAX];
     int pipeline_read, pipeline_write;
     int reverse; /* units in backward's order (overlap_step) */
+    /* overlap_step: the first error of a finished write collected by a read-ahead (which cannot
+     * return it), returned by the next acquire or drain */
+    zero_status_t late;
+    char late_msg[512];
     zero__optim_residency_t ram;
 };
 
@@ -134,6 +138,30 @@ static zero_status_t settle(zero__swap_t *sw, slot_t *s) {
     return st;
 }
 
+/* overlap_step, where the updates in backward write behind one unit after another: every slot
+ * whose write has finished becomes a ready copy (a failed one: free, its error kept in late). */
+static void collect_writes(zero__swap_t *sw) {
+    for (int i = 0; i < sw->slot_count; i++) {
+        slot_t *s = &sw->slots[i];
+        int done = s->state == SLOT_WRITING;
+        for (int k = 0; k < s->nreq && done; k++) done = zero__aio_test(s->reqs[k]);
+        if (!done) continue;
+        zero_status_t st = settle(sw, s);
+        if (st && !sw->late) {
+            sw->late = st;
+            snprintf(sw->late_msg, sizeof sw->late_msg, "%s", zero_last_error());
+        }
+    }
+}
+
+/* The error kept by collect_writes, once. */
+static zero_status_t take_late(zero__swap_t *sw) {
+    zero_status_t st = sw->late;
+    if (!st) return ZERO_OK;
+    sw->late = ZERO_OK;
+    return zero__error(st, "%s", sw->late_msg);
+}
+
 /* Leave the current sub-group: written back if it was written (waited for unless
  * pipeline_write), else kept as a ready copy. */
 static zero_status_t leave_current(zero__swap_t *sw) {
@@ -151,6 +179,7 @@ static zero_status_t leave_current(zero__swap_t *sw) {
 /* Every write finished (reads too): afterwards no slot has I/O in flight. */
 static zero_status_t drain(zero__swap_t *sw) {
     zero_status_t st = leave_current(sw);
+    if (!st) st = take_late(sw);
     for (int i = 0; i < sw->slot_count; i++) {
         slot_t *s = &sw->slots[i];
         if (s->state == SLOT_READING || s->state == SLOT_WRITING) {
@@ -197,6 +226,7 @@ static slot_t *take(zero__swap_t *sw, int may_block, zero_status_t *st, int from
                     int from_group, int depth) {
     static const slot_state_t order[] = {SLOT_FREE, SLOT_READY, SLOT_WRITING, SLOT_READING};
     slot_t *best = NULL;
+    if (!may_block && sw->reverse) collect_writes(sw);
     for (int pass = 0; pass < (may_block ? 4 : 2) && !best; pass++)
         for (int i = 0; i < sw->slot_count; i++) {
             slot_t *s = &sw->slots[i];
@@ -240,6 +270,7 @@ static zero_status_t acquire(zero__swap_t *sw, int unit, int group, slot_t **out
         }
     }
     zero_status_t st = leave_current(sw);
+    if (!st) st = take_late(sw);
     if (st) return st;
     slot_t *s = find(sw, unit, group);
     if (s && s->state != SLOT_READY && (st = settle(sw, s))) return st;
@@ -492,6 +523,23 @@ zero_status_t zero__swap_sync(zero_engine_t *eng) {
         read_ahead(sw, last, sw->units[last].groups - 1, sw->slot_count);
     }
     return st;
+}
+
+int zero__swap_ready(zero_engine_t *eng, int unit) {
+    zero__swap_t *sw = eng->swap;
+    if (!sw || sw->units[unit].groups == 0) return 1;
+    slot_t *s = find(sw, unit, 0);
+    if (!s) {
+        /* read it (and the next ones) ahead from the position before it in the step's order,
+         * as far as slots are free */
+        int pu = (unit + (sw->reverse ? 1 : sw->unit_count - 1)) % sw->unit_count;
+        read_ahead(sw, pu, sw->units[pu].groups - 1, ZERO_MAX(sw->slot_count - 2, 1));
+        return 0;
+    }
+    if (s->state == SLOT_READING || s->state == SLOT_WRITING)
+        for (int k = 0; k < s->nreq; k++)
+            if (!zero__aio_test(s->reqs[k])) return 0;
+    return 1;
 }
 
 zero_status_t zero__swap_leave(zero_engine_t *eng) {

@@ -388,6 +388,18 @@ int zero__acc_can_map(const zero_engine_t *eng, const zero__unit_t *un) {
     return !un->goff || uswap_can_map(eng->gswap, (int)(un - eng->units));
 }
 
+/* Resident with no request in flight, or one that has completed. */
+static int uswap_ready(zero__uswap_t *us, int u) {
+    const uslot_t *s = find(us, u);
+    return s && (!s->req || zero__aio_test(s->req));
+}
+
+int zero__uswap_ready(const zero_engine_t *eng, const zero__unit_t *un) {
+    const int u = (int)(un - eng->units);
+    return (!un->poff || uswap_ready(eng->pswap, u)) &&
+           (!un->goff || !un->acc_on_disk || uswap_ready(eng->gswap, u));
+}
+
 int zero__pswap_can_map(const zero_engine_t *eng, const zero__unit_t *un) {
     return !un->poff || uswap_can_map(eng->pswap, (int)(un - eng->units));
 }

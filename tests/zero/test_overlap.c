@@ -1,18 +1,20 @@
 /* test_overlap.c — offload_optimizer.overlap_step: units updated during backward change no bit.
  *
  * A toy model of four units (three sharded, one small persistent) trains four steps at stage 3
- * with gradient_clipping 0, each micro-step a forward and a backward (toy_units.h), three ways:
+ * with gradient_clipping 0, each micro-step a forward and a backward (toy_units.h), four ways:
  * the optimizer's states in RAM (the reference), on NVMe with overlap_step false (the step
- * updates every unit) and on NVMe with overlap_step true (the sharded units' updates run in the
- * last micro-step's backward). The weights fingerprint, every optimizer state and parameter this
- * rank holds (read back after the last step) and every step's gradient norm must be equal bit for
- * bit, on 1, 2 and 4 thread ranks, fp32 and bf16, 1 and 3 micro-steps, offload_param nvme on and
- * off. The overlapped run must have updated units in backward (zero_step_stats_t
- * units_in_backward: every sharded unit in every step; with several ranks all but unit 0, whose
- * last reduce-scatter lands in the step), the others none: a silent fall-back to the
- * step's path fails here; on one rank with offload_param (the accumulators on NVMe) it also moves
- * fewer swap bytes per step (the last gradients are updated from their slots, never written or
- * read back). Then:
+ * updates every unit), on NVMe with overlap_step true (a sharded unit's update runs in the last
+ * micro-step's backward at the first hook where its data is in: which units depends on the
+ * disk's timing) and the same with the engine's overlap_wait (the hooks wait for the disk
+ * instead, so exactly the final units are updated in backward). The weights fingerprint, every
+ * optimizer state and parameter this rank holds (read back after the last step) and every step's
+ * gradient norm must be equal bit for bit, on 1, 2 and 4 thread ranks, fp32 and bf16, 1 and 3
+ * micro-steps, offload_param nvme on and off. With overlap_wait every step must have updated
+ * the sharded units in backward (zero_step_stats_t units_in_backward: all three; with several
+ * ranks all but unit 0, whose last reduce-scatter lands in the step), the runs without the key
+ * none: a silent fall-back to the step's path fails here; on one rank with offload_param (the
+ * accumulators on NVMe) it also moves fewer swap bytes per step (the last gradients are updated
+ * from their slots, never written or read back). Then:
  *  - between the last backward and zero_engine_step the state calls refuse, naming the key;
  *  - an inf/NaN gradient on rank 1 of 2 fails that step on both ranks with the named error, and
  *    the engine refuses to go on; with overlap_step false the same step is skipped on both;
@@ -38,7 +40,8 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 typedef struct ocase {
     int micro, poff;
     zero_dtype_t dtype;
-    int mode;        /* 0 RAM, 1 NVMe overlap_step false, 2 NVMe overlap_step true */
+    int mode;        /* 0 RAM, 1 NVMe overlap_step false, 2 NVMe overlap_step true, 3 the same
+                      * with overlap_wait (the updates in backward wait for the disk) */
     int nan_rank;    /* >= 0: that rank's gradient of unit 1 holds a NaN in step 1 */
     const char *dir; /* the swap files' directory */
 } ocase_t;
@@ -70,7 +73,7 @@ static zero_engine_params_t params_of(const ocase_t *c, zero_comm_t *comm) {
         p.offload_optimizer.device = ZERO_OFFLOAD_NVME;
         snprintf(p.offload_optimizer.nvme_path, sizeof p.offload_optimizer.nvme_path, "%s", c->dir);
         p.offload_optimizer.buffer_count = 3;
-        p.offload_optimizer.overlap_step = c->mode == 2;
+        p.offload_optimizer.overlap_step = c->mode >= 2;
         p.aio.block_size = 8192;
         if (c->poff) {
             p.offload_param.device = ZERO_OFFLOAD_NVME;
@@ -133,6 +136,7 @@ static void case_rank(zero_comm_t *comm, void *argp) {
     zero_engine_t *eng = NULL;
     zero_status_t st = zero_engine_init(&eng, &p);
     if (!st) st = toy_add_units(eng, sizes, UNITS);
+    if (!st && c->mode == 3) eng->overlap_wait = 1;
     a->norm_hash = 0xcbf29ce484222325ull;
     a->failed_step = -1;
     for (int s = 0; s < STEPS && !st; s++) {
@@ -141,7 +145,7 @@ static void case_rank(zero_comm_t *comm, void *argp) {
             if (!st) st = backward(eng, c, rank, s, m);
         }
         if (st) break;
-        if (s == 2 && c->mode == 2) { /* the window between the last backward and the step */
+        if (s == 2 && c->mode == 3) { /* the window between the last backward and the step */
             float x;
             size_t off, n;
             zero_engine_shard_range(eng, 0, &off, &n);
@@ -195,18 +199,18 @@ static void run(int n, const ocase_t *c, rank_arg_t *a) {
 }
 
 static void compare(int n, int micro, int poff, zero_dtype_t dt, const char *dir) {
-    rank_arg_t res[3][4];
-    for (int mode = 0; mode < 3; mode++) {
+    rank_arg_t res[4][4];
+    for (int mode = 0; mode < 4; mode++) {
         const ocase_t c = {micro, poff, dt, mode, -1, dir};
         run(n, &c, res[mode]);
     }
     pthread_mutex_lock(&lock);
     const char *what = dt == ZERO_DTYPE_FP32 ? "fp32" : "bf16";
     for (int r = 0; r < n; r++) {
-        for (int mode = 0; mode < 3; mode++)
+        for (int mode = 0; mode < 4; mode++)
             CHECK(res[mode][r].st == ZERO_OK, "%d ranks %s micro %d poff %d mode %d rank %d: %s", n,
                   what, micro, poff, mode, r, res[mode][r].error);
-        for (int mode = 1; mode < 3; mode++)
+        for (int mode = 1; mode < 4; mode++)
             CHECK(res[mode][r].fingerprint == res[0][r].fingerprint &&
                       res[mode][r].state_hash == res[0][r].state_hash &&
                       res[mode][r].norm_hash == res[0][r].norm_hash,
@@ -222,11 +226,11 @@ static void compare(int n, int micro, int poff, zero_dtype_t dt, const char *dir
             /* the sharded units (3, 1, 0) in backward, none without the key; with more than one
              * rank unit 0's last reduce-scatter lands at the step (no hook follows it) */
             const int want = n == 1 ? 3 : 2;
-            CHECK(res[2][r].in_backward[s] == want && res[1][r].in_backward[s] == 0 &&
+            CHECK(res[3][r].in_backward[s] == want && res[1][r].in_backward[s] == 0 &&
                       res[0][r].in_backward[s] == 0,
                   "%d ranks %s micro %d poff %d rank %d step %d: units in backward %d / %d / %d "
                   "(overlap / off / RAM), expected %d / 0 / 0",
-                  n, what, micro, poff, r, s, res[2][r].in_backward[s], res[1][r].in_backward[s],
+                  n, what, micro, poff, r, s, res[3][r].in_backward[s], res[1][r].in_backward[s],
                   res[0][r].in_backward[s], want);
         }
     }
@@ -234,12 +238,12 @@ static void compare(int n, int micro, int poff, zero_dtype_t dt, const char *dir
      * slot in backward: neither written nor read back. One rank (every sharded unit updated in
      * backward): fewer bytes in all. */
     for (int r = 0; r < n && poff && n == 1; r++)
-        CHECK(res[2][r].written_bytes + res[2][r].read_bytes <
+        CHECK(res[3][r].written_bytes + res[3][r].read_bytes <
                   res[1][r].written_bytes + res[1][r].read_bytes,
               "%d ranks %s micro %d rank %d: swap bytes read + written with overlap %llu + %llu, "
               "without %llu + %llu",
-              n, what, micro, r, (unsigned long long)res[2][r].read_bytes,
-              (unsigned long long)res[2][r].written_bytes, (unsigned long long)res[1][r].read_bytes,
+              n, what, micro, r, (unsigned long long)res[3][r].read_bytes,
+              (unsigned long long)res[3][r].written_bytes, (unsigned long long)res[1][r].read_bytes,
               (unsigned long long)res[1][r].written_bytes);
     CHECK(swap_files_in(dir) == 0, "swap files left");
     pthread_mutex_unlock(&lock);
@@ -249,7 +253,7 @@ static void compare(int n, int micro, int poff, zero_dtype_t dt, const char *dir
  * refuses to go on; without it the step is skipped on both. */
 static void nan_gradient(const char *dir, zero_dtype_t dt) {
     for (int mode = 1; mode < 3; mode++) {
-        const ocase_t c = {1, 1, dt, mode, 1, dir};
+        const ocase_t c = {1, 1, dt, mode == 2 ? 3 : 1, 1, dir};
         rank_arg_t a[2];
         run(2, &c, a);
         for (int r = 0; r < 2; r++) {
