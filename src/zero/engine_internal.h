@@ -409,6 +409,8 @@ zero_status_t zero__swap_sync(zero_engine_t *eng);
 /* A unit's update in backward is done: post the write of the sub-group still current (else only
  * the next unit's update would) and read ahead; the error of posting it. */
 zero_status_t zero__swap_leave(zero_engine_t *eng);
+/* Tests only: unit u's optimizer swap file (m, v, and with 16-bit compute the master), or NULL. */
+zero__aio_file_t *zero__swap_file(const zero_engine_t *eng, int u);
 /* overlap_step: the first sub-group of unit's states has been read (1 without swap): its update
  * would not wait for it. If no slot holds it, its read is posted ahead when a slot is free. */
 int zero__swap_ready(zero_engine_t *eng, int unit);

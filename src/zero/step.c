@@ -191,8 +191,7 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
                     return zero__engine_fail(eng, ZERO_ERR_OUT_OF_MEMORY,
                                              "step %lld: no memory to gather the gradient of unit "
                                              "'%s' (%zu bytes)",
-                                             (long long)eng->step, u->name,
-                                             u->padded_count * eng->ae);
+                                             (long long)tstep, u->name, u->padded_count * eng->ae);
             }
             zero_status_t st = zero__xfer_gather(eng, u->grp, ZERO_XFER_GRADS, u->acc, dst, S,
                                                  p->grad_accum_dtype, NULL);
@@ -216,7 +215,7 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
         if (st) {
             if (pooled) zero__pool_give(&eng->grad_pool, pooled);
             return zero__engine_fail(eng, st, "step %lld: parameters of unit '%s' on NVMe: %s",
-                                     (long long)eng->step, u->name, zero_last_error());
+                                     (long long)tstep, u->name, zero_last_error());
         }
     }
     if (!u->pending && u->goff) { /* the accumulator on NVMe */
@@ -242,7 +241,7 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
             zero__shard_unmap(eng, u, 0);
             if (pooled) zero__pool_give(&eng->grad_pool, pooled);
             return zero__engine_fail(eng, st, "step %lld: writing a swap file (NVMe): %s",
-                                     (long long)eng->step, msg);
+                                     (long long)tstep, msg);
         }
     }
     /* the parameters [base, base + span) the master rounds into (16-bit compute) */
@@ -285,7 +284,7 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
     if (pooled) zero__pool_give(&eng->grad_pool, pooled);
     if (st)
         return zero__engine_fail(eng, st, "step %lld: optimizer state of unit '%s': %s",
-                                 (long long)eng->step, u->name, zero_last_error());
+                                 (long long)tstep, u->name, zero_last_error());
     return ZERO_OK;
 }
 
@@ -343,11 +342,12 @@ void zero__overlap_landed(zero_engine_t *eng, zero__unit_t *un) {
 static void overlap_failed(zero_engine_t *eng, zero_status_t st) {
     eng->early_stop = 1;
     if (eng->world == 1 || eng->fetch_failure) return;
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", eng->failure_msg);
+    snprintf(eng->fetch_failure_msg, sizeof eng->fetch_failure_msg, "%s", eng->failure_msg);
+    eng->fetch_failure = st;
     eng->failure = ZERO_OK;
     eng->failure_msg[0] = '\0';
-    zero__fetch_lost(eng, st, "%s", msg);
+    zero__log(ZERO_LOG_ERROR, eng->rank, eng->world, "%s (every rank fails at the step)",
+              eng->fetch_failure_msg);
 }
 
 void zero__overlap_run(zero_engine_t *eng) {
@@ -374,7 +374,7 @@ void zero__overlap_run(zero_engine_t *eng) {
             update_unit(eng, i, overlap_scale(eng), zero_engine_lr_at(eng, eng->step),
                         eng->step + 1, 0, &cleared);
         if (!st && (st = zero__swap_leave(eng)))
-            zero__engine_fail(eng, st, "step %lld: optimizer states on NVMe: %s",
+            zero__engine_fail(eng, st, "step %lld: optimizer states on NVMe (in backward): %s",
                               (long long)eng->step + 1, zero_last_error());
         if (st) {
             overlap_failed(eng, st);

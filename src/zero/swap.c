@@ -551,6 +551,11 @@ zero_status_t zero__swap_leave(zero_engine_t *eng) {
     return st;
 }
 
+zero__aio_file_t *zero__swap_file(const zero_engine_t *eng, int u) {
+    const zero__swap_t *sw = eng->swap;
+    return sw && u >= 0 && u < sw->unit_count ? sw->units[u].file : NULL;
+}
+
 size_t zero__swap_tile_elems(const zero_engine_t *eng) { return eng->swap ? eng->swap->G : 0; }
 
 uint64_t zero__swap_disk_bytes(const zero_engine_t *eng) {

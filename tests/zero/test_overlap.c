@@ -18,6 +18,8 @@
  *  - between the last backward and zero_engine_step the state calls refuse, naming the key;
  *  - an inf/NaN gradient on rank 1 of 2 fails that step on both ranks with the named error, and
  *    the engine refuses to go on; with overlap_step false the same step is skipped on both;
+ *  - a read of rank 1's optimizer states failing in its update in backward fails the step on
+ *    both ranks, rank 1 naming the file and rank 0 naming rank 1, and the engines stay failed;
  *  - overlap_step 2 is an error at zero_engine_init naming the key and the value.
  */
 #include "check.h"
@@ -43,6 +45,7 @@ typedef struct ocase {
     int mode;        /* 0 RAM, 1 NVMe overlap_step false, 2 NVMe overlap_step true, 3 the same
                       * with overlap_wait (the updates in backward wait for the disk) */
     int nan_rank;    /* >= 0: that rank's gradient of unit 1 holds a NaN in step 1 */
+    int eio_rank;    /* >= 0: that rank's read of unit 1's optimizer states fails in step 1 */
     const char *dir; /* the swap files' directory */
 } ocase_t;
 
@@ -52,7 +55,7 @@ typedef struct rank_arg {
     int in_backward[STEPS], skipped[STEPS];
     uint64_t read_bytes, written_bytes; /* the swap files' I/O of the last step */
     zero_status_t st, again;
-    char error[1024];
+    char error[1024], eio_path[1400];
     int failed_step;
 } rank_arg_t;
 
@@ -140,6 +143,22 @@ static void case_rank(zero_comm_t *comm, void *argp) {
     a->norm_hash = 0xcbf29ce484222325ull;
     a->failed_step = -1;
     for (int s = 0; s < STEPS && !st; s++) {
+        if (s == 1 && rank == c->eio_rank) { /* the next read of its first page */
+            /* m written back as it is: a write spanning sub-groups drops the unit's staged
+             * copies, so the next read of them comes from the file */
+            size_t off, n;
+            float *m = NULL;
+            st = zero_engine_state_range(eng, 1, ZERO_ENGINE_STATE_ADAM_M, &off, &n);
+            if (!st && !(m = malloc(n * sizeof *m))) st = ZERO_ERR_OUT_OF_MEMORY;
+            if (!st) st = zero_engine_state_read(eng, 1, ZERO_ENGINE_STATE_ADAM_M, off, n, m);
+            if (!st) st = zero_engine_state_write(eng, 1, ZERO_ENGINE_STATE_ADAM_M, off, n, m);
+            free(m);
+            zero__aio_file_t *f = zero__swap_file(eng, 1);
+            if (!st && f) {
+                snprintf(a->eio_path, sizeof a->eio_path, "%s", zero__aio_file_path(f));
+                zero__aio_test_inject(f, ZERO__AIO_FAULT_EIO, 0);
+            }
+        }
         for (int m = 0; m < c->micro && !st; m++) {
             st = toy_forward(eng, UNITS);
             if (!st) st = backward(eng, c, rank, s, m);
@@ -201,7 +220,7 @@ static void run(int n, const ocase_t *c, rank_arg_t *a) {
 static void compare(int n, int micro, int poff, zero_dtype_t dt, const char *dir) {
     rank_arg_t res[4][4];
     for (int mode = 0; mode < 4; mode++) {
-        const ocase_t c = {micro, poff, dt, mode, -1, dir};
+        const ocase_t c = {micro, poff, dt, mode, -1, -1, dir};
         run(n, &c, res[mode]);
     }
     pthread_mutex_lock(&lock);
@@ -253,7 +272,7 @@ static void compare(int n, int micro, int poff, zero_dtype_t dt, const char *dir
  * refuses to go on; without it the step is skipped on both. */
 static void nan_gradient(const char *dir, zero_dtype_t dt) {
     for (int mode = 1; mode < 3; mode++) {
-        const ocase_t c = {1, 1, dt, mode == 2 ? 3 : 1, 1, dir};
+        const ocase_t c = {1, 1, dt, mode == 2 ? 3 : 1, 1, -1, dir};
         rank_arg_t a[2];
         run(2, &c, a);
         for (int r = 0; r < 2; r++) {
@@ -272,8 +291,28 @@ static void nan_gradient(const char *dir, zero_dtype_t dt) {
     }
 }
 
+/* Rank 1 of 2 cannot read the first page of unit 1's optimizer states in step 1, whose staged
+ * copies it dropped: its update in backward fails, rank 1 records it and its collectives go on,
+ * and the step's control record fails the step on both ranks (rank 1 naming the file, rank 0
+ * naming rank 1), neither waiting for the collective timeout; the engines refuse to go on. */
+static void io_error(const char *dir) {
+    const ocase_t c = {1, 1, ZERO_DTYPE_FP32, 3, -1, 1, dir};
+    rank_arg_t a[2];
+    run(2, &c, a);
+    CHECK(a[1].eio_path[0] && a[1].st == ZERO_ERR_IO && a[1].failed_step == 1 &&
+              strstr(a[1].error, a[1].eio_path) && strstr(a[1].error, "Input/output error") &&
+              a[1].again == a[1].st,
+          "I/O error on rank 1: rank 1: status %d at step %d ('%s', file '%s'), again %d", a[1].st,
+          a[1].failed_step, a[1].error, a[1].eio_path, a[1].again);
+    CHECK(a[0].st == ZERO_ERR_IO && a[0].failed_step == 1 &&
+              strstr(a[0].error, "rank 1 could not read or write") && a[0].again == a[0].st,
+          "I/O error on rank 1: rank 0: status %d at step %d ('%s'), again %d", a[0].st,
+          a[0].failed_step, a[0].error, a[0].again);
+    CHECK(swap_files_in(dir) == 0, "I/O error: swap files left");
+}
+
 static void bad_value(const char *dir) {
-    const ocase_t c = {1, 0, ZERO_DTYPE_FP32, 2, -1, dir};
+    const ocase_t c = {1, 0, ZERO_DTYPE_FP32, 2, -1, -1, dir};
     zero_engine_params_t p = params_of(&c, NULL);
     p.offload_optimizer.overlap_step = 2;
     zero_engine_t *eng = NULL;
@@ -294,6 +333,7 @@ int main(void) {
                     compare(ranks[k], micro, poff, d ? ZERO_DTYPE_BF16 : ZERO_DTYPE_FP32, dir);
     nan_gradient(dir, ZERO_DTYPE_FP32);
     nan_gradient(dir, ZERO_DTYPE_BF16);
+    io_error(dir);
     bad_value(dir);
     rmdir(dir);
     return check_report();
