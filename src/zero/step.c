@@ -357,9 +357,23 @@ void zero__overlap_run(zero_engine_t *eng) {
         /* never waits for the disk: a unit whose data is not in yet waits for a later hook (or
          * the step) */
         if (u->early != 1 || u->refs) continue;
-        if (eng->overlap_wait ? !zero__pswap_can_map(eng, u) || !zero__acc_can_map(eng, u)
-                              : !zero__uswap_ready(eng, u) || !zero__swap_ready(eng, i))
+        if (eng->overlap_wait) {
+            if (!zero__pswap_can_map(eng, u) || !zero__acc_can_map(eng, u)) continue;
+        } else if (!zero__uswap_ready(eng, u)) {
+            /* evicted since (the fetch's read-ahead, another accumulator): read back ahead */
+            int posted;
+            zero_status_t st = zero__pswap_read_ahead(eng, u, NULL, 0, &posted);
+            if (!st) st = zero__acc_read_ahead(eng, u);
+            if (st) { /* a collected write had failed: its data is not on disk */
+                zero__engine_fail(eng, st, "step %lld: writing a swap file (NVMe): %s",
+                                  (long long)eng->step + 1, zero_last_error());
+                overlap_failed(eng, st);
+                return;
+            }
             continue;
+        } else if (!zero__swap_ready(eng, i)) {
+            continue;
+        }
         const double part = unit_sumsq(eng, u);
         if (!isfinite(part)) { /* the step fails (or skips, if no rank updated anything) */
             eng->early_stop = 1;
