@@ -155,14 +155,15 @@ typedef struct zero_offload_params {
      * unit's AdamW during the last micro-step's backward, as soon as its gradient is final, so
      * that the optimizer states' disk I/O overlaps backward's compute. Applies where the result
      * is bitwise the step's: stage 3, device nvme, grad_clip 0 (the clip factor needs the global
-     * norm) and fp32 or bf16 compute (no loss scale); otherwise the step updates every unit as
-     * before (logged once). Units updated in backward: the non-persistent ones, once their last
-     * micro-step's reduced gradient has landed and no fetch of theirs is open. From then until
-     * zero_engine_step returns, the state calls (zero_engine_params_read / _write, _grads_read,
-     * _state_read / _write, _set_step_count, _fingerprint, _check_replicas, a zero_unit_fetch of
-     * an updated unit, _zero_grads) refuse with ZERO_ERR_INVALID_ARG naming the key, and an
-     * inf/NaN gradient on any rank fails the step (ZERO_ERR_INVALID_ARG, on every rank: the
-     * engine is failed) instead of skipping it. Not used by offload_param. */
+     * norm), fp32 or bf16 compute (no loss scale) and quantized_gradients off; otherwise the step
+     * updates every unit as before (logged once, with the reason). Units updated in backward: the
+     * non-persistent ones, once their last micro-step's reduced gradient has landed and no fetch of
+     * theirs is open. From then until zero_engine_step returns, the state calls
+     * (zero_engine_params_read / _write, _grads_read, _state_read / _write, _set_step_count,
+     * _fingerprint, _check_replicas, a zero_unit_fetch of an updated unit, _zero_grads) refuse with
+     * ZERO_ERR_INVALID_ARG naming the key, and an inf/NaN gradient on any rank fails the step
+     * (ZERO_ERR_INVALID_ARG, on every rank: the engine is failed) instead of skipping it. Not used
+     * by offload_param. */
     int overlap_step;
 } zero_offload_params_t;
 
