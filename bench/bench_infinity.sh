@@ -4,8 +4,8 @@
 # STEPS steps inside a cgroup v1 memory cgroup limited to that cap ("beyond memory"), at stage 3
 # on one rank with the parameters and the optimizer's states on NVMe (offload_param and
 # offload_optimizer, device nvme); then `zero bench io` measures the swap directory's read and
-# write bandwidth with the run's aio settings, and the same model trains in RAM without a cap
-# and without offload ("at disk speed"). Printed: the parameters, model-state bytes, the cap and
+# write bandwidth with the run's aio settings (three times: the medians), and the same model
+# trains in RAM without a cap and without offload ("at disk speed"). Printed: the parameters, model-state bytes, the cap and
 # the ratio; the cgroup's peak usage (memory.max_usage_in_bytes, page cache included), the
 # run's peak RSS and its memory by category; limit hits (memory.failcnt), OOM kills
 # (memory.oom_control) and the exit status; the step losses and the validation loss before and
@@ -300,16 +300,24 @@ a = json.load(open(sys.argv[1])).get("aio", {})
 print(a.get("block_size", 1048576), a.get("queue_depth", 8), a.get("intra_op_parallelism", 1))
 EOF
 )
+# The disk's bandwidth moves 10-30% from one measurement to the next: three, and their medians.
 echo "load average before zero bench io: $(load)"
-"$zero" bench io --path "$swap" --size "$io_size" --block-sizes "$bs" --queue-depths "$qd" \
-    --engine "${engine:-io_uring}" --json >"$tmp/io.jsonl"
-read -r rd_bw wr_bw < <(python3 - "$tmp/io.jsonl" <<'EOF'
-import json, sys
-r = {x["op"]: x["gbps"] for x in map(json.loads, open(sys.argv[1]))}
-print(r["read"] * 1e9, r["write"] * 1e9)
+: >"$tmp/io.jsonl"
+for _ in 1 2 3; do
+    "$zero" bench io --path "$swap" --size "$io_size" --block-sizes "$bs" --queue-depths "$qd" \
+        --engine "${engine:-io_uring}" --json >>"$tmp/io.jsonl"
+done
+read -r rd_bw wr_bw rd_all wr_all < <(python3 - "$tmp/io.jsonl" <<'EOF'
+import json, statistics, sys
+recs = list(map(json.loads, open(sys.argv[1])))
+rd = [x["gbps"] for x in recs if x["op"] == "read"]
+wr = [x["gbps"] for x in recs if x["op"] == "write"]
+print(statistics.median(rd) * 1e9, statistics.median(wr) * 1e9,
+      ",".join(f"{x:.2f}" for x in rd), ",".join(f"{x:.2f}" for x in wr))
 EOF
 )
-echo "zero bench io ($engine, block $bs, depth $qd, $io_size file): read $(python3 -c "print(f'{$rd_bw / 1e9:.2f}')") GB/s," \
+echo "zero bench io ($engine, block $bs, depth $qd, $io_size file, 3 times): read $rd_all GB/s," \
+    "write $wr_all GB/s; medians read $(python3 -c "print(f'{$rd_bw / 1e9:.2f}')") GB/s," \
     "write $(python3 -c "print(f'{$wr_bw / 1e9:.2f}')") GB/s"
 rm -rf "${swap:?}"/*
 
