@@ -129,46 +129,6 @@ static unsigned char *round_trip(const char *what, const void *x, zero_dtype_t d
     return wire;
 }
 
-/* Random values of several magnitudes per block (a layernorm gain beside small weights). */
-static void sizes_and_threads(void) {
-    const size_t sizes[] = {1, 7, 255, 256, 257, 1000, 1000003};
-    for (size_t d = 0; d < ZERO_ARRAY_LEN(dtypes); d++)
-        for (size_t k = 0; k < ZERO_ARRAY_LEN(sizes); k++) {
-            const zero_dtype_t dt = dtypes[d];
-            const size_t n = sizes[k], es = zero_dtype_size(dt);
-            void *x = xmalloc(n * es), *y1 = xmalloc(n * es), *y2 = xmalloc(n * es);
-            for (size_t i = 0; i < n; i++) {
-                float mag = (i / 300) % 3 == 0 ? 1.0f : (i / 300) % 3 == 1 ? 0.02f : 3e-5f;
-                store(x, i, frand() * mag, dt);
-            }
-            unsigned char *w1 = round_trip("random", x, dt, n, 1, y1);
-            unsigned char *w2 = round_trip("random", x, dt, n, 2, y2);
-            CHECK(!memcmp(w1, w2, zero__q8_bytes(n)) && !memcmp(y1, y2, n * es),
-                  "%s n=%zu: 1 and 2 threads give different bits", zero_dtype_name(dt), n);
-            free(w1);
-            free(w2);
-            free(x);
-            free(y1);
-            free(y2);
-        }
-}
-
-/* Values k s of a block whose max is 127 s (s a power of two, so max / 127 is s exactly) come
- * back bitwise; so do the integers -127..127 (s = 1). */
-static void exact_multiples(void) {
-    for (int e = -20; e <= 20; e += 5) {
-        const size_t n = 700;
-        const float s = ldexpf(1.0f, e);
-        float *x = xmalloc(n * sizeof *x), *y = xmalloc(n * sizeof *y);
-        for (size_t i = 0; i < n; i++) x[i] = (float)((int)(i * 37 % 255) - 127) * s;
-        for (size_t b = 0; b * 256 < n; b++) x[b * 256] = (b % 2 ? -127.0f : 127.0f) * s;
-        free(round_trip("multiples", x, ZERO_DTYPE_FP32, n, 1, y));
-        CHECK(!memcmp(x, y, n * sizeof *x), "multiples of 2^%d: not bitwise back", e);
-        free(x);
-        free(y);
-    }
-}
-
 /* Zero blocks (no division by zero), blocks that underflow, non-finite values. */
 static void edge_blocks(void) {
     const size_t n = 1000; /* blocks 0..3, the last one 232 long */
@@ -309,44 +269,6 @@ static unsigned char *round_trip4(const char *what, const void *x, zero_dtype_t 
     return wire;
 }
 
-static void q4_sizes_and_threads(void) {
-    const size_t sizes[] = {0, 1, 2, 3, 7, 255, 256, 257, 511, 1000, 1000003, 1000000 + 3};
-    for (size_t d = 0; d < ZERO_ARRAY_LEN(dtypes); d++)
-        for (size_t k = 0; k < ZERO_ARRAY_LEN(sizes); k++) {
-            const zero_dtype_t dt = dtypes[d];
-            const size_t n = sizes[k], es = zero_dtype_size(dt);
-            void *x = xmalloc(n * es), *y1 = xmalloc(n * es), *y2 = xmalloc(n * es);
-            for (size_t i = 0; i < n; i++) {
-                float mag = (i / 300) % 3 == 0 ? 1.0f : (i / 300) % 3 == 1 ? 0.02f : 3e-5f;
-                store(x, i, frand() * mag, dt);
-            }
-            unsigned char *w1 = round_trip4("random", x, dt, n, 1, y1);
-            unsigned char *w2 = round_trip4("random", x, dt, n, 2, y2);
-            CHECK(!memcmp(w1, w2, zero__q4_bytes(n)) && !memcmp(y1, y2, n * es),
-                  "int4 %s n=%zu: 1 and 2 threads give different bits", zero_dtype_name(dt), n);
-            free(w1);
-            free(w2);
-            free(x);
-            free(y1);
-            free(y2);
-        }
-}
-
-/* Multiples k s (|k| <= 7) of a block whose max is 7 s, s a power of two: bitwise back. */
-static void q4_exact_multiples(void) {
-    for (int e = -20; e <= 20; e += 5) {
-        const size_t n = 701;
-        const float s = ldexpf(1.0f, e);
-        float *x = xmalloc(n * sizeof *x), *y = xmalloc(n * sizeof *y);
-        for (size_t i = 0; i < n; i++) x[i] = (float)((int)(i * 37 % 15) - 7) * s;
-        for (size_t b = 0; b * 256 < n; b++) x[b * 256] = (b % 2 ? -7.0f : 7.0f) * s;
-        free(round_trip4("multiples", x, ZERO_DTYPE_FP32, n, 1, y));
-        CHECK(!memcmp(x, y, n * sizeof *x), "int4 multiples of 2^%d: not bitwise back", e);
-        free(x);
-        free(y);
-    }
-}
-
 static void q4_edge_blocks(void) {
     const size_t n = 1001; /* blocks 0..3, the last one 233 long */
     float *x = xmalloc(n * sizeof *x), *y = xmalloc(n * sizeof *y);
@@ -391,12 +313,67 @@ static void q4_edge_blocks(void) {
     free(y);
 }
 
+/* What the size and multiples checks need of a wire format: int8 or int4. */
+typedef struct {
+    const char *name;
+    unsigned char *(*round_trip)(const char *what, const void *x, zero_dtype_t dt, size_t n,
+                                 int threads, void *y);
+    size_t (*bytes)(size_t n);
+    int qmax; /* the largest quantized magnitude: 127 or 7 */
+} format_t;
+
+static const format_t int8_format = {"int8", round_trip, zero__q8_bytes, 127};
+static const format_t int4_format = {"int4", round_trip4, zero__q4_bytes, 7};
+
+/* Random values of several magnitudes per block (a layernorm gain beside small weights), on 1
+ * and 2 threads: the same bits. */
+static void sizes_and_threads(const format_t *f) {
+    const size_t sizes[] = {0, 1, 2, 3, 7, 255, 256, 257, 511, 1000, 1000003};
+    for (size_t d = 0; d < ZERO_ARRAY_LEN(dtypes); d++)
+        for (size_t k = 0; k < ZERO_ARRAY_LEN(sizes); k++) {
+            const zero_dtype_t dt = dtypes[d];
+            const size_t n = sizes[k], es = zero_dtype_size(dt);
+            void *x = xmalloc(n * es), *y1 = xmalloc(n * es), *y2 = xmalloc(n * es);
+            for (size_t i = 0; i < n; i++) {
+                float mag = (i / 300) % 3 == 0 ? 1.0f : (i / 300) % 3 == 1 ? 0.02f : 3e-5f;
+                store(x, i, frand() * mag, dt);
+            }
+            unsigned char *w1 = f->round_trip("random", x, dt, n, 1, y1);
+            unsigned char *w2 = f->round_trip("random", x, dt, n, 2, y2);
+            CHECK(!memcmp(w1, w2, f->bytes(n)) && !memcmp(y1, y2, n * es),
+                  "%s %s n=%zu: 1 and 2 threads give different bits", f->name, zero_dtype_name(dt),
+                  n);
+            free(w1);
+            free(w2);
+            free(x);
+            free(y1);
+            free(y2);
+        }
+}
+
+/* Values k s of a block whose max is qmax s (s a power of two, so max / qmax is s exactly) come
+ * back bitwise, |k| <= qmax; with s = 1, the integers -qmax..qmax. */
+static void exact_multiples(const format_t *f) {
+    const int span = 2 * f->qmax + 1;
+    for (int e = -20; e <= 20; e += 5) {
+        const size_t n = 701; /* the last block 189 long, an odd count */
+        const float s = ldexpf(1.0f, e);
+        float *x = xmalloc(n * sizeof *x), *y = xmalloc(n * sizeof *y);
+        for (size_t i = 0; i < n; i++) x[i] = (float)((int)(i * 37 % span) - f->qmax) * s;
+        for (size_t b = 0; b * 256 < n; b++) x[b * 256] = (float)(b % 2 ? -f->qmax : f->qmax) * s;
+        free(f->round_trip("multiples", x, ZERO_DTYPE_FP32, n, 1, y));
+        CHECK(!memcmp(x, y, n * sizeof *x), "%s multiples of 2^%d: not bitwise back", f->name, e);
+        free(x);
+        free(y);
+    }
+}
+
 int main(void) {
-    sizes_and_threads();
-    exact_multiples();
+    sizes_and_threads(&int8_format);
+    exact_multiples(&int8_format);
     edge_blocks();
-    q4_sizes_and_threads();
-    q4_exact_multiples();
+    sizes_and_threads(&int4_format);
+    exact_multiples(&int4_format);
     q4_edge_blocks();
     return check_report();
 }
