@@ -5,6 +5,7 @@
 #include "cli/cli.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -41,6 +42,31 @@ static inline cJSON *load_json(const char *path) {
     cJSON *root = buf ? cJSON_Parse(buf) : NULL;
     free(buf);
     return root;
+}
+
+/* A number of a JSON object, NAN when it is missing or not a number. */
+static inline double json_num(const cJSON *o, const char *key) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(it) ? it->valuedouble : NAN;
+}
+
+/* The units' sizes of a GPT (dim c, layers l, seq t, vocabulary v) over `ranks` ranks, as the
+ * model declares them (src/model/gpt.c): the embeddings (wte v x c, wpe t x c), each block (ln1
+ * g b, qkv w b, proj w b, ln2 g b, fc w b, fcproj w b), the final layernorm (g b); each tensor
+ * padded to 16 elements, each unit to 16 x ranks. Returns the number of units (l + 2). */
+static inline size_t gpt_unit_sizes(size_t *out, size_t c, int l, size_t t, size_t v, int ranks) {
+#define SPAN16(n) (((n) + 15) / 16 * 16)
+    size_t n = 0;
+    out[n++] = SPAN16(v * c) + SPAN16(t * c);
+    for (int i = 0; i < l; i++)
+        out[n++] = SPAN16(c) * 2 + SPAN16(3 * c * c) + SPAN16(3 * c) + SPAN16(c * c) + SPAN16(c) +
+                   SPAN16(c) * 2 + SPAN16(4 * c * c) + SPAN16(4 * c) + SPAN16(4 * c * c) +
+                   SPAN16(c);
+    out[n++] = SPAN16(c) * 2;
+#undef SPAN16
+    const size_t pad = 16 * (size_t)ranks;
+    for (size_t i = 0; i < n; i++) out[i] = (out[i] + pad - 1) / pad * pad;
+    return n;
 }
 
 #endif /* ZERO_TESTS_TRAIN_HARNESS_H */

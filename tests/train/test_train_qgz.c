@@ -37,25 +37,6 @@
 #define V 256
 #define RANKS 4
 
-static double num(const cJSON *o, const char *key) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(it) ? it->valuedouble : NAN;
-}
-
-static size_t span(size_t n) { return (n + 15) / 16 * 16; }
-
-/* The units' padded sizes over 4 ranks, as the model declares them (src/model/gpt.c). */
-static size_t unit_sizes(size_t *out) {
-    size_t n = 0;
-    out[n++] = span(V * C) + span(T * C);
-    for (int l = 0; l < L; l++)
-        out[n++] = span(C) * 2 + span(3 * C * C) + span(3 * C) + span(C * C) + span(C) +
-                   span(C) * 2 + span(4 * C * C) + span(4 * C) + span(4 * C * C) + span(C);
-    out[n++] = span(C) * 2;
-    for (size_t i = 0; i < n; i++) out[i] = (out[i] + 63) / 64 * 64; /* 4 ranks x 16 */
-    return n;
-}
-
 static double q4_bytes(double S) { return 4 * ceil(S / 256) + ceil(S / 2); }
 
 static char metrics[512];
@@ -117,7 +98,7 @@ static cJSON *run(const char *data, const char *dtype, const char *report, const
     char line[4096];
     if (f && fgets(line, sizeof line, f)) {
         cJSON *m = cJSON_Parse(line);
-        first_norm = num(m, "grad_norm");
+        first_norm = json_num(m, "grad_norm");
         cJSON_Delete(m);
     }
     if (f) fclose(f);
@@ -128,7 +109,7 @@ static const cJSON *rank_of(const cJSON *r, int k) {
     return cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(r, "per_rank"), k);
 }
 static double sub(const cJSON *o, const char *obj, const char *key) {
-    return num(cJSON_GetObjectItemCaseSensitive(o, obj), key);
+    return json_num(cJSON_GetObjectItemCaseSensitive(o, obj), key);
 }
 
 /* Measured memory equal to the theory where the engine has one (parameters, gradients,
@@ -146,7 +127,7 @@ static void check_memory(const cJSON *r, const char *what) {
 
 static void check_loss(const cJSON *base, const cJSON *r, const char *what) {
     if (!base || !r) return;
-    const double v0 = num(base, "final_val_loss"), v1 = num(r, "final_val_loss");
+    const double v0 = json_num(base, "final_val_loss"), v1 = json_num(r, "final_val_loss");
     printf("%s: validation loss %.4f, unquantized %.4f (%+.2f%%)\n", what, v1, v0,
            100 * (v1 - v0) / v0);
     CHECK(isfinite(v1) && fabs(v1 - v0) <= 0.01 * v0,
@@ -169,7 +150,7 @@ int main(void) {
     }
     printf("data: %s\n", data[0] ? data : "built-in corpus (tinyshakespeare not found)");
     size_t sizes[8];
-    const size_t nu = unit_sizes(sizes);
+    const size_t nu = gpt_unit_sizes(sizes, C, L, T, V, RANKS);
     double W = 0, Q8 = 0, P = 0;
     for (size_t u = 0; u < nu; u++) {
         const double S = (double)(sizes[u] / RANKS);
@@ -206,11 +187,11 @@ int main(void) {
             CHECK(sent == 3 * W && theory == 3 * W,
                   "%s qgZ rank %d: gradient bytes %.0f, theory %.0f, closed form %.0f", dtypes[d],
                   k, sent, theory, 3 * W);
-            CHECK(num(o, "comm_inter_node_bytes_per_step") ==
-                      num(o, "comm_inter_node_theory_bytes_per_step"),
+            CHECK(json_num(o, "comm_inter_node_bytes_per_step") ==
+                      json_num(o, "comm_inter_node_theory_bytes_per_step"),
                   "%s qgZ rank %d: bytes to the other node %.0f, theory %.0f", dtypes[d], k,
-                  num(o, "comm_inter_node_bytes_per_step"),
-                  num(o, "comm_inter_node_theory_bytes_per_step"));
+                  json_num(o, "comm_inter_node_bytes_per_step"),
+                  json_num(o, "comm_inter_node_theory_bytes_per_step"));
         }
         if (d == 0) {
             cJSON *lo = run(data, dtypes[d], report, "qgZ + LoCo", loco);
@@ -227,9 +208,10 @@ int main(void) {
             check_loss(base, a, "fp32 qwZ + hpZ + qgZ");
             check_memory(a, "qwZ + hpZ + qgZ");
             for (int k = 0; a && base && k < RANKS; k++) {
-                const double inter = num(rank_of(a, k), "comm_inter_node_bytes_per_step"),
-                             theory = num(rank_of(a, k), "comm_inter_node_theory_bytes_per_step"),
-                             plain = num(rank_of(base, k), "comm_inter_node_bytes_per_step"),
+                const double inter = json_num(rank_of(a, k), "comm_inter_node_bytes_per_step"),
+                             theory =
+                                 json_num(rank_of(a, k), "comm_inter_node_theory_bytes_per_step"),
+                             plain = json_num(rank_of(base, k), "comm_inter_node_bytes_per_step"),
                              want = Q8 + W + 32;
                 printf("qwZ + hpZ + qgZ rank %d: to the other node %.0f per step (theory %.0f, "
                        "closed form %.0f), plain stage 3 %.0f: %.4fx\n",

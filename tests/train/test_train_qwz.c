@@ -34,27 +34,6 @@
 #define T 64
 #define V 256
 
-static double num(const cJSON *o, const char *key) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(it) ? it->valuedouble : NAN;
-}
-
-static size_t span(size_t n) { return (n + 15) / 16 * 16; }
-
-/* The units' padded sizes over 2 ranks, as the model declares them (src/model/gpt.c): the
- * embeddings (wte V x C, wpe T x C), each block (ln1 g b, qkv w b, proj w b, ln2 g b, fc w b,
- * fcproj w b), the final layernorm (g b). */
-static size_t unit_sizes(size_t *out) {
-    size_t n = 0;
-    out[n++] = span(V * C) + span(T * C);
-    for (int l = 0; l < L; l++)
-        out[n++] = span(C) * 2 + span(3 * C * C) + span(3 * C) + span(C * C) + span(C) +
-                   span(C) * 2 + span(4 * C * C) + span(4 * C) + span(4 * C * C) + span(C);
-    out[n++] = span(C) * 2;
-    for (size_t i = 0; i < n; i++) out[i] = (out[i] + 31) / 32 * 32; /* 2 ranks x 16 */
-    return n;
-}
-
 /* extra, extra2: more --set values (NULL: none). */
 static cJSON *run(const char *data, const char *dtype, int qwz, const char *report,
                   const char *extra, const char *extra2) {
@@ -125,7 +104,7 @@ int main(void) {
     }
     printf("data: %s\n", data[0] ? data : "built-in corpus (tinyshakespeare not found)");
     size_t sizes[8];
-    const size_t nu = unit_sizes(sizes);
+    const size_t nu = gpt_unit_sizes(sizes, C, L, T, V, 2);
     const char *dtypes[] = {"fp32", "bf16"};
     for (int d = 0; d < 2; d++) {
         cJSON *r[2];
@@ -157,29 +136,30 @@ int main(void) {
             const cJSON *per = cJSON_GetObjectItemCaseSensitive(r[q], "per_rank");
             for (int k = 0; k < cJSON_GetArraySize(per); k++) {
                 const cJSON *o = cJSON_GetArrayItem(per, k);
-                const double sent = num(cJSON_GetObjectItemCaseSensitive(
-                                            o, "comm_sent_bytes_per_step_by_kind"),
-                                        "params"),
-                             theory = num(cJSON_GetObjectItemCaseSensitive(
-                                              o, "comm_theory_bytes_per_step_by_kind"),
-                                          "params");
+                const double sent = json_num(cJSON_GetObjectItemCaseSensitive(
+                                                 o, "comm_sent_bytes_per_step_by_kind"),
+                                             "params"),
+                             theory = json_num(cJSON_GetObjectItemCaseSensitive(
+                                                   o, "comm_theory_bytes_per_step_by_kind"),
+                                               "params");
                 printf("%s qwZ %d rank %d: parameter bytes per step %.0f (theory %.0f, closed form "
                        "%.0f); to the other node %.0f (theory %.0f)\n",
                        dtypes[d], q, k, sent, theory, want,
-                       num(o, "comm_inter_node_bytes_per_step"),
-                       num(o, "comm_inter_node_theory_bytes_per_step"));
+                       json_num(o, "comm_inter_node_bytes_per_step"),
+                       json_num(o, "comm_inter_node_theory_bytes_per_step"));
                 CHECK(sent == want && theory == want,
                       "%s qwZ %d rank %d: parameter bytes %.0f, theory %.0f, closed form %.0f",
                       dtypes[d], q, k, sent, theory, want);
-                CHECK(num(o, "comm_inter_node_bytes_per_step") ==
-                              num(o, "comm_inter_node_theory_bytes_per_step") &&
-                          num(o, "comm_inter_node_bytes_per_step") > 0,
+                CHECK(json_num(o, "comm_inter_node_bytes_per_step") ==
+                              json_num(o, "comm_inter_node_theory_bytes_per_step") &&
+                          json_num(o, "comm_inter_node_bytes_per_step") > 0,
                       "%s qwZ %d rank %d: bytes to the other node differ from theory", dtypes[d], q,
                       k);
             }
         }
         if (r[0] && r[1]) {
-            const double v0 = num(r[0], "final_val_loss"), v1 = num(r[1], "final_val_loss");
+            const double v0 = json_num(r[0], "final_val_loss"),
+                         v1 = json_num(r[1], "final_val_loss");
             printf("%s: validation loss without qwZ %.4f, with %.4f (%+.2f%%)\n", dtypes[d], v0, v1,
                    100 * (v1 - v0) / v0);
             CHECK(isfinite(v1) && fabs(v1 - v0) <= 0.01 * v0,
