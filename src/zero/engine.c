@@ -298,6 +298,20 @@ static zero_status_t hpz_init(zero_engine_t *eng) {
     zero_status_t st = zero__xfer_group_split(eng, eng->rank / h, &g);
     if (st) return st;
     eng->hpz = &eng->groups[g];
+    /* A group over two nodes gives the same bits, but the gathers hpZ keeps inside the group
+     * then cross nodes, which is what it is for: said once, by rank 0. */
+    const zero_comm_t *c = eng->groups[0].comm;
+    for (int r = 1; eng->rank == 0 && c && r < eng->world; r++) {
+        const int first = r / h * h, a = zero_comm_node_of(c, first), b = zero_comm_node_of(c, r);
+        if (a != b) {
+            zero__log(ZERO_LOG_WARN, eng->rank, eng->world,
+                      "zero_optimization.zero_hpz_partition_size %d: the group of ranks %d-%d "
+                      "has ranks on nodes %d and %d, so its secondary-shard gathers cross nodes "
+                      "(expected the ranks per node, or a divisor of it)",
+                      h, first, first + h - 1, a, b);
+            break;
+        }
+    }
     return ZERO_OK;
 }
 

@@ -33,6 +33,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 static const size_t sizes[] = {9, 270, 1031, 40007};
@@ -248,7 +249,48 @@ static void bad_main(zero_comm_t *comm, int rank, void *arg) {
     zero_engine_free(eng);
 }
 
+/* The warning when an hpZ group has ranks on two nodes: counted from the log. */
+static atomic_int straddles;
+static void on_log(zero_log_level_t level, int rank, int world, const char *msg, void *user) {
+    (void)rank;
+    (void)world;
+    (void)user;
+    if (level == ZERO_LOG_WARN && strstr(msg, "zero_hpz_partition_size") &&
+        strstr(msg, "cross nodes"))
+        atomic_fetch_add(&straddles, 1);
+}
+
+static void init_main(zero_comm_t *comm, int rank, void *arg) {
+    const job_t *j = arg;
+    zero_engine_params_t p = params_of(comm, j, j->h);
+    zero_engine_t *eng = NULL;
+    const zero_status_t st = zero_engine_init(&eng, &p);
+    CHECK(!st, "rank %d, %d ranks, nodes of %d, hpz %d: %s", rank, j->ranks, j->ranks_per_node,
+          j->h, st ? zero_last_error() : "");
+    zero_engine_free(eng);
+}
+
+/* Warned once (rank 0) for groups over two nodes, never for groups inside one. */
+static void node_layout(void) {
+    const struct {
+        int ranks, per_node, h, warnings;
+    } cases[] = {{6, 3, 2, 1}, {6, 2, 3, 1}, {4, 1, 2, 1}, {6, 3, 3, 0},
+                 {6, 2, 2, 0}, {4, 0, 4, 0}, {8, 4, 2, 0}};
+    zero_log_set_callback(on_log, NULL);
+    for (size_t k = 0; k < ZERO_ARRAY_LEN(cases); k++) {
+        atomic_store(&straddles, 0);
+        run(cases[k].ranks, cases[k].per_node, cases[k].h, ZERO_DTYPE_FP32, 3, 0, init_main);
+        CHECK(atomic_load(&straddles) == cases[k].warnings,
+              "%d ranks, nodes of %d, hpz %d: %d warnings about groups over two nodes "
+              "(expected %d)",
+              cases[k].ranks, cases[k].per_node, cases[k].h, atomic_load(&straddles),
+              cases[k].warnings);
+    }
+    zero_log_set_callback(NULL, NULL);
+}
+
 int main(void) {
+    node_layout();
     const zero_dtype_t dts[] = {ZERO_DTYPE_FP32, ZERO_DTYPE_BF16};
     for (int k = 0; k < 2; k++)
         for (int M = 1; M <= 3; M += 2) run(4, 2, 2, dts[k], M, 0, rank_main);
