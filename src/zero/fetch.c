@@ -348,19 +348,17 @@ void zero__fetch_lost(zero_engine_t *eng, zero_status_t st, const char *fmt, ...
 }
 
 zero_status_t zero__fetch_failure_agreed(zero_engine_t *eng, int bad, zero_status_t theirs) {
+    const char *outcome = eng->overlap
+                              ? "the step fails; units updated in backward keep their update"
+                              : "no rank updates anything";
     if (eng->fetch_failure)
         return zero__engine_fail(eng, eng->fetch_failure, "%s (%s)", eng->fetch_failure_msg,
-                                 eng->overlap ? "the step fails; units updated in backward keep "
-                                                "their update"
-                                              : "no rank updates anything");
+                                 outcome);
     if (bad < 0) return ZERO_OK;
-    return zero__engine_fail(
-        eng, theirs,
-        "step %lld: rank %d could not read or write one of its swap files (NVMe) "
-        "(%s): %s; that rank's message names the file",
-        (long long)eng->step, bad, zero_status_str(theirs),
-        eng->overlap ? "the step fails (units updated in backward keep their update)"
-                     : "no rank updates anything");
+    return zero__engine_fail(eng, theirs,
+                             "step %lld: rank %d could not read or write one of its swap files "
+                             "(NVMe) (%s): %s; that rank's message names the file",
+                             (long long)eng->step, bad, zero_status_str(theirs), outcome);
 }
 
 zero_status_t zero_engine_check(zero_engine_t *eng) {

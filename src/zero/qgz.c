@@ -56,7 +56,10 @@ size_t zero__qgz_wire_bytes(const size_t *seg, int nseg) {
 }
 
 /* qsend and qrecv (n W each), xsend and xrecv (M W each, with several nodes), acc (B floats). */
-size_t zero__qgz_scratch_bytes(const zero__qgz_t *q, size_t B, size_t W) {
+size_t zero__qgz_scratch_bytes(const zero__qgz_t *q, const size_t *seg, int nseg) {
+    size_t B = 0;
+    for (int i = 0; i < nseg; i++) B += seg[i];
+    const size_t W = zero__qgz_wire_bytes(seg, nseg);
     const size_t nW = ALIGN64((size_t)q->n * W), MW = q->M > 1 ? ALIGN64((size_t)q->M * W) : 0;
     return 2 * nW + 2 * MW + ALIGN64(B * sizeof(float));
 }
@@ -229,9 +232,7 @@ void zero__qgz_op_clear(zero__qgz_op_t *op) {
 zero_status_t zero__qgz_reduce_scatter(const zero__qgz_t *q, const void *send, void *recv,
                                        const size_t *seg, int nseg, zero_dtype_t dtype, float scale,
                                        int threads) {
-    size_t B = 0;
-    for (int i = 0; i < nseg; i++) B += seg[i];
-    const size_t bytes = zero__qgz_scratch_bytes(q, B, zero__qgz_wire_bytes(seg, nseg));
+    const size_t bytes = zero__qgz_scratch_bytes(q, seg, nseg);
     void *scratch = zero_mem_alloc(NULL, ZERO_MEM_COMM, bytes, 64);
     if (!scratch)
         return zero__error(ZERO_ERR_OUT_OF_MEMORY, "qgZ: no memory for %zu bytes of scratch",

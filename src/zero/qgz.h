@@ -54,8 +54,8 @@ void zero__qgz_free(zero__qgz_t *q);
 
 /* Wire bytes of one block of the given segments. */
 size_t zero__qgz_wire_bytes(const size_t *seg, int nseg);
-/* Scratch bytes one call needs for blocks of B elements and W wire bytes. */
-size_t zero__qgz_scratch_bytes(const zero__qgz_t *q, size_t B, size_t W);
+/* Scratch bytes one call over the given segments needs. */
+size_t zero__qgz_scratch_bytes(const zero__qgz_t *q, const size_t *seg, int nseg);
 /* Bytes this rank sends in one call with W wire bytes a block: in all, and to other nodes. */
 void zero__qgz_bytes(const zero__qgz_t *q, size_t W, uint64_t *sent, uint64_t *inter_sent);
 
@@ -78,7 +78,7 @@ typedef struct zero__qgz_op {
 } zero__qgz_op_t;
 
 /* Start a call: send holds n blocks of B = sum seg elements of dtype (fp32, bf16 or fp16); recv
- * gets B elements of dtype. scratch: zero__qgz_scratch_bytes(q, B, W) bytes, 64-byte aligned.
+ * gets B elements of dtype. scratch: zero__qgz_scratch_bytes(q, seg, nseg) bytes, 64-byte aligned.
  * Quantizes and posts the node exchange; the rest happens in zero__qgz_progress. Collective:
  * every rank posts its calls in the same order. */
 zero_status_t zero__qgz_post(zero__qgz_op_t *op, const zero__qgz_t *q, const void *send, void *recv,

@@ -630,11 +630,9 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
 
 void zero_engine_zero_grads(zero_engine_t *eng) {
     if (!eng) return;
-    if (eng->early_done) { /* half a step taken: nothing consistent to go back to */
-        zero__engine_fail(eng, ZERO_ERR_INVALID_ARG, "%s",
-                          zero__overlap_refuse(eng, "zero_engine_zero_grads")
-                              ? zero_last_error()
-                              : "zero_engine_zero_grads");
+    /* units updated in backward: half a step taken, nothing consistent to go back to */
+    if (zero__overlap_refuse(eng, "zero_engine_zero_grads")) {
+        zero__engine_fail(eng, ZERO_ERR_INVALID_ARG, "%s", zero_last_error());
         return;
     }
     (void)zero__buckets_drain(eng);

@@ -197,10 +197,8 @@ uint64_t zero__xfer_grad_bytes(const zero_engine_t *eng, const zero__group_t *g,
 
 zero_status_t zero__xfer_qgz_post(zero_engine_t *eng, zero__bucket_t *b, const void *send,
                                   void *recv, const size_t *seg, int nseg) {
-    size_t B = 0;
-    for (int i = 0; i < nseg; i++) B += seg[i];
     const size_t W = zero__qgz_wire_bytes(seg, nseg);
-    const size_t need = zero__qgz_scratch_bytes(&eng->qgz, B, W);
+    const size_t need = zero__qgz_scratch_bytes(&eng->qgz, seg, nseg);
     if (need > b->qscratch_bytes) { /* the slot's last call has landed: nothing reads it */
         zero_mem_free(b->qscratch);
         b->qscratch_bytes = 0;
