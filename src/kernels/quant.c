@@ -45,8 +45,31 @@ static float block_scale(const float *x, size_t k, float qmax) {
     return s > 0.0f ? s : FLT_TRUE_MIN; /* underflow: the values are multiples of 2^-149 */
 }
 
-static void quantize_blocks(unsigned char *out, const void *x, zero_dtype_t dt, size_t n, size_t b0,
-                            size_t b1) {
+/* The block functions share one signature, for over_blocks: blocks [b0, b1) of an n-element
+ * call from src into dst (quantize: x into the wire; dequantize: the wire into y, += with add). */
+typedef void (*blocks_fn)(void *dst, const void *src, zero_dtype_t dt, size_t n, size_t b0,
+                          size_t b1, int add);
+
+/* fn over the call's nb blocks on up to `threads` threads, in contiguous runs of whole blocks. */
+static void over_blocks(blocks_fn fn, void *dst, const void *src, zero_dtype_t dt, size_t n,
+                        size_t nb, int threads, int add) {
+    const int nt = kthreads(n, threads);
+    if (nt == 1) {
+        fn(dst, src, dt, n, 0, nb, add);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        size_t lo, hi;
+        kslice(nb, GRANULE, &lo, &hi);
+        if (hi > lo) fn(dst, src, dt, n, lo, hi, add);
+    }
+}
+
+static void quantize_blocks(void *dst, const void *x, zero_dtype_t dt, size_t n, size_t b0,
+                            size_t b1, int add) {
+    (void)add;
+    unsigned char *out = dst;
     float buf[ZERO__Q8_BLOCK];
     float *scales = (float *)out;
     int8_t *q = (int8_t *)(out + 4 * zero__q8_blocks(n));
@@ -73,8 +96,10 @@ static void quantize_blocks(unsigned char *out, const void *x, zero_dtype_t dt, 
     }
 }
 
-static void dequantize_blocks(void *y, zero_dtype_t dt, const unsigned char *in, size_t n,
-                              size_t b0, size_t b1) {
+static void dequantize_blocks(void *y, const void *src, zero_dtype_t dt, size_t n, size_t b0,
+                              size_t b1, int add) {
+    (void)add;
+    const unsigned char *in = src;
     float buf[ZERO__Q8_BLOCK];
     const float *scales = (const float *)in;
     const int8_t *q = (const int8_t *)(in + 4 * zero__q8_blocks(n));
@@ -90,39 +115,19 @@ static void dequantize_blocks(void *y, zero_dtype_t dt, const unsigned char *in,
 }
 
 void zero__q8_quantize(void *out, const void *x, zero_dtype_t dt, size_t n, int threads) {
-    const size_t nb = zero__q8_blocks(n);
-    const int nt = kthreads(n, threads);
-    if (nt == 1) {
-        quantize_blocks(out, x, dt, n, 0, nb);
-        return;
-    }
-#pragma omp parallel num_threads(nt)
-    {
-        size_t lo, hi;
-        kslice(nb, GRANULE, &lo, &hi);
-        if (hi > lo) quantize_blocks(out, x, dt, n, lo, hi);
-    }
+    over_blocks(quantize_blocks, out, x, dt, n, zero__q8_blocks(n), threads, 0);
 }
 
 void zero__q8_dequantize(void *y, zero_dtype_t dt, const void *in, size_t n, int threads) {
-    const size_t nb = zero__q8_blocks(n);
-    const int nt = kthreads(n, threads);
-    if (nt == 1) {
-        dequantize_blocks(y, dt, in, n, 0, nb);
-        return;
-    }
-#pragma omp parallel num_threads(nt)
-    {
-        size_t lo, hi;
-        kslice(nb, GRANULE, &lo, &hi);
-        if (hi > lo) dequantize_blocks(y, dt, in, n, lo, hi);
-    }
+    over_blocks(dequantize_blocks, y, in, dt, n, zero__q8_blocks(n), threads, 0);
 }
 
 /* ------------------------------------------------------------------------------ int4 */
 
-static void q4_quantize_blocks(unsigned char *out, const void *x, zero_dtype_t dt, size_t n,
-                               size_t b0, size_t b1) {
+static void q4_quantize_blocks(void *dst, const void *x, zero_dtype_t dt, size_t n, size_t b0,
+                               size_t b1, int add) {
+    (void)add;
+    unsigned char *out = dst;
     float buf[ZERO__Q4_BLOCK];
     int8_t t[ZERO__Q4_BLOCK + 1];
     unsigned char *q = out + 4 * zero__q4_blocks(n);
@@ -177,8 +182,9 @@ static inline void q4_block_out(float *y, const unsigned char *qb, size_t k, flo
 }
 
 /* Blocks [b0, b1) of in into y (n elements of dt); add: y (then fp32) += q s instead. */
-static void q4_dequantize_blocks(void *y, zero_dtype_t dt, const unsigned char *in, size_t n,
-                                 size_t b0, size_t b1, int add) {
+static void q4_dequantize_blocks(void *y, const void *src, zero_dtype_t dt, size_t n, size_t b0,
+                                 size_t b1, int add) {
+    const unsigned char *in = src;
     float buf[ZERO__Q4_BLOCK];
     const unsigned char *q = in + 4 * zero__q4_blocks(n);
     const size_t es = zero_dtype_size(dt);
@@ -193,40 +199,13 @@ static void q4_dequantize_blocks(void *y, zero_dtype_t dt, const unsigned char *
 }
 
 void zero__q4_quantize(void *out, const void *x, zero_dtype_t dt, size_t n, int threads) {
-    const size_t nb = zero__q4_blocks(n);
-    const int nt = kthreads(n, threads);
-    if (nt == 1) {
-        q4_quantize_blocks(out, x, dt, n, 0, nb);
-        return;
-    }
-#pragma omp parallel num_threads(nt)
-    {
-        size_t lo, hi;
-        kslice(nb, GRANULE, &lo, &hi);
-        if (hi > lo) q4_quantize_blocks(out, x, dt, n, lo, hi);
-    }
-}
-
-static void q4_dequantize(void *y, zero_dtype_t dt, const void *in, size_t n, int threads,
-                          int add) {
-    const size_t nb = zero__q4_blocks(n);
-    const int nt = kthreads(n, threads);
-    if (nt == 1) {
-        q4_dequantize_blocks(y, dt, in, n, 0, nb, add);
-        return;
-    }
-#pragma omp parallel num_threads(nt)
-    {
-        size_t lo, hi;
-        kslice(nb, GRANULE, &lo, &hi);
-        if (hi > lo) q4_dequantize_blocks(y, dt, in, n, lo, hi, add);
-    }
+    over_blocks(q4_quantize_blocks, out, x, dt, n, zero__q4_blocks(n), threads, 0);
 }
 
 void zero__q4_dequantize(void *y, zero_dtype_t dt, const void *in, size_t n, int threads) {
-    q4_dequantize(y, dt, in, n, threads, 0);
+    over_blocks(q4_dequantize_blocks, y, in, dt, n, zero__q4_blocks(n), threads, 0);
 }
 
 void zero__q4_dequantize_add(float *acc, const void *in, size_t n, int threads) {
-    q4_dequantize(acc, ZERO_DTYPE_FP32, in, n, threads, 1);
+    over_blocks(q4_dequantize_blocks, acc, in, ZERO_DTYPE_FP32, n, zero__q4_blocks(n), threads, 1);
 }
