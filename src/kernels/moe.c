@@ -14,6 +14,18 @@
 #include <math.h>
 #include <string.h>
 
+/* logsumexp of a row of E logits, with its max (*mx) and sum of exp(x - max) (*sum), which the
+ * softmax divides by. */
+static double row_lse(const float *x, size_t E, float *mx, double *sum) {
+    float m = x[0];
+    for (size_t e = 1; e < E; e++) m = x[e] > m ? x[e] : m;
+    double s = 0.0;
+    for (size_t e = 0; e < E; e++) s += exp((double)x[e] - (double)m);
+    *mx = m;
+    *sum = s;
+    return (double)m + log(s);
+}
+
 static zero_status_t check_shape(size_t E, int k) {
     if (E == 0) return zero__error(ZERO_ERR_INVALID_ARG, "moe: experts is 0, expected >= 1");
     if (k != 1 && k != 2)
@@ -64,11 +76,9 @@ zero_status_t zero__moe_router_forward(float *probs, int32_t *expert_idx, int32_
     for (size_t t = 0; t < T; t++) {
         const float *x = logits + t * E;
         float *p = probs + t * E;
-        float mx = x[0];
-        for (size_t e = 1; e < E; e++) mx = x[e] > mx ? x[e] : mx;
-        double sum = 0.0;
-        for (size_t e = 0; e < E; e++) sum += exp((double)x[e] - (double)mx);
-        double lse = (double)mx + log(sum);
+        float mx;
+        double sum;
+        const double lse = row_lse(x, E, &mx, &sum);
         zsum += lse * lse;
         for (size_t e = 0; e < E; e++) p[e] = (float)(exp((double)x[e] - (double)mx) / sum);
         /* strict > keeps the lowest index among equal probabilities */
@@ -167,11 +177,9 @@ void zero__moe_router_backward(float *dlogits, const float *dgates, const float 
         /* z: d lse^2 / d x_e = 2 lse p_e; lse recomputed from the logits */
         double lse = 0.0;
         if (z_coef != 0.0f) {
-            float mx = x[0];
-            for (size_t e = 1; e < E; e++) mx = x[e] > mx ? x[e] : mx;
-            double sum = 0.0;
-            for (size_t e = 0; e < E; e++) sum += exp((double)x[e] - (double)mx);
-            lse = (double)mx + log(sum);
+            float mx;
+            double sum;
+            lse = row_lse(x, E, &mx, &sum);
         }
         for (size_t e = 0; e < E; e++) {
             double dpe = aux_scale * n[e] + (e == e1 ? dp1 : 0.0) + (e == e2 ? dp2 : 0.0);
