@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 /* `zero train ARGS...` in this process; args is NULL-terminated, args[0] the command name. */
 static inline int train_cli(const char *const *args) {
@@ -67,6 +68,19 @@ static inline size_t gpt_unit_sizes(size_t *out, size_t c, int l, size_t t, size
     const size_t pad = 16 * (size_t)ranks;
     for (size_t i = 0; i < n; i++) out[i] = (out[i] + pad - 1) / pad * pad;
     return n;
+}
+
+/* The real text for the tests, when the shared data sits beside the clone
+ * ($ZERO_SHARED_DIR/data/tinyshakespeare.txt, readable): its path into data (n bytes), else ""
+ * (the built-in corpus); says which on stdout. */
+static inline void test_data_path(char *data, size_t n) {
+    const char *shared = getenv("ZERO_SHARED_DIR");
+    data[0] = 0;
+    if (shared && shared[0]) {
+        snprintf(data, n, "%s/data/tinyshakespeare.txt", shared);
+        if (access(data, R_OK) != 0) data[0] = 0;
+    }
+    printf("data: %s\n", data[0] ? data : "built-in corpus (tinyshakespeare not found)");
 }
 
 #endif /* ZERO_TESTS_TRAIN_HARNESS_H */

@@ -96,13 +96,7 @@ int main(void) {
     snprintf(dir, sizeof dir, "%s/zero-test-qwz-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     if (!mkdtemp(dir)) return 1;
     snprintf(report, sizeof report, "%s/report.json", dir);
-    const char *shared = getenv("ZERO_SHARED_DIR");
-    data[0] = 0;
-    if (shared && shared[0]) {
-        snprintf(data, sizeof data, "%s/data/tinyshakespeare.txt", shared);
-        if (access(data, R_OK) != 0) data[0] = 0;
-    }
-    printf("data: %s\n", data[0] ? data : "built-in corpus (tinyshakespeare not found)");
+    test_data_path(data, sizeof data);
     size_t sizes[8];
     const size_t nu = gpt_unit_sizes(sizes, C, L, T, V, 2);
     const char *dtypes[] = {"fp32", "bf16"};

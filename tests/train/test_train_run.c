@@ -89,13 +89,7 @@ int main(void) {
           zero_last_error());
 
     /* the short run */
-    const char *shared = getenv("ZERO_SHARED_DIR");
-    data[0] = 0;
-    if (shared && shared[0]) {
-        snprintf(data, sizeof data, "%s/data/tinyshakespeare.txt", shared);
-        if (access(data, R_OK) != 0) data[0] = 0;
-    }
-    printf("data: %s\n", data[0] ? data : "built-in corpus (tinyshakespeare not found)");
+    test_data_path(data, sizeof data);
     const char *args[] = {"train",
                           "--data",
                           data,
