@@ -106,29 +106,9 @@ static zero_status_t backward(zero_engine_t *eng, const ocase_t *c, int rank, in
     return ZERO_OK;
 }
 
-/* Every state and the parameters this rank holds, read back, hashed. */
+/* Every state and the parameters this rank holds (unit 2 persistent), read back, hashed. */
 static zero_status_t hash_states(zero_engine_t *eng, uint64_t *out) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int u = 0; u < UNITS; u++)
-        for (int s = 0; s <= ZERO_ENGINE_STATE_COUNT; s++) {
-            size_t off, n;
-            zero_status_t st =
-                s < ZERO_ENGINE_STATE_COUNT
-                    ? zero_engine_state_range(eng, u, (zero_engine_state_t)s, &off, &n)
-                : u == 2 ? (off = 0, n = zero_engine_unit_padded_count(eng, u), ZERO_OK)
-                         : zero_engine_shard_range(eng, u, &off, &n);
-            float *buf = malloc(n * sizeof *buf);
-            if (!st && !buf) st = ZERO_ERR_OUT_OF_MEMORY;
-            if (!st)
-                st = s < ZERO_ENGINE_STATE_COUNT
-                         ? zero_engine_state_read(eng, u, (zero_engine_state_t)s, off, n, buf)
-                         : zero_engine_params_read(eng, u, off, n, buf);
-            if (!st) h = zero__hash_bytes(h, buf, n * sizeof *buf);
-            free(buf);
-            if (st) return st;
-        }
-    *out = h;
-    return ZERO_OK;
+    return toy_hash_states(eng, UNITS, 2, out);
 }
 
 static void case_rank(zero_comm_t *comm, void *argp) {

@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -81,6 +82,33 @@ static inline int flip_bit(const char *path, off_t at) {
     ok = ok && pwrite(fd, &byte, 1, at) == 1 && fsync(fd) == 0;
     if (fd >= 0) close(fd);
     return ok;
+}
+
+/* Every optimizer state of the first `units` units and the parameters this rank holds of them
+ * (all of unit `whole`, which stays gathered: persistent), read back, hashed. */
+static inline zero_status_t toy_hash_states(zero_engine_t *eng, int units, int whole,
+                                            uint64_t *out) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int u = 0; u < units; u++)
+        for (int s = 0; s <= ZERO_ENGINE_STATE_COUNT; s++) {
+            size_t off = 0, n = 0;
+            zero_status_t st =
+                s < ZERO_ENGINE_STATE_COUNT
+                    ? zero_engine_state_range(eng, u, (zero_engine_state_t)s, &off, &n)
+                : u == whole ? (n = zero_engine_unit_padded_count(eng, u), ZERO_OK)
+                             : zero_engine_shard_range(eng, u, &off, &n);
+            float *buf = malloc(n * sizeof *buf);
+            if (!st && !buf) st = ZERO_ERR_OUT_OF_MEMORY;
+            if (!st)
+                st = s < ZERO_ENGINE_STATE_COUNT
+                         ? zero_engine_state_read(eng, u, (zero_engine_state_t)s, off, n, buf)
+                         : zero_engine_params_read(eng, u, off, n, buf);
+            if (!st) h = zero__hash_bytes(h, buf, n * sizeof *buf);
+            free(buf);
+            if (st) return st;
+        }
+    *out = h;
+    return ZERO_OK;
 }
 
 #endif /* ZERO_TESTS_ZERO_TOY_UNITS_H */
