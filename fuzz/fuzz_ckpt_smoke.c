@@ -93,7 +93,7 @@ int main(int argc, char **argv) {
     zero_ckpt_tensor_t t1[1] = {{"ln1.weight", 1, {8}, 0, 1}};
     zero_ckpt_tensor_t t2[1] = {{"lnf.bias", 1, {40}, 0, 1}};
     zero_ckpt_unit_t units[3] = {
-        {"embeddings", 112, 2, t0}, {"block.0", 8, 1, t1}, {"final", 40, 1, t2}};
+        {"embeddings", 112, 2, t0, 1}, {"block.0", 8, 1, t1, 1}, {"final", 40, 1, t2, 1}};
     zero_ckpt_layout_t layout = {3, units};
     zero_ckpt_save_params_t sp = zero_ckpt_save_params_default();
     sp.save_dir = dir;

@@ -62,6 +62,11 @@ typedef struct zero_ckpt_unit {
                            16 elements, so its gaps of zeros count too. */
     int tensor_count;
     const zero_ckpt_tensor_t *tensors;
+    /* 0 or 1: a plain unit. > 1: the saving engine held it stacked (zero_engine_add_unit_in), as
+     * `copies` slices along dimension 0 of each tensor; the shapes here and the files are the
+     * logical tensors whatever the copies, so this is for messages only (manifest key "copies",
+     * absent for plain units). */
+    int copies;
 } zero_ckpt_unit_t;
 
 typedef struct zero_ckpt_layout {
@@ -281,6 +286,26 @@ ZERO_API void zero_ckpt_engine_layout_free(zero_ckpt_engine_layout_t *layout);
  * whole-unit load fills exactly that. Loading through a communicator at stage 3 delivers only
  * the rank's shard: load whole units at world 1 instead (what the trainer does). */
 ZERO_API zero_ckpt_shard_io_t zero_ckpt_engine_io(zero_engine_t *eng);
+
+/* Saving an engine with stacked units (zero_engine_add_unit_in): the checkpoint holds each as its
+ * logical unit (tensors of shape (copies x shape[0], ...) placed by the engine's layout rule), so
+ * it resumes at another world size or number of copies wherever the logical shapes allow. A rank's
+ * shard of a logical unit spans copies other ranks hold: init gathers it beforehand, for every
+ * stacked unit and state (params; and Adam m, v with with_optim), one unit and one state at a time
+ * (zero_engine_state_gather: a transient copies x P_u fp32 elements, plus the world's shards of
+ * the unit), and keeps this rank's shard of each (about what the rank holds of the unit's
+ * states). zero_ckpt_engine_save_io then gives the shard access for zero_ckpt_save with the
+ * engine's communicator (plain units go through zero_ckpt_engine_io's path); it is valid until
+ * _free and while the engine's states are unchanged. Loading needs nothing more:
+ * zero_ckpt_engine_io's put takes a logical range and keeps this rank's copy's slice, so load
+ * stacked units whole, at world 1 without a communicator (as the trainer does).
+ * zero_ckpt_engine_io's get refuses stacked units. Collective over the engine's world; every rank
+ * gets the same status. */
+typedef struct zero_ckpt_engine_save zero_ckpt_engine_save_t;
+ZERO_API zero_status_t zero_ckpt_engine_save_init(zero_ckpt_engine_save_t **out, zero_engine_t *eng,
+                                                  int with_optim);
+ZERO_API zero_ckpt_shard_io_t zero_ckpt_engine_save_io(zero_ckpt_engine_save_t *save);
+ZERO_API void zero_ckpt_engine_save_free(zero_ckpt_engine_save_t *save); /* NULL accepted */
 
 #ifdef __cplusplus
 }

@@ -299,6 +299,38 @@ ZERO_API zero_status_t zero_engine_add_unit(zero_engine_t *eng, const char *name
                                             const zero_tensor_desc_t *tensors, int count,
                                             int *unit_out);
 
+/* Partition groups (expert parallelism, docs/ARCHITECTURE.md): split the engine's world by
+ * `color` (>= 0); the ranks calling with the same color form one group, numbered by their world
+ * rank. Every group of one split must have the same number of ranks n (ZERO_ERR_INVALID_ARG
+ * naming the colors and sizes otherwise), so there are copies = world / n groups; ordered by
+ * color they are copies 0 .. copies - 1, and a rank's copy index is its group's place in that
+ * order. *group_out receives the group's index for zero_engine_add_unit_in (0 is always the world
+ * itself). At most 7 splits. For experts over ep ranks: color = rank % ep gives the
+ * expert-data-parallel groups of world / ep ranks and copy index rank % ep. Collective over the
+ * engine's world (every rank calls it in the same order; call before the first fetch). */
+ZERO_API zero_status_t zero_engine_add_group(zero_engine_t *eng, int color, int *group_out);
+
+/* zero_engine_add_unit over partition group `group` (zero_engine_add_group; 0: the world, the
+ * same as zero_engine_add_unit). The unit is stacked: its tensors, of shape (shape[0], ...), on a
+ * rank whose group has copy index c are the c-th of `copies` equal slices along dimension 0 of
+ * the unit's logical tensors, of shape (copies * shape[0], ...) (an MoE layer's experts: E / ep
+ * experts of E on each rank). The unit is sharded over the group's ranks (padded to a multiple
+ * of group size x 16), which hold the same copy; ranks of other groups hold other copies. So:
+ *  - initial values are those of the logical tensors (element c * numel + i of the logical tensor
+ *    for element i of copy c), the same however the logical tensors are cut;
+ *  - gradients: the step scales the group's summed gradient like every unit's, by 1 / (world x
+ *    grad_accum_steps), and counts it in the global norm with weight 1. That is the world's mean
+ *    when the model's gradient on each rank already holds every token that reached the copy
+ *    (expert parallelism: the all-to-all brings each token of the ep block to its expert's rank),
+ *    so the group's sum is a sum over the world's tokens: the same update and norm as a world unit
+ *    of the logical shape whose rank w fed the gradient of its copy's slice (zeros elsewhere).
+ *  - checkpoints (zero/ckpt.h) store the logical tensors, so a unit can resume at another world
+ *    size or another number of copies.
+ * ZeRO++ (qgZ, qwZ, hpZ) applies to units of the world only. Not collective. */
+ZERO_API zero_status_t zero_engine_add_unit_in(zero_engine_t *eng, int group, const char *name,
+                                               const zero_tensor_desc_t *tensors, int count,
+                                               int *unit_out);
+
 /* ------------------------------------------------------------------------------ per step */
 
 /* Full parameters of unit u for compute, valid until the matching
@@ -418,7 +450,12 @@ ZERO_API zero_status_t zero_engine_grads_read(zero_engine_t *eng, int u, size_t 
 /* The range [*offset, *offset + *count) of unit u owned by this rank (padded layout). */
 ZERO_API zero_status_t zero_engine_shard_range(const zero_engine_t *eng, int u, size_t *offset,
                                                size_t *count);
-/* Padded element count of unit u (a multiple of world x 16). */
+/* Unit u's partition group on this rank: its size in ranks (*group_size), this rank's copy
+ * index (*copy) and the number of copies (*copies); a unit of the world: (world, 0, 1). Any
+ * pointer may be NULL. ZERO_ERR_INVALID_ARG for a bad unit. Not collective. */
+ZERO_API zero_status_t zero_engine_unit_group(const zero_engine_t *eng, int u, int *group_size,
+                                              int *copy, int *copies);
+/* Padded element count of unit u (a multiple of its group size x 16). */
 ZERO_API size_t zero_engine_unit_padded_count(const zero_engine_t *eng, int u);
 
 /* ------------------------------------------------------------------------------ state */
@@ -454,6 +491,14 @@ ZERO_API zero_status_t zero_engine_state_read(const zero_engine_t *eng, int u,
                                               size_t count, float *out);
 ZERO_API zero_status_t zero_engine_state_write(zero_engine_t *eng, int u, zero_engine_state_t state,
                                                size_t offset, size_t count, const float *in);
+/* Every copy of `state` of unit u whole, on every rank: out receives copies x P_u fp32 elements
+ * (zero_engine_unit_group, P_u = zero_engine_unit_padded_count), copy c's padded buffer at
+ * c x P_u (a unit of the world: its one buffer). For checkpoints of stacked units. Each rank
+ * sends its owned shard once (one all-gather over the world, not counted in a step's
+ * communication; a transient buffer of copies x P_u elements). Call between steps. Collective
+ * over the engine's world. */
+ZERO_API zero_status_t zero_engine_state_gather(zero_engine_t *eng, int u,
+                                                zero_engine_state_t state, float *out);
 /* Optimizer steps taken (skipped steps not counted): the learning-rate schedule's position and
  * Adam's bias-correction step. Set it when restoring a checkpoint, on every rank alike;
  * ZERO_ERR_INVALID_ARG outside [0, INT32_MAX]. */
@@ -562,6 +607,11 @@ typedef struct zero_engine_report {
      * units). Transient buffers are apart: grad_pool_bytes (stage 2-3 working buffers, the
      * stage-0 16-bit gather landing) and the comm buffers (reduce buckets, gather pool). */
     size_t model_state_bytes[3], model_state_theory_bytes[3];
+    /* The same split by kind of unit: [0] units of the world (dense), [1] stacked units of smaller
+     * partition groups (zero_engine_add_unit_in: experts), each [0..2] as above; each sums with
+     * the other to the figures above. Theory: the formulas above per unit with N = the unit's
+     * group size (S_u = P_u / N). Live: the stacked units' buffers; the dense part the rest. */
+    size_t model_state_split_bytes[2][3], model_state_split_theory_bytes[2][3];
     size_t grad_pool_bytes;
     zero_dtype_t compute_dtype, grad_accum_dtype;
     /* offload_optimizer nvme: bytes of this rank's swap files (the optimizer states there); the
@@ -591,6 +641,9 @@ typedef struct zero_unit_decl {
     const zero_tensor_desc_t *tensors; /* borrowed during the call */
     int tensor_count;
     int repeat; /* this many identical units in a row (a transformer's blocks); 0 means 1 */
+    /* ranks of its partition group (zero_engine_add_unit_in: a stacked unit, tensors of one
+     * copy), a divisor of world; 0: the world */
+    int group_size;
 } zero_unit_decl_t;
 
 typedef struct zero_memory_estimate {

@@ -514,14 +514,27 @@ zero_status_t zero_ckpt_check_layout(const zero_ckpt_t *c, const zero_ckpt_layou
             int same = !strcmp(x->name, y->name) && x->ndim == y->ndim && x->offset == y->offset;
             for (int d = 0; same && d < x->ndim; d++) same = x->shape[d] == y->shape[d];
             if (!same) {
-                char sx[96], sy[96];
+                char sx[96], sy[96], why[256] = "";
                 shape_str(sx, sizeof sx, x);
                 shape_str(sy, sizeof sy, y);
+                /* Stacked units: the logical shapes must agree; name the cut that cannot. */
+                const int ca = A->copies > 1 ? A->copies : 1, cb = B->copies > 1 ? B->copies : 1;
+                if ((ca > 1 || cb > 1) && x->ndim == y->ndim && y->shape[0] % (size_t)ca)
+                    snprintf(why, sizeof why,
+                             " (a stacked unit, saved as %d copies; this engine holds %d copies "
+                             "of dimension 0 = %zu, and the saved dimension 0 of %zu is not "
+                             "divisible by %d)",
+                             cb, ca, x->shape[0] / (size_t)ca, y->shape[0], ca);
+                else if (ca > 1 || cb > 1)
+                    snprintf(why, sizeof why,
+                             " (a stacked unit, saved as %d copies; this engine holds %d copies: "
+                             "the logical shapes must agree)",
+                             cb, ca);
                 return zero__error(ZERO_ERR_MISMATCH,
                                    "checkpoint %s was saved for another model: unit %s tensor %d "
-                                   "is %s %s at offset %zu, expected %s %s at offset %zu",
+                                   "is %s %s at offset %zu, expected %s %s at offset %zu%s",
                                    c->path, A->name, t, y->name, sy, y->offset, x->name, sx,
-                                   x->offset);
+                                   x->offset, why);
             }
         }
         if (A->param_count != B->param_count)

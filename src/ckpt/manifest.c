@@ -72,6 +72,7 @@ zero_status_t zero__manifest_build(char **out, int world, int with_optim, uint64
         cJSON_AddNumberToObject(ju, "param_count", (double)U->param_count);
         cJSON_AddNumberToObject(ju, "padded_count",
                                 (double)zero_ckpt_padded_count(U->param_count, world));
+        if (U->copies > 1) cJSON_AddNumberToObject(ju, "copies", U->copies);
         cJSON *jt = cJSON_AddArrayToObject(ju, "tensors");
         for (int t = 0; t < U->tensor_count; t++) {
             const zero_ckpt_tensor_t *T = &U->tensors[t];
@@ -253,6 +254,15 @@ zero_status_t zero__manifest_parse(zero__manifest_t *m, const char *text, size_t
         if ((st = get_count(ju, "padded_count", MAXC / 2, &padded, what, where)) != ZERO_OK)
             goto fail;
         U->param_count = (size_t)pc;
+        const cJSON *copies = cJSON_GetObjectItemCaseSensitive(ju, "copies");
+        if (copies &&
+            (!cJSON_IsNumber(copies) || copies->valuedouble < 1 || copies->valuedouble > 1048576 ||
+             copies->valuedouble != (double)(int)copies->valuedouble)) {
+            st = zero__error(ZERO_ERR_FORMAT,
+                             "%s: %s'copies' is not a whole number in [1, 1048576]", what, where);
+            goto fail;
+        }
+        U->copies = copies ? (int)copies->valuedouble : 1;
         if (padded != zero_ckpt_padded_count(U->param_count, m->world)) {
             st = zero__error(ZERO_ERR_FORMAT,
                              "%s: %s'padded_count' is %llu, expected %zu for %llu params at "

@@ -175,6 +175,7 @@ zero_status_t zero__train_ckpt_save(const zero_train_config_t *cfg, zero_engine_
                                     char *path_out, size_t path_out_size) {
     save_meta_t m = {0};
     zero_ckpt_engine_layout_t L;
+    zero_ckpt_engine_save_t *sv = NULL;
     int have_layout = 0;
     zero_status_t st = save_meta_build(&m, cfg, eng, pos);
     if (!st) {
@@ -193,11 +194,15 @@ zero_status_t zero__train_ckpt_save(const zero_train_config_t *cfg, zero_engine_
                              (long long)pos->step);
     }
     if (st) goto done;
-    zero_ckpt_shard_io_t io = zero_ckpt_engine_io(eng);
+    /* Stacked units (experts) are saved as their logical tensors: each rank's shard of them is
+     * gathered first (collective; every rank fails alike). */
     zero_ckpt_save_params_t sp = save_params(cfg, comm);
+    if ((st = zero_ckpt_engine_save_init(&sv, eng, sp.with_optim))) goto done;
+    zero_ckpt_shard_io_t io = zero_ckpt_engine_save_io(sv);
     zero_ckpt_meta_t meta = meta_of(cfg, &m, pos);
     st = zero_ckpt_save(&sp, &L.layout, &meta, &io, path_out, path_out_size);
 done:
+    zero_ckpt_engine_save_free(sv);
     if (have_layout) zero_ckpt_engine_layout_free(&L);
     save_meta_free(&m);
     return st;

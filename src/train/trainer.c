@@ -255,6 +255,11 @@ static void rank_report(run_t *r, zero_train_rank_report_t *rr) {
     for (int k = 0; k < 3; k++) {
         rr->model_state_bytes[k] = er.model_state_bytes[k];
         rr->model_state_theory_bytes[k] = er.model_state_theory_bytes[k];
+        for (int kind = 0; kind < 2; kind++) {
+            rr->model_state_split_bytes[kind][k] = er.model_state_split_bytes[kind][k];
+            rr->model_state_split_theory_bytes[kind][k] =
+                er.model_state_split_theory_bytes[kind][k];
+        }
     }
     rr->grad_pool_bytes = er.grad_pool_bytes;
     rr->gather_pool_bytes = er.gather_pool_bytes;
@@ -307,6 +312,18 @@ static void print_tables(const run_t *r, const zero_train_rank_report_t *all) {
             all[k].model_state_theory_bytes[1] / MiB, all[k].model_state_bytes[2] / MiB,
             all[k].model_state_theory_bytes[2] / MiB, m / MiB, t / MiB,
             all[k].grad_pool_bytes / MiB, all[k].gather_pool_bytes / MiB);
+        /* Stacked (expert) units apart, each beside its theory (N = its group's size). */
+        const uint64_t *e = all[k].model_state_split_bytes[1];
+        const uint64_t *et = all[k].model_state_split_theory_bytes[1];
+        const uint64_t *d = all[k].model_state_split_bytes[0];
+        const uint64_t *dt = all[k].model_state_split_theory_bytes[0];
+        if (et[0] + et[1] + et[2] > 0)
+            say(r,
+                "  rank %d: of which dense units: %.2f / %.2f, %.2f / %.2f, %.2f / %.2f; expert "
+                "units: %.2f / %.2f, %.2f / %.2f, %.2f / %.2f\n",
+                (int)all[k].rank, d[0] / MiB, dt[0] / MiB, d[1] / MiB, dt[1] / MiB, d[2] / MiB,
+                dt[2] / MiB, e[0] / MiB, et[0] / MiB, e[1] / MiB, et[1] / MiB, e[2] / MiB,
+                et[2] / MiB);
     }
     for (int k = 0; k < r->world; k++)
         if (all[k].swap_disk_bytes)
@@ -1073,6 +1090,23 @@ zero_status_t zero__train_report_write(const zero_train_report_t *rep,
         }
         if (ms) cJSON_AddNumberToObject(ms, "total", ms_total);
         if (mt) cJSON_AddNumberToObject(mt, "total", mt_total);
+        /* the same split into dense (world) and expert (stacked) units */
+        static const char *const kind_names[2] = {"dense", "expert"};
+        for (int kind = 0; kind < 2; kind++) {
+            char key[64];
+            snprintf(key, sizeof key, "model_state_%s_bytes", kind_names[kind]);
+            cJSON *ks = cJSON_AddObjectToObject(o, key);
+            snprintf(key, sizeof key, "model_state_%s_theory_bytes", kind_names[kind]);
+            cJSON *kt = cJSON_AddObjectToObject(o, key);
+            for (int i = 0; i < 3; i++) {
+                if (ks)
+                    cJSON_AddNumberToObject(ks, ms_names[i],
+                                            (double)rr->model_state_split_bytes[kind][i]);
+                if (kt)
+                    cJSON_AddNumberToObject(kt, ms_names[i],
+                                            (double)rr->model_state_split_theory_bytes[kind][i]);
+            }
+        }
         cJSON_AddNumberToObject(o, "grad_pool_bytes", (double)rr->grad_pool_bytes);
         cJSON_AddNumberToObject(o, "gather_pool_bytes", (double)rr->gather_pool_bytes);
         cJSON_AddNumberToObject(o, "matmul_peak_flops_per_s", rr->peak_flops_per_s);

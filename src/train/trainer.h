@@ -32,6 +32,9 @@ typedef struct zero_train_rank_report {
     /* The ZeRO paper's breakdown (zero_engine_report_t): parameters, gradients, optimizer
      * states; and the transient pools beside them. */
     uint64_t model_state_bytes[3], model_state_theory_bytes[3];
+    /* ... of which the stacked (expert) units' share: [1] (zero_engine_report_t's split; [0] the
+     * dense units') */
+    uint64_t model_state_split_bytes[2][3], model_state_split_theory_bytes[2][3];
     uint64_t grad_pool_bytes, gather_pool_bytes;
     uint64_t swap_disk_bytes; /* offload_optimizer nvme: this rank's swap files */
     uint64_t swap_read_bytes_per_step, swap_written_bytes_per_step; /* their I/O, last step */

@@ -94,6 +94,64 @@ zero_status_t zero_engine_fingerprint(zero_engine_t *eng, uint64_t *out) {
     return ZERO_OK;
 }
 
+/* Sums over a kind of units for the theory: all (-1), the world's (0), smaller groups' (1). */
+typedef struct unit_sums {
+    uint64_t P, S, S_np, P_pers, S_acc, P_sec, loco;
+} unit_sums_t;
+
+static int unit_of_kind(const zero_engine_t *eng, const zero__unit_t *u, int kind) {
+    return kind < 0 || kind == (u->grp != &eng->groups[0]);
+}
+
+static unit_sums_t sum_units(const zero_engine_t *eng, int kind) {
+    unit_sums_t s = {0};
+    for (int i = 0; i < eng->unit_count; i++) {
+        const zero__unit_t *u = &eng->units[i];
+        if (!unit_of_kind(eng, u, kind)) continue;
+        s.P += u->padded_count;
+        s.S += u->shard_count;
+        if (zero__hpz_unit(eng, u)) s.P_sec += zero__hpz_count(eng, u);
+        if (!u->goff) s.S_acc += u->shard_count; /* gswap: the accumulator in its swap file */
+        if (u->persistent)
+            s.P_pers += u->padded_count;
+        else if (!u->poff) /* offload_param: in its swap file, not in RAM */
+            s.S_np += u->shard_count;
+        /* + LoCo: 4 P_u per unit of the world's int4 reductions, from the first reduction on */
+        if (eng->params.loco && eng->buckets_ready && zero__xfer_qgz_group(eng, u->grp))
+            s.loco += 4 * (uint64_t)u->padded_count;
+    }
+    return s;
+}
+
+/* The model states' theory (engine.h) of the units summed in s: parameters, gradients kept
+ * between steps, optimizer states. Each unit's S is its share of its own group (N = the group's
+ * size): the ZeRO formulas per unit. */
+static void model_theory(const zero_engine_t *eng, const unit_sums_t *s, uint64_t out[3]) {
+    const zero__stage_policy_t pol = eng->pol;
+    const uint64_t c = eng->ce, a = eng->ae;
+    out[0] = pol.shard_params ? c * (s->S_np + s->P_pers + s->P_sec) : c * s->P; /* + hpZ */
+    out[1] = (pol.shard_grads ? a * s->S_acc : c * s->P + a * s->S_acc) + s->loco;
+    const uint64_t ob = eng->swap ? 0 : zero__optim_state_bytes(eng->lowp); /* per element */
+    out[2] = pol.shard_optim ? ob * s->S : ob * s->P;
+}
+
+/* The model states unit u holds in RAM now, from its buffers: parameters (full copy, shard, hpZ's
+ * secondary shard; not a stage-3 gather, which is the pool's), gradients kept between steps (the
+ * accumulator; the stage 0-1 working buffer; LoCo's error), optimizer states (fp32 master, m, v).
+ */
+static void unit_held(const zero_engine_t *eng, const zero__unit_t *u, uint64_t out[3]) {
+    const zero__stage_policy_t pol = eng->pol;
+    const uint64_t P = u->padded_count, S = u->shard_count, c = eng->ce, a = eng->ae;
+    const uint64_t opt = pol.shard_optim ? S : P;
+    out[0] += (u->shard                                          ? c * S
+               : (!pol.shard_params || u->persistent) && u->full ? c * P
+                                                                 : 0) +
+              (u->sec ? c * zero__hpz_count(eng, u) : 0);
+    out[1] +=
+        (u->acc ? a * S : 0) + (!pol.shard_grads && u->work ? c * P : 0) + (u->loco ? 4 * P : 0);
+    out[2] += (u->master ? 4 * opt : 0) + (u->m ? 4 * opt : 0) + (u->v ? 4 * opt : 0);
+}
+
 void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out) {
     memset(out, 0, sizeof *out);
     if (!eng) return;
@@ -101,25 +159,14 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
     zero_mem_get_stats(eng->mem, &ms);
     memcpy(out->memory_bytes, ms.live_bytes, sizeof out->memory_bytes);
     memcpy(out->memory_peak_bytes, ms.peak_bytes, sizeof out->memory_peak_bytes);
-    const zero__stage_policy_t pol = eng->pol;
-    uint64_t P = 0, S = 0, S_np = 0, P_pers = 0, S_acc = 0, P_sec = 0;
-    for (int i = 0; i < eng->unit_count; i++) {
-        const zero__unit_t *u = &eng->units[i];
-        P += u->padded_count;
-        S += u->shard_count;
-        if (zero__hpz_unit(eng, u)) P_sec += zero__hpz_count(eng, u);
-        out->param_count += u->param_count;
-        if (!u->goff) S_acc += u->shard_count; /* gswap: the accumulator in its swap file */
-        if (u->persistent) {
-            P_pers += u->padded_count;
-        } else if (!u->poff) { /* offload_param: in its swap file, not in RAM */
-            S_np += u->shard_count;
-        }
-    }
+    const unit_sums_t all = sum_units(eng, -1);
+    const uint64_t P = all.P;
+    for (int i = 0; i < eng->unit_count; i++) out->param_count += eng->units[i].param_count;
+    uint64_t theory[3];
+    model_theory(eng, &all, theory);
     out->padded_param_count = (size_t)P;
-    const uint64_t c = eng->ce, a = eng->ae;
-    out->memory_theory_bytes[ZERO_MEM_PARAMS] =
-        (size_t)(pol.shard_params ? c * (S_np + P_pers + P_sec) : c * P); /* + hpZ: P_u / h */
+    const uint64_t c = eng->ce;
+    out->memory_theory_bytes[ZERO_MEM_PARAMS] = (size_t)theory[0];
     /* Communication buffers: the two reduce-bucket slots (allocated at the first grads_done
      * with world > 1) and the stage-3 pool of gather buffers, kept until zero_engine_free. */
     /* Per slot: the packed send buffer (B elements) and its recv (B / N), plus, once a direct
@@ -140,16 +187,9 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
      * backward (4 sum_p p K_p, K_p the most units of padded size p holding gradients at once;
      * kept between steps so that backward does not map fresh memory for every unit). */
     out->grad_pool_bytes = zero__pool_bytes(&eng->grad_pool, 0);
-    /* + LoCo: 4 P_u per unit of the world's int4 reductions, from the first reduction on */
-    uint64_t loco = 0;
-    for (int i = 0; eng->params.loco && eng->buckets_ready && i < eng->unit_count; i++)
-        if (zero__xfer_qgz_group(eng, eng->units[i].grp))
-            loco += 4 * (uint64_t)eng->units[i].padded_count;
-    const uint64_t grads_kept = (pol.shard_grads ? a * S_acc : c * P + a * S_acc) + loco;
-    out->memory_theory_bytes[ZERO_MEM_GRADS] = (size_t)grads_kept + out->grad_pool_bytes;
+    out->memory_theory_bytes[ZERO_MEM_GRADS] = (size_t)theory[1] + out->grad_pool_bytes;
     /* Optimizer states: Adam m and v, plus the separate fp32 master with 16-bit compute. */
-    const uint64_t ob = eng->swap ? 0 : zero__optim_state_bytes(eng->lowp); /* per element */
-    out->memory_theory_bytes[ZERO_MEM_OPTIM] = (size_t)(pol.shard_optim ? ob * S : ob * P);
+    out->memory_theory_bytes[ZERO_MEM_OPTIM] = (size_t)theory[2];
     /* Swapped states: in RAM only the staging buffers (and the swap files' page checksums). */
     out->memory_theory_bytes[ZERO_MEM_OFFLOAD] =
         zero__swap_memory_bytes(eng) + zero__pswap_memory_bytes(eng);
@@ -159,13 +199,29 @@ void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out)
     out->swap_wait_s_per_step = eng->io_last.wait_seconds;
     /* The paper's breakdown: what stays between steps, transient pools apart. */
     out->model_state_theory_bytes[0] = out->memory_theory_bytes[ZERO_MEM_PARAMS];
-    out->model_state_theory_bytes[1] = (size_t)grads_kept;
+    out->model_state_theory_bytes[1] = (size_t)theory[1];
     out->model_state_theory_bytes[2] = out->memory_theory_bytes[ZERO_MEM_OPTIM];
     out->model_state_bytes[0] = out->memory_bytes[ZERO_MEM_PARAMS];
     out->model_state_bytes[1] = out->memory_bytes[ZERO_MEM_GRADS] >= out->grad_pool_bytes
                                     ? out->memory_bytes[ZERO_MEM_GRADS] - out->grad_pool_bytes
                                     : 0;
     out->model_state_bytes[2] = out->memory_bytes[ZERO_MEM_OPTIM];
+    /* Stacked units (smaller partition groups: experts) apart from the world's (dense): theory
+     * per kind, live from the stacked units' buffers (the dense part is the rest). */
+    for (int kind = 0; kind < 2; kind++) {
+        const unit_sums_t su = sum_units(eng, kind);
+        uint64_t t[3];
+        model_theory(eng, &su, t);
+        for (int k = 0; k < 3; k++) out->model_state_split_theory_bytes[kind][k] = (size_t)t[k];
+    }
+    uint64_t held[3] = {0, 0, 0};
+    for (int i = 0; i < eng->unit_count; i++)
+        if (unit_of_kind(eng, &eng->units[i], 1)) unit_held(eng, &eng->units[i], held);
+    for (int k = 0; k < 3; k++) {
+        out->model_state_split_bytes[1][k] = (size_t)held[k];
+        out->model_state_split_bytes[0][k] =
+            out->model_state_bytes[k] >= held[k] ? out->model_state_bytes[k] - (size_t)held[k] : 0;
+    }
     out->compute_dtype = eng->params.compute_dtype;
     out->grad_accum_dtype = eng->params.grad_accum_dtype;
 

@@ -49,14 +49,21 @@
 /* The step's control record (step.c), sent by every rank to every other once per step. */
 #define ZERO__CONTROL_BYTES 32u
 
-/* A partition group: the ranks a unit is sharded over (and its gradient averaged over). Group
- * 0 is the engine's world; others are splits of it chosen when a unit is declared (an expert's
- * data-parallel group, a node). Ranks with the same color form one group. */
+/* A partition group: the ranks a unit is sharded over (and its gradient reduced over). Group 0
+ * is the engine's world; others are splits of it chosen when a unit is declared (an expert's
+ * data-parallel group, a node). Ranks with the same color form one group; the split's groups
+ * all have the same size. Ordered by color they number the copies: a unit of the group holds
+ * copy `copy` of `copies` slices (along dimension 0) of its logical tensors (engine.h,
+ * zero_engine_add_unit_in). */
 typedef struct zero__group {
     zero_comm_t *comm; /* owned; NULL with one rank */
     int size, rank;
     int local; /* of its ranks, those on this rank's node (size on one node) */
     int color;
+    int copy, copies;
+    /* world rank w holds copy copy_of[w] at group rank grank_of[w] (owned, world entries; NULL
+     * for the world itself, whose copy is 0 and group rank the world rank) */
+    int *copy_of, *grank_of;
 } zero__group_t;
 
 typedef struct zero__unit {
@@ -306,11 +313,6 @@ struct zero_engine {
 
 /* layout.c */
 zero__unit_t *zero__engine_unit(const zero_engine_t *eng, int u);
-/* zero_engine_add_unit with the unit sharded over partition group `group` (0: the world; others
- * from zero__xfer_group_split). Its gradient is averaged over the group's ranks, which hold the
- * same parameters; ranks of different groups hold different ones (an expert each). */
-zero_status_t zero__engine_add_unit_in(zero_engine_t *eng, int group, const char *name,
-                                       const zero_tensor_desc_t *tensors, int count, int *unit_out);
 /* 16-bit compute, [offset, offset + count) of unit un, held in this rank's parameters. Write
  * (out NULL): round `in` into the parameters and copy it exactly into the fp32 master where
  * the master covers it (stage 0: the whole unit; stages 1-3: the owned shard). Read (in NULL):
@@ -503,7 +505,8 @@ typedef int zero__xfer_kind_t; /* a zero_xfer_kind_t or ZERO__XFER_CHECK */
 #define ZERO__XFER_CHECK ZERO_XFER_KIND_COUNT
 /* Group 0 from the caller's communicator (NULL or one rank: a world of one). */
 zero_status_t zero__xfer_world_init(zero_engine_t *eng, zero_comm_t *parent);
-/* Collective over the world: a new group of the ranks calling with the same color. */
+/* Collective over the world: a new group of the ranks calling with the same color, its copy
+ * numbering from every rank's color (ZERO_ERR_INVALID_ARG when the groups differ in size). */
 zero_status_t zero__xfer_group_split(zero_engine_t *eng, int color, int *group_out);
 void zero__xfer_groups_free(zero_engine_t *eng);
 /* All-gather / reduce-scatter (sum) of n elements per rank over group g: posted when req is

@@ -69,11 +69,13 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
     /* Padded sizes per unit (all, and the non-persistent ones of stage 3). */
     uint64_t *padded = calloc((size_t)(total_units ? total_units : 1), sizeof *padded);
     uint64_t *np = calloc((size_t)(total_units ? total_units : 1), sizeof *np);
+    uint64_t *shards = calloc((size_t)(total_units ? total_units : 1), sizeof *shards);
     char *tied = calloc((size_t)(total_units ? total_units : 1), 1);
     char *np_tied = calloc((size_t)(total_units ? total_units : 1), 1);
-    if (!padded || !np || !tied || !np_tied) {
+    if (!padded || !np || !shards || !tied || !np_tied) {
         free(padded);
         free(np);
+        free(shards);
         free(tied);
         free(np_tied);
         return zero__error(ZERO_ERR_OUT_OF_MEMORY, "zero_engine_estimate_memory: out of memory");
@@ -95,7 +97,25 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
                             world % p->hpz_partition_size == 0
                         ? p->hpz_partition_size
                         : 1;
+    uint64_t N_min = N; /* the smallest partition group: the packed receive buffer's divisor */
     for (int i = 0; i < unit_count; i++) {
+        const int g = units[i].group_size > 0 ? units[i].group_size : world;
+        if (g > world || world % g) {
+            free(padded);
+            free(np);
+            free(shards);
+            free(tied);
+            free(np_tied);
+            return zero__error(ZERO_ERR_INVALID_ARG,
+                               "zero_engine_estimate_memory: unit %d has group_size %d (expected "
+                               "a divisor of the world size %d, or 0 for the world)",
+                               i, units[i].group_size, world);
+        }
+        N_min = (uint64_t)g < N_min ? (uint64_t)g : N_min;
+    }
+    for (int i = 0; i < unit_count; i++) {
+        /* a stacked unit's group (zero_engine_add_unit_in): the ZeRO formulas with N = G */
+        const uint64_t G = (uint64_t)(units[i].group_size > 0 ? units[i].group_size : world);
         uint64_t count = 0, off = 0;
         int is_tied = 0;
         for (int t = 0; t < units[i].tensor_count; t++) {
@@ -105,12 +125,13 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
             count += e;
             off += zero__tensor_span(e);
         }
-        const uint64_t Pu = zero__padded_count(off, world), Su = Pu / N;
+        const uint64_t Pu = zero__padded_count(off, (int)G), Su = Pu / G;
         const int persistent = pol.shard_params && (int64_t)count <= p->persistence_threshold_elems;
         const int reps = units[i].repeat > 0 ? units[i].repeat : 1;
         for (int r = 0; r < reps; r++) {
             out->param_count += count;
             tied[n] = is_tied;
+            shards[n] = Su;
             padded[n++] = Pu;
             P += Pu;
             S += Su;
@@ -122,7 +143,7 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
                 params += ce * (!pol.shard_params || persistent ? Pu : Su);
             }
             /* hpZ: the secondary shard of every sharded unit, P_u / h */
-            if (hpz > 1 && !persistent) params += ce * (Pu / (uint64_t)hpz);
+            if (hpz > 1 && !persistent && G == N) params += ce * (Pu / (uint64_t)hpz);
             if (pol.shard_params && !persistent) {
                 np_tied[n_np] = (char)is_tied;
                 np[n_np++] = Pu;
@@ -172,18 +193,18 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
         uint64_t B =
             (uint64_t)(p->reduce_bucket_bytes > 0 ? p->reduce_bucket_bytes : 0) / f / q * q;
         if (B > P) B = P;
-        uint64_t max_direct = 0;
+        uint64_t max_direct = 0; /* the largest direct unit's shard */
         for (int i = 0; i < n; i++)
-            if (2 * padded[i] > B && padded[i] > max_direct) max_direct = padded[i];
+            if (2 * padded[i] > B && shards[i] > max_direct) max_direct = shards[i];
         /* Direct units reduce into a separate receive buffer when the accumulator cannot take
          * the sum itself: it holds one already (accumulation), or its dtype differs. */
         const int drecv = p->grad_accum_steps > 1 || p->grad_accum_dtype != p->compute_dtype;
-        comm = ZERO__BUCKET_SLOTS * ce * (B + B / N + (drecv ? max_direct / N : 0));
+        comm = ZERO__BUCKET_SLOTS * ce * (B + B / N_min + (drecv ? max_direct : 0));
         if (p->quantized_gradients) {
             /* qgZ (qgz.h): each slot's scratch for its largest call, blocks of Bq elements and
              * W <= Bq / 2 + 4 (Bq / 256 + 1) + 5 per unit wire bytes: 2 N W + 2 M W + 4 Bq
              * (M <= N nodes) and the 64-byte roundings; LoCo: 4 P of error buffers */
-            const uint64_t Bq = (B / N > max_direct / N ? B / N : max_direct / N);
+            const uint64_t Bq = (B / N > max_direct ? B / N : max_direct);
             const uint64_t W = Bq / 2 + 4 * (Bq / 256 + 1) + 5 * (uint64_t)n;
             comm += ZERO__BUCKET_SLOTS * (4 * N * W + 4 * Bq + 5 * 64);
             if (p->loco) grads += 4 * P;
@@ -239,6 +260,7 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
     if (lowp && pol.shard_optim && N > 1) comm += f * sum_largest(padded, n, 1);
     free(padded);
     free(np);
+    free(shards);
     free(tied);
     free(np_tied);
     out->bytes[ZERO_MEM_PARAMS] = (size_t)params;

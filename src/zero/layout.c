@@ -54,7 +54,8 @@ static double uniform_open(uint64_t bits) { /* (0, 1]: safe for log() */
 }
 
 /* Elements [lo, hi) of a tensor's initial values into dst[0 .. hi - lo): the same bits as a
- * whole-tensor fill, so a stage-3 rank can initialise its shard without a full scratch copy. */
+ * whole-tensor fill, so a stage-3 rank can initialise its shard without a full scratch copy.
+ * Elements of the logical tensor: a stacked unit's copy c starts at c x its count (copy_base). */
 static void init_tensor_range(float *dst, size_t lo, size_t hi, const zero_tensor_desc_t *d,
                               uint64_t seed, int unit, int tensor) {
     if (lo >= hi) return;
@@ -77,6 +78,11 @@ static void init_tensor_range(float *dst, size_t lo, size_t hi, const zero_tenso
     }
     default: ZERO_ASSERT(0);
     }
+}
+
+/* Where copy grp->copy of a stacked unit's tensor t starts in its logical tensor. */
+static size_t copy_base(const zero__unit_t *u, int t) {
+    return (size_t)u->grp->copy * u->counts[t];
 }
 
 static zero_status_t check_tensors(const char *name, const zero_tensor_desc_t *tensors, int count) {
@@ -152,8 +158,9 @@ static zero_status_t init_lowp(zero_engine_t *eng, zero__unit_t *u, int index) {
         size_t b0 = ZERO_MIN(u->offsets[t] + u->counts[t], plo + pn);
         for (size_t a = a0; a < b0; a += ZERO__SCRATCH_COUNT) {
             size_t b = ZERO_MIN(b0, a + ZERO__SCRATCH_COUNT);
-            init_tensor_range(eng->scratch, a - u->offsets[t], b - u->offsets[t], &u->tensors[t],
-                              eng->params.seed, index, t);
+            const size_t base = copy_base(u, t) - u->offsets[t];
+            init_tensor_range(eng->scratch, base + a, base + b, &u->tensors[t], eng->params.seed,
+                              index, t);
             zero_status_t st = zero__master_io(eng, u, a, b - a, NULL, eng->scratch);
             if (st) return st;
         }
@@ -210,8 +217,9 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
         u->full = zero_mem_calloc(mem, ZERO_MEM_PARAMS, P * f, 64);
         if (!u->full) goto fail;
         for (int t = 0; t < u->tensor_count; t++)
-            init_tensor_range((float *)u->full + u->offsets[t], 0, u->counts[t], &u->tensors[t],
-                              eng->params.seed, index, t);
+            init_tensor_range((float *)u->full + u->offsets[t], copy_base(u, t),
+                              copy_base(u, t) + u->counts[t], &u->tensors[t], eng->params.seed,
+                              index, t);
     } else {
         /* Only the owned range [lo, lo + S), straight into the shard: a full-size scratch
          * would be a transient P-sized allocation per unit, and freeing such blocks makes
@@ -227,9 +235,10 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
         for (int t = 0; t < u->tensor_count; t++) {
             size_t a = ZERO_MAX(u->offsets[t], lo);
             size_t b = ZERO_MIN(u->offsets[t] + u->counts[t], lo + S);
+            const size_t base = copy_base(u, t) - u->offsets[t];
             if (a < b)
-                init_tensor_range((float *)shard + (a - lo), a - u->offsets[t], b - u->offsets[t],
-                                  &u->tensors[t], eng->params.seed, index, t);
+                init_tensor_range((float *)shard + (a - lo), base + a, base + b, &u->tensors[t],
+                                  eng->params.seed, index, t);
         }
         zero__shard_unmap(eng, u, 1);
     }
@@ -261,12 +270,32 @@ fail:
 
 zero_status_t zero_engine_add_unit(zero_engine_t *eng, const char *name,
                                    const zero_tensor_desc_t *tensors, int count, int *unit_out) {
-    return zero__engine_add_unit_in(eng, 0, name, tensors, count, unit_out);
+    return zero_engine_add_unit_in(eng, 0, name, tensors, count, unit_out);
 }
 
-zero_status_t zero__engine_add_unit_in(zero_engine_t *eng, int group, const char *name,
-                                       const zero_tensor_desc_t *tensors, int count,
-                                       int *unit_out) {
+zero_status_t zero_engine_add_group(zero_engine_t *eng, int color, int *group_out) {
+    if (!eng || !group_out)
+        return zero__error(ZERO_ERR_INVALID_ARG, "zero_engine_add_group: NULL argument");
+    if (eng->step > 0 || eng->event_count > 0)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "zero_engine_add_group: partition group (color %d) added after training "
+                           "started (add groups before the first fetch)",
+                           color);
+    return zero__xfer_group_split(eng, color, group_out);
+}
+
+zero_status_t zero_engine_unit_group(const zero_engine_t *eng, int u, int *group_size, int *copy,
+                                     int *copies) {
+    const zero__unit_t *un = zero__engine_unit(eng, u);
+    if (!un) return ZERO_ERR_INVALID_ARG;
+    if (group_size) *group_size = un->grp->size;
+    if (copy) *copy = un->grp->copy;
+    if (copies) *copies = un->grp->copies;
+    return ZERO_OK;
+}
+
+zero_status_t zero_engine_add_unit_in(zero_engine_t *eng, int group, const char *name,
+                                      const zero_tensor_desc_t *tensors, int count, int *unit_out) {
     if (eng && (group < 0 || group >= eng->group_count))
         return zero__error(ZERO_ERR_INVALID_ARG,
                            "unit '%s': partition group %d does not exist (the engine has %d)",

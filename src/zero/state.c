@@ -2,8 +2,9 @@
  * Adam moments m and v, and the optimizer step counter (the learning-rate schedule position and
  * Adam's bias correction both read it).
  *
- * Not here: the parameters as the model sees them (layout.c, zero_engine_params_read/write) and
- * anything collective: every call touches this rank's memory only.
+ * Not here: the parameters as the model sees them (layout.c, zero_engine_params_read/write).
+ * Every call touches this rank's memory only but zero_engine_state_gather, the one collective
+ * (every copy of a stacked unit on every rank, for a checkpoint's save).
  * Invariants: ranges are elements of the padded unit buffer and must lie inside what this rank
  * holds of that state (zero_engine_state_range); the caller keeps padding at zero. With fp32
  * compute the master IS the parameter buffer, so writing it changes what the next fetch returns.
@@ -15,6 +16,8 @@
 
 #include "optim/adamw.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *zero_engine_state_name(zero_engine_state_t state) {
@@ -154,6 +157,51 @@ zero_status_t zero_engine_state_write(zero_engine_t *eng, int u, zero_engine_sta
     eng->loco_reset = 1;       /* and LoCo's error feedback starts again (as at resume) */
     if (split) return zero__master_io(eng, &eng->units[u], offset, count, NULL, in);
     return state_copy(eng, u, state, offset, count, NULL, in);
+}
+
+zero_status_t zero_engine_state_gather(zero_engine_t *eng, int u, zero_engine_state_t state,
+                                       float *out) {
+    const zero__unit_t *un = zero__engine_unit(eng, u);
+    if (!un || !out || (unsigned)state >= ZERO_ENGINE_STATE_COUNT)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "zero_engine_state_gather: bad unit %d, state %d or NULL output", u,
+                           (int)state);
+    const zero__group_t *g = un->grp;
+    const size_t S = un->shard_count, P = un->padded_count;
+    const int W = eng->world;
+    if (W == 1) return zero_engine_state_read(eng, u, state, 0, P, out);
+    /* Every rank's owned shard (inside whatever it holds of every state), gathered over the
+     * world in world-rank order, then placed at its copy and group rank. A rank that cannot read
+     * its shard sends zeros, so that the gather stays matched, and the statuses fail every rank. */
+    float *all = malloc((size_t)W * S * sizeof *all);
+    if (!all)
+        return zero__error(ZERO_ERR_OUT_OF_MEMORY,
+                           "zero_engine_state_gather: no memory for unit '%s' (%zu bytes)",
+                           un->name, (size_t)W * S * sizeof *all);
+    float *mine = all + (size_t)eng->rank * S;
+    zero_status_t own = zero_engine_state_read(eng, u, state, zero__shard_lo(un), S, mine);
+    char msg[512] = "";
+    if (own) {
+        snprintf(msg, sizeof msg, "%s", zero_last_error());
+        memset(mine, 0, S * sizeof *mine);
+    }
+    zero_status_t st = zero__xfer_gather(eng, &eng->groups[0], ZERO__XFER_CHECK, mine, all, S,
+                                         ZERO_DTYPE_FP32, NULL);
+    int bad = -1;
+    zero_status_t theirs = ZERO_OK;
+    if (!st) st = zero__xfer_statuses(eng, ZERO__XFER_CHECK, own, &bad, &theirs);
+    if (!st && bad >= 0)
+        st = own ? zero__error(own, "%s", msg)
+                 : zero__error(theirs,
+                               "zero_engine_state_gather: rank %d could not read its %s of unit "
+                               "'%s'",
+                               bad, zero_engine_state_name(state), un->name);
+    for (int w = 0; !st && w < W; w++) {
+        const int copy = g->copy_of ? g->copy_of[w] : 0, grank = g->grank_of ? g->grank_of[w] : w;
+        memcpy(out + (size_t)copy * P + (size_t)grank * S, all + (size_t)w * S, S * sizeof *out);
+    }
+    free(all);
+    return st;
 }
 
 int64_t zero_engine_step_count(const zero_engine_t *eng) { return eng ? eng->step : 0; }

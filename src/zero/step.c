@@ -159,17 +159,18 @@ static zero_status_t pass_gap(const zero_engine_t *eng, int unit, size_t base, v
 /* AdamW on what this rank updates of unit `unit` (stage 0: everything), in one fused pass per
  * tensor, the tile of the optimizer's states (optim/adamw.h) mapped through the residency, with
  * learning rate lr and bias-correction step tstep (the step's count after it): the
- * gradient scaled by `scale` (the world's; a unit of a smaller group averages over its group
- * instead), m, v and the fp32 master updated, with 16-bit compute the master
- * rounded into the parameters, and the gradient zeroed. Sets *acc_cleared when that gradient
- * was the accumulator itself (so the step need not zero it again). */
+ * gradient scaled by `scale` (the world's, for a unit of a smaller group too: its group's sum
+ * is a sum over the world's tokens, engine.h zero_engine_add_unit_in), m, v and the fp32 master
+ * updated, with 16-bit compute the master rounded into the parameters, and the gradient zeroed.
+ * Sets *acc_cleared when that gradient was the accumulator itself (so the step need not zero it
+ * again). */
 static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, float lr,
                                  int64_t tstep, int read_next, int *acc_cleared) {
     zero__unit_t *u = &eng->units[unit];
     const zero_engine_params_t *p = &eng->params;
     const size_t S = u->shard_count, lo = zero__shard_lo(u);
     const int N = u->grp->size;
-    const float gscale = (float)(N == eng->world ? scale : scale * eng->world / N);
+    const float gscale = (float)scale;
     /* the gradient: the accumulator, or (one rank, pending) the 16-bit working buffer */
     void *g = u->pending ? u->work : u->acc, *pooled = NULL;
     zero_dtype_t gdt = u->pending ? p->compute_dtype : p->grad_accum_dtype;
@@ -289,8 +290,8 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
 }
 
 /* This rank's share of the step's sum of squares from unit u's reduced gradient (before its
- * update, which zeroes it). A unit of a group of n < N ranks sums over n ranks, not N: weighted
- * by (N / n)^2, its share of the world's norm is that of its group's mean gradient. */
+ * update, which zeroes it). A unit of a smaller group counts with weight 1, like every unit: its
+ * group's sum, scaled as the world's mean, is its gradient (zero_engine_add_unit_in). */
 static double unit_sumsq(zero_engine_t *eng, const zero__unit_t *u) {
     const zero_engine_params_t *p = &eng->params;
     /* pending: the accumulator would hold exactly the widened working buffer, and the sum over
@@ -299,10 +300,6 @@ static double unit_sumsq(zero_engine_t *eng, const zero__unit_t *u) {
                                               ZERO_MAX(u->shard_count, (size_t)1), p->threads)
                   : u->goff  ? (u->acc_on_disk ? u->acc_sumsq : 0.0) /* taken when written */
                              : zero__sumsq_dt(eng, u->acc, u->shard_count, p->grad_accum_dtype);
-    if (u->grp->size != eng->world) {
-        const double w = (double)eng->world / u->grp->size;
-        part *= w * w;
-    }
     return part;
 }
 

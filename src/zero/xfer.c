@@ -21,6 +21,7 @@
 
 #include "kernels/quant.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const kind_names[] = {"params", "grads", "control"};
@@ -43,7 +44,7 @@ static int local_ranks(const zero_comm_t *comm) {
 zero_status_t zero__xfer_world_init(zero_engine_t *eng, zero_comm_t *parent) {
     zero__group_t *g = &eng->groups[0];
     memset(g, 0, sizeof *g);
-    g->size = g->local = 1;
+    g->size = g->local = g->copies = 1;
     eng->group_count = 1;
     if (parent && zero_comm_size(parent) > 1) {
         /* A private communicator: our posted reduce-scatters and gathers queue behind nobody
@@ -59,6 +60,49 @@ zero_status_t zero__xfer_world_init(zero_engine_t *eng, zero_comm_t *parent) {
     return ZERO_OK;
 }
 
+static int cmp_i32(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Group g's copy numbering from every world rank's color: copies ordered by color, group ranks
+ * by world rank (the split's key). ZERO_ERR_INVALID_ARG when the groups differ in size. */
+static zero_status_t number_copies(zero_engine_t *eng, zero__group_t *g, const int32_t *colors) {
+    const int W = eng->world;
+    int32_t *sorted = malloc((size_t)W * sizeof *sorted);
+    int *members = calloc((size_t)W, sizeof *members);
+    g->copy_of = malloc((size_t)W * sizeof *g->copy_of);
+    g->grank_of = malloc((size_t)W * sizeof *g->grank_of);
+    zero_status_t st = ZERO_OK;
+    if (!sorted || !members || !g->copy_of || !g->grank_of) {
+        st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "engine: out of memory for a partition group");
+        goto done;
+    }
+    memcpy(sorted, colors, (size_t)W * sizeof *sorted);
+    qsort(sorted, (size_t)W, sizeof *sorted, cmp_i32);
+    int distinct = 0;
+    for (int w = 0; w < W; w++)
+        if (w == 0 || sorted[w] != sorted[w - 1]) sorted[distinct++] = sorted[w];
+    for (int w = 0; w < W; w++) { /* world rank order: the group rank is the members before */
+        int c = 0;
+        while (sorted[c] != colors[w]) c++;
+        g->copy_of[w] = c;
+        g->grank_of[w] = members[c]++;
+    }
+    for (int c = 0; c < distinct && !st; c++)
+        if (members[c] != g->size)
+            st = zero__error(ZERO_ERR_INVALID_ARG,
+                             "engine: partition group color %d has %d ranks and color %d has %d "
+                             "(expected groups of equal size, e.g. color = rank %% ep)",
+                             (int)sorted[c], members[c], g->color, g->size);
+    g->copy = g->copy_of[eng->rank];
+    g->copies = distinct;
+done:
+    free(sorted);
+    free(members);
+    return st;
+}
+
 zero_status_t zero__xfer_group_split(zero_engine_t *eng, int color, int *group_out) {
     if (eng->group_count == ZERO__GROUP_MAX)
         return zero__error(ZERO_ERR_INVALID_ARG, "engine: at most %d partition groups",
@@ -68,14 +112,29 @@ zero_status_t zero__xfer_group_split(zero_engine_t *eng, int color, int *group_o
                            "engine: partition group color %d is invalid (expected >= 0)", color);
     zero__group_t g;
     memset(&g, 0, sizeof g);
-    g.size = g.local = 1;
+    g.size = g.local = g.copies = 1;
     g.color = color;
+    zero_status_t st = ZERO_OK;
     if (eng->groups[0].comm) {
-        zero_status_t st = zero_comm_split(eng->groups[0].comm, color, eng->rank, &g.comm);
-        if (st) return st;
-        g.size = zero_comm_size(g.comm);
-        g.rank = zero_comm_rank(g.comm);
-        g.local = local_ranks(g.comm);
+        int32_t *colors = malloc((size_t)eng->world * sizeof *colors), mine = color;
+        if (!colors)
+            return zero__error(ZERO_ERR_OUT_OF_MEMORY, "engine: out of memory for a group split");
+        st = zero__xfer_gather(eng, &eng->groups[0], ZERO__XFER_CHECK, &mine, colors, 1,
+                               ZERO_DTYPE_INT32, NULL);
+        if (!st) st = zero_comm_split(eng->groups[0].comm, color, eng->rank, &g.comm);
+        if (!st) {
+            g.size = zero_comm_size(g.comm);
+            g.rank = zero_comm_rank(g.comm);
+            g.local = local_ranks(g.comm);
+            st = number_copies(eng, &g, colors); /* every rank sees the same sizes */
+        }
+        free(colors);
+    }
+    if (st) {
+        zero_comm_free(g.comm);
+        free(g.copy_of);
+        free(g.grank_of);
+        return st;
     }
     eng->groups[eng->group_count] = g;
     *group_out = eng->group_count++;
@@ -83,7 +142,11 @@ zero_status_t zero__xfer_group_split(zero_engine_t *eng, int color, int *group_o
 }
 
 void zero__xfer_groups_free(zero_engine_t *eng) {
-    for (int i = 0; i < eng->group_count; i++) zero_comm_free(eng->groups[i].comm);
+    for (int i = 0; i < eng->group_count; i++) {
+        zero_comm_free(eng->groups[i].comm);
+        free(eng->groups[i].copy_of);
+        free(eng->groups[i].grank_of);
+    }
     eng->group_count = 0;
 }
 

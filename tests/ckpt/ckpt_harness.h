@@ -52,7 +52,7 @@ static inline void h_init(harness_t *h, int n, const size_t *sizes, int64_t step
         size_t rows = sizes[u] / 16;
         h->tensors[u][0] = (zero_ckpt_tensor_t){tn[0], 2, {rows, 16}, 0, 0};
         h->tensors[u][1] = (zero_ckpt_tensor_t){tn[1], 1, {sizes[u] - rows * 16}, rows * 16, 1};
-        h->units[u] = (zero_ckpt_unit_t){names[u], sizes[u], 2, h->tensors[u]};
+        h->units[u] = (zero_ckpt_unit_t){names[u], sizes[u], 2, h->tensors[u], 1};
     }
     h->step = step;
 }
