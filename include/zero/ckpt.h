@@ -299,8 +299,9 @@ ZERO_API zero_ckpt_shard_io_t zero_ckpt_engine_io(zero_engine_t *eng);
  * _free and while the engine's states are unchanged. Loading needs nothing more:
  * zero_ckpt_engine_io's put takes a logical range and keeps this rank's copy's slice, so load
  * stacked units whole, at world 1 without a communicator (as the trainer does).
- * zero_ckpt_engine_io's get refuses stacked units. Collective over the engine's world; every rank
- * gets the same status. */
+ * zero_ckpt_engine_io's get refuses stacked units. Collective over the engine's world: a state a
+ * rank cannot read fails every rank (zero_engine_state_gather); a rank out of memory for a
+ * gather's buffers leaves the others waiting in it until the communicator's timeout. */
 typedef struct zero_ckpt_engine_save zero_ckpt_engine_save_t;
 ZERO_API zero_status_t zero_ckpt_engine_save_init(zero_ckpt_engine_save_t **out, zero_engine_t *eng,
                                                   int with_optim);

@@ -326,7 +326,8 @@ ZERO_API zero_status_t zero_engine_add_group(zero_engine_t *eng, int color, int 
  *    of the logical shape whose rank w fed the gradient of its copy's slice (zeros elsewhere).
  *  - checkpoints (zero/ckpt.h) store the logical tensors, so a unit can resume at another world
  *    size or another number of copies.
- * ZeRO++ (qgZ, qwZ, hpZ) applies to units of the world only. Not collective. */
+ * ZeRO++ qgZ and hpZ apply to units of the world only (stacked units reduce and gather plainly);
+ * qwZ and offload_optimizer.overlap_step apply to them too. Not collective. */
 ZERO_API zero_status_t zero_engine_add_unit_in(zero_engine_t *eng, int group, const char *name,
                                                const zero_tensor_desc_t *tensors, int count,
                                                int *unit_out);
@@ -508,8 +509,9 @@ ZERO_API zero_status_t zero_engine_set_step_count(zero_engine_t *eng, int64_t st
 /* ------------------------------------------------------------------------------ reports */
 
 /* 64-bit FNV-1a hash of the bytes of the full fp32 weights in canonical order: units in
- * declaration order, tensors in order, unpadded, little-endian floats. Identical however the
- * weights are sharded and the same on every rank. Collective (stage 3 gathers each unit; its
+ * declaration order, tensors in order, unpadded, little-endian floats; a stacked unit's tensors
+ * as their logical tensors (every copy, in copy order). Identical however the weights are sharded
+ * or stacked and the same on every rank. Collective (stage 3 gathers each unit; its
  * traffic is not counted in the step's communication). Ends with zero_engine_check: a swap file
  * that a rank could not read here or at a fetch since the last step fails every rank. */
 ZERO_API zero_status_t zero_engine_fingerprint(zero_engine_t *eng, uint64_t *out);

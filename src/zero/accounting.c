@@ -8,6 +8,7 @@
  */
 #include "engine_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define FNV_OFFSET 0xcbf29ce484222325ull
@@ -27,8 +28,27 @@ static uint64_t fnv_bytes(uint64_t h, const void *data, size_t n) {
  * a shard. The hash reads each tensor, padding apart. With more than one rank, a master this
  * rank cannot read (a swap file) is recorded (zero__fetch_lost) and zeros are gathered in its
  * place, so the other ranks do not wait for it; zero_engine_fingerprint then fails everywhere. */
+/* A stacked unit (more than one copy): every copy gathered (zero_engine_state_gather, which fails
+ * every rank alike), each tensor hashed as its logical tensor, copy after copy: the bytes of a
+ * world unit of the logical shapes. */
+static zero_status_t hash_stacked(zero_engine_t *eng, int u, uint64_t *h) {
+    const zero__unit_t *un = &eng->units[u];
+    const size_t P = un->padded_count, copies = (size_t)un->grp->copies;
+    float *all = malloc(copies * P * sizeof *all);
+    if (!all)
+        return zero__error(ZERO_ERR_OUT_OF_MEMORY, "no memory to gather unit '%s' (%zu bytes)",
+                           un->name, copies * P * sizeof *all);
+    zero_status_t st = zero_engine_state_gather(eng, u, ZERO_ENGINE_STATE_MASTER, all);
+    for (int t = 0; !st && t < un->tensor_count; t++)
+        for (size_t c = 0; c < copies; c++)
+            *h = fnv_bytes(*h, all + c * P + un->offsets[t], un->counts[t] * sizeof(float));
+    free(all);
+    return st;
+}
+
 static zero_status_t hash_unit(zero_engine_t *eng, int u, uint64_t *h) {
     const zero__unit_t *un = &eng->units[u];
+    if (un->grp->copies > 1) return hash_stacked(eng, u, h);
     const zero__optim_residency_t *res = &eng->residency;
     size_t lo, n;
     zero__optim_held_range(eng, un, ZERO_ENGINE_STATE_MASTER, &lo, &n);

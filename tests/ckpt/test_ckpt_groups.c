@@ -14,6 +14,7 @@
  *     ckpt 1's parameters;
  *  F  3 ranks, ep 3 (1 expert each: 3 logical experts): the resume is refused, naming the
  *     tensor and that 4 is not divisible by 3 copies.
+ * The fingerprint (a hash of the logical tensors) agrees between A and B, and between C and D.
  * Oracles: the checkpoint's own reader (the files), and the engines' states read back through
  * zero_engine_state_gather and placed here by the stacking rule, independently of engine_io.c.
  */
@@ -39,6 +40,7 @@ typedef struct {
     int steps_before_save, steps_after;
     zero_status_t st;
     char err[768];
+    uint64_t fp; /* zero_engine_fingerprint at the end */
     /* after the run (rank 0): every state of every tensor, logical, tensor-major */
     float *states[ZERO_ENGINE_STATE_COUNT][UNITS][TENSORS];
 } rank_t;
@@ -186,6 +188,7 @@ static void rank_main(zero_comm_t *comm, int rank, void *arg) {
     if (!st && r->save) st = save(eng, p.comm, r->save);
     if (!st) st = train(eng, rank, r->steps_after);
     if (!st) st = read_logical(eng, r);
+    if (!st) st = zero_engine_fingerprint(eng, &r->fp);
     r->st = st;
     if (st) snprintf(r->err, sizeof r->err, "%s", zero_last_error());
     zero_engine_free(eng);
@@ -301,12 +304,17 @@ int main(void) {
     run(4, A, "A: 4 ranks, 2 copies");
     run(4, B, "B: resume at the same layout");
     for (int i = 0; i < 4; i++)
-        CHECK(same_states(&A[i], &B[i]), "B rank %d: the resumed run is not bitwise A's", i);
+        CHECK(same_states(&A[i], &B[i]) && A[i].fp == B[i].fp && A[i].fp == A[0].fp,
+              "B rank %d: the resumed run is not bitwise A's", i);
     run(4, C, "C: 4 copies at stage 3");
     for (int i = 0; i < 4; i++) same_as_ckpt(&C[i], c1, "C: 4 copies from 2");
     same_as_ckpt(&C[0], c2, "C's own save");
     run(2, D, "D: 2 ranks, world units");
     for (int i = 0; i < 2; i++) same_as_ckpt(&D[i], c2, "D: world units from 4 copies");
+    /* the fingerprint hashes the logical tensors: 4 copies and world units agree */
+    for (int i = 0; i < 4; i++)
+        CHECK(C[i].fp == D[0].fp && D[1].fp == D[0].fp, "C rank %d: fingerprint %llx, D's %llx", i,
+              (unsigned long long)C[i].fp, (unsigned long long)D[0].fp);
     export_import(c1, st_file);
 
     CHECK(thread_ranks_clique(3, 30.0, rank_main, F) == ZERO_OK, "F: clique");

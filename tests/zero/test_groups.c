@@ -12,6 +12,7 @@
  *  - the reported gradient norm is the norm of the world means (every unit's reduced gradient
  *    over 4 ranks x 2 micro-steps), computed here in double from the gradients themselves;
  *  - the bytes sent per kind equal the engine's theory and a closed form per group;
+ *  - the fingerprint (logical tensors) is the reference's;
  *  - the replica check passes (experts are compared within their group only) and catches a
  *    one-ulp change of an expert replica inside a group;
  *  - the memory report's model states split into dense and stacked parts, each equal to the
@@ -49,6 +50,7 @@ typedef struct case_arg {
     double norm[STEPS];
     uint64_t sent[ZERO_XFER_KIND_COUNT], theory[ZERO_XFER_KIND_COUNT];
     zero_engine_report_t rep;
+    uint64_t fp;             /* zero_engine_fingerprint after the last step */
     size_t ckpt_dim0[UNITS]; /* the checkpoint layout's dimension 0 of each unit's tensor */
     zero_status_t st, replicas, drift, ckpt;
     char error[1024];
@@ -125,6 +127,7 @@ static void case_rank(zero_comm_t *comm, void *argp) {
     }
     if (!st) st = run_steps(eng, a, rank);
     for (int u = 0; !st && u < UNITS; u++) st = read_unit(eng, a, u, a->weights[u]);
+    if (!st) st = zero_engine_fingerprint(eng, &a->fp);
     if (!st) {
         zero_engine_get_report(eng, &a->rep);
         memcpy(a->sent, a->rep.comm_sent_bytes_per_step_by_kind, sizeof a->sent);
@@ -212,6 +215,8 @@ static void run_stage(int stage) {
                       same(g->weights[u] + c * n, world[r].weights[u] + c * n, n),
                   "stage %d rank %d: unit %d differs from the logical all-world run", stage, r, u);
         }
+        CHECK(g->fp == world[0].fp, "stage %d rank %d: fingerprint differs from the logical run",
+              stage, r);
         for (int s = 0; s < STEPS; s++) {
             const double want = closed_norm(s);
             CHECK(fabs(g->norm[s] - want) <= 1e-6 * want &&
