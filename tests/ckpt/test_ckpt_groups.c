@@ -14,6 +14,7 @@
  *     ckpt 1's parameters;
  *  F  3 ranks, ep 3 (1 expert each: 3 logical experts): the resume is refused, naming the
  *     tensor and that 4 is not divisible by 3 copies.
+ * The manifest records the copies (a bad value is a format error).
  * The fingerprint (a hash of the logical tensors) agrees between A and B, and between C and D.
  * Oracles: the checkpoint's own reader (the files), and the engines' states read back through
  * zero_engine_state_gather and placed here by the stacking rule, independently of engine_io.c.
@@ -282,6 +283,33 @@ static void export_import(const char *ckpt, const char *file) {
     free_states(&r);
 }
 
+/* The manifest says the experts were saved as 2 copies; a bad "copies" is a named format error. */
+static void manifest_copies(const char *ckpt) {
+    zero_ckpt_t *c = NULL;
+    CHECK(zero_ckpt_open(&c, ckpt) == ZERO_OK, "open %s", ckpt);
+    const zero_ckpt_layout_t *L = c ? zero_ckpt_get_layout(c) : NULL;
+    CHECK(L && L->units[DENSE].copies == 1 && L->units[MOE].copies == 2,
+          "manifest copies: dense %d, experts %d", L ? L->units[DENSE].copies : -1,
+          L ? L->units[MOE].copies : -1);
+    zero_ckpt_close(c);
+    char path[256];
+    snprintf(path, sizeof path, "%s/manifest.json", ckpt);
+    FILE *f = fopen(path, "rb");
+    static char text[1 << 16];
+    const size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = 0;
+    char *at = strstr(text, "\"copies\"");
+    CHECK(at != NULL, "the manifest has no copies key");
+    if (!at) return;
+    at += strlen("\"copies\"");
+    while (*at == ':' || *at == ' ' || *at == '\t') at++;
+    *at = '0'; /* copies 0 */
+    CHECK(zero_ckpt_parse_manifest(text, n) == ZERO_ERR_FORMAT &&
+              strstr(zero_last_error(), "'copies'"),
+          "copies 0: %s", zero_last_error());
+}
+
 int main(void) {
     char dir[] = "/tmp/zero-ckpt-groups-XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "temporary directory");
@@ -316,6 +344,7 @@ int main(void) {
         CHECK(C[i].fp == D[0].fp && D[1].fp == D[0].fp, "C rank %d: fingerprint %llx, D's %llx", i,
               (unsigned long long)C[i].fp, (unsigned long long)D[0].fp);
     export_import(c1, st_file);
+    manifest_copies(c1);
 
     CHECK(thread_ranks_clique(3, 30.0, rank_main, F) == ZERO_OK, "F: clique");
     for (int i = 0; i < 3; i++)

@@ -20,6 +20,7 @@
  *  - the checkpoint layout holds the logical tensors (dimension 0 doubled);
  *  - zero_engine_estimate_memory with the experts' group_size gives the same model states;
  *  - stage 3 with both offloads at nvme equals the RAM run bit for bit;
+ *  - with bf16 compute (stages 0 and 3) the grouped run is still the logical run's, bit for bit;
  *  - a split into groups of unequal sizes is a named error on every rank.
  */
 #include "check.h"
@@ -46,6 +47,7 @@ typedef struct case_arg {
     int stage;
     int grouped;                         /* experts stacked in groups (else logical world units) */
     const char *nvme;                    /* both offloads at nvme under this directory, or NULL */
+    zero_dtype_t dtype;                  /* compute dtype (0: fp32) */
     float weights[UNITS][COPIES * 1000]; /* after the last step: the unit whole (logical) */
     double norm[STEPS];
     uint64_t sent[ZERO_XFER_KIND_COUNT], theory[ZERO_XFER_KIND_COUNT];
@@ -67,11 +69,16 @@ static zero_status_t run_steps(zero_engine_t *eng, case_arg_t *a, int r) {
             for (int u = 0; u < UNITS; u++)
                 if (!zero_unit_fetch(eng, u)) return ZERO_ERR_INTERNAL;
             for (int u = UNITS - 1; u >= 0; u--) { /* experts first, then the dense unit */
-                float *g = zero_unit_grads(eng, u);
+                void *g = zero_unit_grads(eng, u);
                 if (!g) return ZERO_ERR_INTERNAL;
                 /* the logical reference: rank r's gradient lands in its copy's slice */
-                if (u != DENSE && !a->grouped) g += (size_t)(r % COPIES) * sizes[u];
-                for (size_t i = 0; i < sizes[u]; i++) g[i] += toy_grad(r, u, s, m, i);
+                const size_t at = u != DENSE && !a->grouped ? (size_t)(r % COPIES) * sizes[u] : 0;
+                for (size_t i = 0; i < sizes[u]; i++) { /* into a zeroed buffer, exact in bf16 */
+                    if (a->dtype == ZERO_DTYPE_BF16)
+                        ((uint16_t *)g)[at + i] = zero_fp32_to_bf16(toy_grad(r, u, s, m, i));
+                    else
+                        ((float *)g)[at + i] += toy_grad(r, u, s, m, i);
+                }
                 zero_status_t st = zero_unit_grads_done(eng, u);
                 zero_unit_release(eng, u);
                 if (st) return st;
@@ -109,6 +116,7 @@ static void case_rank(zero_comm_t *comm, void *argp) {
     p.persistence_threshold_elems = 0;
     p.reduce_bucket_bytes = 1400 * 4;
     p.total_steps = STEPS;
+    p.compute_dtype = a->dtype ? a->dtype : ZERO_DTYPE_FP32;
     if (a->nvme) {
         p.offload_param.device = p.offload_optimizer.device = ZERO_OFFLOAD_NVME;
         snprintf(p.offload_param.nvme_path, sizeof p.offload_param.nvme_path, "%s", a->nvme);
@@ -318,6 +326,28 @@ static void run_nvme(const char *dir) {
                   "nvme rank %d unit %d: differs from RAM", r, u);
 }
 
+/* bf16 compute: the 16-bit parameters' initial rounding, the fp32 master and the 16-bit
+ * reductions of stacked units are still those of the logical world units, bit for bit. */
+static void run_bf16(int stage) {
+    static case_arg_t grouped[4], world[4];
+    memset(grouped, 0, sizeof grouped);
+    memset(world, 0, sizeof world);
+    for (int r = 0; r < 4; r++) {
+        grouped[r].stage = world[r].stage = stage;
+        grouped[r].dtype = world[r].dtype = ZERO_DTYPE_BF16;
+        grouped[r].grouped = 1;
+    }
+    run(4, grouped);
+    run(4, world);
+    for (int r = 0; r < 4; r++) {
+        for (int u = 0; u < UNITS; u++)
+            CHECK(same(grouped[r].weights[u], world[r].weights[u], COPIES * sizes[u]),
+                  "bf16 stage %d rank %d: unit %d differs from the logical all-world run", stage, r,
+                  u);
+        CHECK(grouped[r].fp == world[0].fp, "bf16 stage %d rank %d: fingerprint", stage, r);
+    }
+}
+
 /* Colors 0, 0, 0, 1: groups of 3 and 1 ranks cannot hold equal copies. */
 static void uneven_rank(zero_comm_t *comm, void *argp) {
     case_arg_t *a = argp;
@@ -333,6 +363,8 @@ static void uneven_rank(zero_comm_t *comm, void *argp) {
 
 int main(void) {
     for (int stage = 0; stage <= 3; stage++) run_stage(stage);
+    run_bf16(0);
+    run_bf16(3);
     char dir[] = "/tmp/zero-groups-XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "temporary directory");
     run_nvme(dir);
