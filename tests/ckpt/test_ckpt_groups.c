@@ -10,8 +10,8 @@
  *  C  4 ranks, ep 4, stage 3: resume ckpt 1: every state, read back as logical tensors, equals the
  *     saved tensors element by element (zero_ckpt_read_range); save again (ckpt 2, 4 copies);
  *  D  2 ranks, experts a world unit of the logical shapes, stage 1: resume ckpt 2: the same;
- *  E  1 rank, the same: import of ckpt 1's safetensors export (logical names and shapes) gives
- *     ckpt 1's parameters;
+ *  E  1 rank, experts a world unit, stage 0: resume ckpt 1: the same; and the import of ckpt 1's
+ *     safetensors export (logical names and shapes) gives ckpt 1's parameters;
  *  F  3 ranks, ep 3 (1 expert each: 3 logical experts): the resume is refused, naming the
  *     tensor and that 4 is not divisible by 3 copies.
  * The manifest records the copies (a bad value is a format error).
@@ -320,7 +320,7 @@ int main(void) {
     snprintf(c2, sizeof c2, "%s/step-%08d", d2, STEPS);
     snprintf(st_file, sizeof st_file, "%s/model.safetensors", dir);
 
-    static rank_t A[4], B[4], C[4], D[2], F[3];
+    static rank_t A[4], B[4], C[4], D[2], E[1], F[3];
     for (int i = 0; i < 4; i++) {
         A[i] = (rank_t){
             .stage = 2, .ep = 2, .save = d1, .steps_before_save = STEPS, .steps_after = STEPS};
@@ -328,6 +328,7 @@ int main(void) {
         C[i] = (rank_t){.stage = 3, .ep = 4, .load = c1, .save = d2};
     }
     for (int i = 0; i < 2; i++) D[i] = (rank_t){.stage = 1, .ep = 0, .load = c2};
+    E[0] = (rank_t){.stage = 0, .ep = 0, .load = c1};
     for (int i = 0; i < 3; i++) F[i] = (rank_t){.stage = 2, .ep = 3, .load = c1};
     run(4, A, "A: 4 ranks, 2 copies");
     run(4, B, "B: resume at the same layout");
@@ -343,6 +344,8 @@ int main(void) {
     for (int i = 0; i < 4; i++)
         CHECK(C[i].fp == D[0].fp && D[1].fp == D[0].fp, "C rank %d: fingerprint %llx, D's %llx", i,
               (unsigned long long)C[i].fp, (unsigned long long)D[0].fp);
+    run(1, E, "E: 1 rank, world units");
+    same_as_ckpt(&E[0], c1, "E: world units at 1 rank from 2 copies");
     export_import(c1, st_file);
     manifest_copies(c1);
 
@@ -353,9 +356,9 @@ int main(void) {
               "F rank %d: 3 copies of 4 experts gave %s '%s'", i, zero_status_str(F[i].st),
               F[i].err);
 
-    rank_t *all[] = {A, B, C, D, F};
-    const int counts[] = {4, 4, 4, 2, 3};
-    for (int k = 0; k < 5; k++)
+    rank_t *all[] = {A, B, C, D, E, F};
+    const int counts[] = {4, 4, 4, 2, 1, 3};
+    for (int k = 0; k < 6; k++)
         for (int i = 0; i < counts[k]; i++) free_states(&all[k][i]);
     char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
