@@ -162,8 +162,9 @@ static zero_status_t pass_gap(const zero_engine_t *eng, int unit, size_t base, v
  * gradient scaled by `scale` (the world's, for a unit of a smaller group too: its group's sum
  * is a sum over the world's tokens, engine.h zero_engine_add_unit_in), m, v and the fp32 master
  * updated, with 16-bit compute the master rounded into the parameters, and the gradient zeroed.
- * Sets *acc_cleared when that gradient was the accumulator itself (so the step need not zero it
- * again). */
+ * Clears *acc_cleared when that gradient was not the accumulator itself (stage 0 over more than
+ * one rank: the gathered copy; the step must zero the accumulators then), else leaves it: the
+ * caller starts from 1, so one such unit clears it whatever units (one-rank groups) follow. */
 static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, float lr,
                                  int64_t tstep, int read_next, int *acc_cleared) {
     zero__unit_t *u = &eng->units[unit];
@@ -177,7 +178,6 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
     size_t gsize = u->pending ? eng->ce : eng->ae;
     size_t base = lo, span = S;
     int zero_g = 1;
-    *acc_cleared = 1;
     u->pending = 0; /* the pass zeroes work */
     if (!eng->pol.shard_optim) {
         /* Stage 0 keeps whole moments: gather the reduced gradient and update all. fp32 uses the
@@ -380,7 +380,7 @@ void zero__overlap_run(zero_engine_t *eng) {
         u->early = 2;
         eng->early_ready--;
         eng->early_done++;
-        int cleared;
+        int cleared = 1;
         zero_status_t st =
             update_unit(eng, i, overlap_scale(eng), zero_engine_lr_at(eng, eng->step),
                         eng->step + 1, 0, &cleared);
@@ -594,7 +594,7 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
         eng->step++;
         if (p->loco && eng->step % p->loco_reset_t == 0) eng->loco_reset = 1;
         /* units updated in backward: the same call, their accumulators zeroed (stage 3) */
-        acc_cleared = eng->early_done > 0;
+        acc_cleared = 1;
         ss.units_in_backward = eng->early_done;
         /* overlap: the rest in backward's order too, which swap.c reads ahead in (each unit's
          * update is its own: any order gives the same bits) */
