@@ -332,6 +332,37 @@ ZERO_API zero_status_t zero_engine_add_unit_in(zero_engine_t *eng, int group, co
                                                const zero_tensor_desc_t *tensors, int count,
                                                int *unit_out);
 
+/* Source slots of a stacked unit: the same bits at every ep. An expert's gradient is a sum over
+ * the world's source ranks of their tokens' partials p_0 + ... + p_{W-1}; a world unit's
+ * reduce-scatter adds them in that order, whereas a stacked unit summing its group's buffers,
+ * each already holding its block's partials, adds (p_0 + p_1) + (p_2 + p_3). With `slots` =
+ * the unit's copies (ep for the layout color = rank % ep, where group rank g's expert-parallel
+ * block is the ranks g x ep .. g x ep + ep - 1), zero_unit_grads returns slots x P_u elements:
+ * slot s, at element s x P_u (P_u = zero_engine_unit_padded_count), is the partial of source rank
+ * g x ep + s (this rank's group rank g), laid out and zeroed like an ordinary gradient buffer, and
+ * the model adds each source's partial into its slot. zero_unit_grads_done then sums the group's
+ * n x slots partials in the order (group rank, slot), the world order of the sources, with the
+ * comm layer's rank-order kernel (fp32 accumulation for 16-bit dtypes, rounded once): each shard
+ * gets bitwise what the reduce-scatter of a world unit of the logical shape gives when rank w
+ * feeds p_w. Everything after is any unit's (the world mean's scale, micro-step accumulation,
+ * norm, step, stage 0's gather, stage 3). So ep = 1 (world units), ep = W and any ep between
+ * train to the same weights (zero_engine_fingerprint), at every stage and accumulation, for the
+ * threads and MPI backends alike; the global norm agrees to float64 rounding (its per-rank
+ * partials cover other shards). The reduction is one all-to-all of S_u-element blocks per slot
+ * inside the group, synchronous, (n - 1) x slots x S_u x c bytes sent per micro-step (c = bytes
+ * per compute element), and a receive buffer of slots x P_u compute elements lent by the
+ * gradient pool (ZERO_MEM_GRADS); a group of one rank (ep = world) sums its slots in place and
+ * sends nothing. Never packed into a bucket. Memory: the working buffer is slots x P_u elements
+ * (stages 0-1 keep it; the report's theory and zero_engine_estimate_memory count it). slots must
+ * be 1 or the unit's copies (ZERO_ERR_INVALID_ARG naming the unit and both values; a unit of the
+ * world or of a one-copy group takes 1); set it after zero_engine_add_unit_in and before the first
+ * fetch (ZERO_ERR_INVALID_ARG after). Compatible with every stage, dtype, overlap_comm, the
+ * offloads and overlap_step; ZeRO++ qgZ and LoCo apply to units of the world only, so never to
+ * these. Not collective (every rank sets the same). zero_engine_unit_slots: unit u's slots (1
+ * unless set; 0 for a bad unit). */
+ZERO_API zero_status_t zero_engine_set_unit_slots(zero_engine_t *eng, int u, int slots);
+ZERO_API int zero_engine_unit_slots(const zero_engine_t *eng, int u);
+
 /* ------------------------------------------------------------------------------ per step */
 
 /* Full parameters of unit u for compute, valid until the matching
@@ -350,7 +381,8 @@ ZERO_API const void *zero_unit_fetch(zero_engine_t *eng, int u);
 /* The model is done with unit u's parameters for now. */
 ZERO_API void zero_unit_release(zero_engine_t *eng, int u);
 /* Gradient buffer of unit u for this micro-step (same layout and dtype as the parameters,
- * zero-filled at the start of each micro-step). The model ADDS its gradient, multiplied by
+ * zero-filled at the start of each micro-step; a unit with source slots: one such buffer per slot,
+ * see zero_engine_set_unit_slots). The model ADDS its gradient, multiplied by
  * zero_engine_loss_scale(), into it (+=) during backward, then
  * calls zero_unit_grads_done. In stages 2-3 the buffer exists only between the two calls.
  * NULL for a bad unit or out of memory. */
@@ -539,7 +571,10 @@ ZERO_API zero_status_t zero_engine_check_replicas(zero_engine_t *eng);
  *           of working buffers the model fills during backward: c sum_p p K'_p, K'_p = the most
  *           units of padded size p holding gradients at once so far (kept between steps); with
  *           16-bit compute at stage 0 and N > 1 the pool also holds one aP_u buffer per padded
- *           size, the landing place of the step's gradient all-gather
+ *           size, the landing place of the step's gradient all-gather. A unit with k_u source
+ *           slots (zero_engine_set_unit_slots) counts k_u P_u for its working buffer (in cP and
+ *           in the pool), and, over a group of more than one rank, the pool (every stage) lends
+ *           it a receive buffer of k_u P_u compute elements during its reduction
  *   optim   fp32 compute: stage 0: 8P (Adam m, v), stage 1-3: 8S (the params are the master)
  *           16-bit compute: stage 0: 12P (fp32 master, m, v), stage 1-3: 12S
  *   comm    2 x c(B + B/N) for the two reduce-bucket slots once a gradient was reduced with
@@ -559,21 +594,21 @@ ZERO_API zero_status_t zero_engine_check_replicas(zero_engine_t *eng);
  * the engine issued), by kind beside the theory of src/zero/xfer.c (zero__xfer_theory): with
  * N = world, M = micro-steps of the step, S = P / N, c and a as above:
  *   grads    (N-1) cS per micro-step (the reduce-scatters) + stage 0: (N-1) aS (the reduced
- *            gradient all-gathered). With quantized_gradients (qgZ) on M_n nodes of L ranks
- *            each, a unit's reduction sends (L-1) M_n W_u inside its node and (M_n-1) W_u to
- *            other nodes, W_u = 4 ceil(S_u / 256) + ceil(S_u / 2): (N-1) W_u in all, 0.129x the
- *            flat reduce-scatter's bytes in fp32, 0.258x in bf16
- *   params   stage 3: (N-1) c S_u per fetch window of each non-persistent unit u (a fetch with
- *            u not held: twice per micro-step for a forward + backward use) + (N-1) c S_pers
- *            (persistent units gathered after the step); stages 1-2: (N-1) cS (after the step).
- *            With quantized_weights (qwZ) a window sends (N-1)(S_u + 4 ceil(S_u / 256)) instead:
- *            the int8 shard and its fp32 scales. With hpz_partition_size h > 1 only the first
- *            window of u after a step does so; every later one sends (h-1) c P_u / h inside the
- *            group of h ranks
- *   control  (N-1) x 32 (one record per rank per step: norm partial, schedule hash, inf/NaN flag)
- * Prefetch changes when a window's gather is posted, not how many (if a prefetched gather is
- * ever dropped unused, the engine logs a warning and the step sends that much more). Before the
- * first step the theory assumes M = grad_accum_steps and two windows per micro-step. */
+ *            gradient all-gathered); a unit with k_u source slots over a group of n_u ranks sends
+ *            (n_u-1) k_u c S_u per micro-step instead of its reduce-scatter. With
+ * quantized_gradients (qgZ) on M_n nodes of L ranks each, a unit's reduction sends (L-1) M_n W_u
+ * inside its node and (M_n-1) W_u to other nodes, W_u = 4 ceil(S_u / 256) + ceil(S_u / 2): (N-1)
+ * W_u in all, 0.129x the flat reduce-scatter's bytes in fp32, 0.258x in bf16 params   stage 3:
+ * (N-1) c S_u per fetch window of each non-persistent unit u (a fetch with u not held: twice per
+ * micro-step for a forward + backward use) + (N-1) c S_pers (persistent units gathered after the
+ * step); stages 1-2: (N-1) cS (after the step). With quantized_weights (qwZ) a window sends
+ * (N-1)(S_u + 4 ceil(S_u / 256)) instead: the int8 shard and its fp32 scales. With
+ * hpz_partition_size h > 1 only the first window of u after a step does so; every later one sends
+ * (h-1) c P_u / h inside the group of h ranks control  (N-1) x 32 (one record per rank per step:
+ * norm partial, schedule hash, inf/NaN flag) Prefetch changes when a window's gather is posted, not
+ * how many (if a prefetched gather is ever dropped unused, the engine logs a warning and the step
+ * sends that much more). Before the first step the theory assumes M = grad_accum_steps and two
+ * windows per micro-step. */
 typedef enum zero_xfer_kind {
     ZERO_XFER_PARAMS,  /* parameter all-gathers */
     ZERO_XFER_GRADS,   /* gradient reductions */
@@ -646,6 +681,8 @@ typedef struct zero_unit_decl {
     /* ranks of its partition group (zero_engine_add_unit_in: a stacked unit, tensors of one
      * copy), a divisor of world; 0: the world */
     int group_size;
+    /* source slots (zero_engine_set_unit_slots): 1 or world / group_size; 0 means 1 */
+    int slots;
 } zero_unit_decl_t;
 
 typedef struct zero_memory_estimate {

@@ -9,7 +9,9 @@
  * that accumulate in their own precision use the output itself as the accumulator (one pass fewer
  * over memory) unless the output is one of the later inputs, which the first pass would clobber.
  */
-#include "comm_internal.h"
+#include "reduce.h"
+
+#include "core/core_internal.h"
 
 #include <string.h>
 

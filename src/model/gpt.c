@@ -361,7 +361,7 @@ zero_status_t zero__gpt_memory_estimate(const zero_gpt_config_t *cfg,
     zero_tensor_desc_t emb[E_COUNT], blk[B_COUNT], fin[F_COUNT];
     unit_descs(cfg, emb, blk, fin);
     const zero_unit_decl_t units[3] = {
-        {emb, E_COUNT, 1, 0}, {blk, B_COUNT, cfg->layers, 0}, {fin, F_COUNT, 1, 0}};
+        {emb, E_COUNT, 1, 0, 1}, {blk, B_COUNT, cfg->layers, 0, 1}, {fin, F_COUNT, 1, 0, 1}};
     st = zero_engine_estimate_memory(ep, world, units, 3, out);
     if (st) return st;
     /* The activations: the same layout pass as zero__gpt_init, on a model that is never

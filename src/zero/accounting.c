@@ -117,6 +117,7 @@ zero_status_t zero_engine_fingerprint(zero_engine_t *eng, uint64_t *out) {
 /* Sums over a kind of units for the theory: all (-1), the world's (0), smaller groups' (1). */
 typedef struct unit_sums {
     uint64_t P, S, S_np, P_pers, S_acc, P_sec, loco;
+    uint64_t P_work; /* the working buffers' elements: slots x P_u each */
 } unit_sums_t;
 
 static int unit_of_kind(const zero_engine_t *eng, const zero__unit_t *u, int kind) {
@@ -129,6 +130,7 @@ static unit_sums_t sum_units(const zero_engine_t *eng, int kind) {
         const zero__unit_t *u = &eng->units[i];
         if (!unit_of_kind(eng, u, kind)) continue;
         s.P += u->padded_count;
+        s.P_work += zero__work_count(u);
         s.S += u->shard_count;
         if (zero__hpz_unit(eng, u)) s.P_sec += zero__hpz_count(eng, u);
         if (!u->goff) s.S_acc += u->shard_count; /* gswap: the accumulator in its swap file */
@@ -150,7 +152,7 @@ static void model_theory(const zero_engine_t *eng, const unit_sums_t *s, uint64_
     const zero__stage_policy_t pol = eng->pol;
     const uint64_t c = eng->ce, a = eng->ae;
     out[0] = pol.shard_params ? c * (s->S_np + s->P_pers + s->P_sec) : c * s->P; /* + hpZ */
-    out[1] = (pol.shard_grads ? a * s->S_acc : c * s->P + a * s->S_acc) + s->loco;
+    out[1] = (pol.shard_grads ? a * s->S_acc : c * s->P_work + a * s->S_acc) + s->loco;
     const uint64_t ob = eng->swap ? 0 : zero__optim_state_bytes(eng->lowp); /* per element */
     out[2] = pol.shard_optim ? ob * s->S : ob * s->P;
 }
@@ -167,8 +169,8 @@ static void unit_held(const zero_engine_t *eng, const zero__unit_t *u, uint64_t 
                : (!pol.shard_params || u->persistent) && u->full ? c * P
                                                                  : 0) +
               (u->sec ? c * zero__hpz_count(eng, u) : 0);
-    out[1] +=
-        (u->acc ? a * S : 0) + (!pol.shard_grads && u->work ? c * P : 0) + (u->loco ? 4 * P : 0);
+    out[1] += (u->acc ? a * S : 0) + (!pol.shard_grads && u->work ? c * zero__work_count(u) : 0) +
+              (u->loco ? 4 * P : 0);
     out[2] += (u->master ? 4 * opt : 0) + (u->m ? 4 * opt : 0) + (u->v ? 4 * opt : 0);
 }
 

@@ -31,6 +31,7 @@
  */
 #include "engine_internal.h"
 
+#include "comm/reduce.h"
 #include "kernels/kernels.h"
 #include "kernels/quant.h"
 
@@ -45,7 +46,7 @@ static zero_status_t take_work(zero_engine_t *eng, zero__unit_t *un) {
         if (st) return st;
     }
     if (un->work) return ZERO_OK;
-    const size_t bytes = un->padded_count * eng->ce;
+    const size_t bytes = zero__work_count(un) * eng->ce;
     if (!eng->pol.shard_grads) {
         un->work = zero_mem_calloc(eng->mem, ZERO_MEM_GRADS, bytes, 64);
     } else {
@@ -138,6 +139,7 @@ static zero_status_t alloc_buckets(zero_engine_t *eng) {
     if (cap > total) cap = total;
     for (int i = 0; i < eng->unit_count; i++) {
         zero__unit_t *un = &eng->units[i];
+        if (un->slots > 1) continue; /* reduce_slots: neither packed nor direct */
         un->direct = 2 * un->padded_count > cap;
         if (un->direct && un->shard_count > max_direct) max_direct = un->shard_count;
         if (!un->direct && un->grp->size < min_group) min_group = un->grp->size;
@@ -339,8 +341,62 @@ static void work_done(zero_engine_t *eng, zero__unit_t *un, int zeroed) {
         zero__pool_give(&eng->grad_pool, un->work);
         un->work = NULL;
     } else if (!zeroed) {
-        zero__zero(un->work, un->padded_count * eng->ce / sizeof(float), eng->params.threads);
+        zero__zero(un->work, zero__work_count(un) * eng->ce / sizeof(float), eng->params.threads);
     }
+}
+
+/* Source slots (zero_engine_set_unit_slots): unit un's k partials, slot s at s P_u of its
+ * working buffer (each in the rank-major shard layout of every working buffer), summed in the
+ * order (group rank, slot) -- the world order of their sources -- by the comm layer's
+ * rank-order kernel (comm/reduce.h), so a shard gets bitwise the sum a reduce-scatter over the
+ * world of W per-rank inputs gives. Over a group of N > 1 ranks each slot goes to the group in
+ * one all-to-all (block j, shard j, to group rank j) into a receive buffer of k P_u elements
+ * lent by the gradient pool (slot s at s P_u, group rank g's block at g S_u in it); a group of
+ * one rank sums its slots where they are. The sum lands in the first block's place and is added
+ * to the accumulator. Synchronous: the accumulator of one unit sees its micro-steps in order
+ * whatever the buckets do, and the all-to-alls carry no reduction to overlap. */
+static zero_status_t reduce_slots(zero_engine_t *eng, zero__unit_t *un) {
+    const int k = un->slots, N = un->grp->size;
+    const size_t S = un->shard_count, P = un->padded_count, ce = eng->ce;
+    const zero_dtype_t ct = eng->params.compute_dtype;
+    void *recv = un->work;
+    zero_status_t st = ZERO_OK;
+    if (N > 1) {
+        recv = zero__pool_take(eng, &eng->grad_pool, ZERO_MEM_GRADS, zero__work_count(un) * ce);
+        if (!recv)
+            return zero__engine_fail(eng, ZERO_ERR_OUT_OF_MEMORY,
+                                     "step %lld: no memory to receive the source slots of unit "
+                                     "'%s' (%zu bytes)",
+                                     (long long)eng->step, un->name, zero__work_count(un) * ce);
+        for (int s = 0; s < k && !st; s++)
+            st = zero__xfer_all_to_all(eng, un->grp, ZERO_XFER_GRADS,
+                                       zero__elem(un->work, (size_t)s * P, ce),
+                                       zero__elem(recv, (size_t)s * P, ce), S, ct);
+    }
+    if (!st) {
+        const void *in[N * k];
+        for (int g = 0; g < N; g++)
+            for (int s = 0; s < k; s++)
+                in[g * k + s] = zero__elem(recv, (size_t)s * P + (size_t)g * S, ce);
+        zero__reduce_blocks(recv, in, N * k, S, ct, ZERO_OP_SUM);
+        void *acc = NULL;
+        st = zero__acc_map(eng, un, ZERO__ACC_ZERO | ZERO__ACC_BACKWARD, &acc);
+        if (!st) {
+            zero__acc_add(eng, acc, eng->params.grad_accum_dtype, recv, ct, S, 0, 0);
+            st = zero__acc_unmap(eng, un, 1);
+        }
+        if (!st) zero__overlap_landed(eng, un);
+    } else {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", zero_last_error());
+        st = zero__engine_fail(eng, st,
+                               "step %lld: all-to-all of the source slots of unit '%s' failed "
+                               "(do all ranks call zero_unit_grads_done for the same units in the "
+                               "same order?): %s",
+                               (long long)eng->step, un->name, msg);
+    }
+    if (recv != un->work) zero__pool_give(&eng->grad_pool, recv);
+    return st;
 }
 
 zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
@@ -366,12 +422,20 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
     }
     const size_t S = un->shard_count;
     const int N = un->grp->size;
-    eng->xfer.rs_bytes += zero__xfer_grad_bytes(eng, un->grp, S, 0);
-    eng->xfer.rs_inter_bytes += zero__xfer_grad_bytes(eng, un->grp, S, 1);
+    eng->xfer.rs_bytes += zero__xfer_grad_bytes(eng, un, 0);
+    eng->xfer.rs_inter_bytes += zero__xfer_grad_bytes(eng, un, 1);
     if (eng->qgz_on) poll_qgz(eng);
     if (eng->world > 1 && !eng->buckets_ready) {
         zero_status_t st = alloc_buckets(eng);
         if (st) return st;
+    }
+    if (un->slots > 1) {
+        zero_status_t st = reduce_slots(eng, un);
+        if (st) return st;
+        un->acc_used = 1;
+        work_done(eng, un, 0);
+        un->dirty = 0;
+        return ZERO_OK;
     }
     if (un->loco && N > 1) loco_apply(eng, un);
     if (N > 1 && un->direct) {

@@ -104,11 +104,14 @@ typedef struct zero__unit {
      * (ZERO_MEM_GRADS), allocated with the reduce buckets; added to the next gradient sent. */
     float *loco;
 
-    /* Gradients. work: P_u compute-dtype elements, the model's micro-step buffer (stages 0-1:
-     * always, owned; 2-3: lent by the gradient pool between zero_unit_grads and
-     * zero_unit_grads_done). acc: S_u grad_accum_dtype elements, the accumulator of reduced
-     * micro-step gradients. */
+    /* Gradients. work: slots x P_u compute-dtype elements (zero__work_count), the model's
+     * micro-step buffer (stages 0-1: always, owned; 2-3: lent by the gradient pool between
+     * zero_unit_grads and zero_unit_grads_done). acc: S_u grad_accum_dtype elements, the
+     * accumulator of reduced micro-step gradients. slots (zero_engine_set_unit_slots, 1 by
+     * default): the partials of this many source ranks, slot s at s x P_u; with more than one the
+     * unit is reduced by reduce_slots (buckets.c), never packed or sent direct. */
     void *work, *acc;
+    int slots;
     int dirty;    /* work handed out and not yet handed back */
     int direct;   /* reduce-scattered straight from work (2 P_u > the bucket), not packed */
     int inflight; /* stages 0-1, direct: work is being sent; zeroed when that lands */
@@ -494,6 +497,11 @@ static inline size_t zero__hpz_count(const zero_engine_t *eng, const zero__unit_
 /* hpZ: the secondary shards no longer hold the parameters (a step or a write changed them). */
 void zero__hpz_invalidate(zero_engine_t *eng);
 
+/* Elements of un's working gradient buffer: its slots' partials, P_u each. */
+static inline size_t zero__work_count(const zero__unit_t *un) {
+    return (size_t)un->slots * un->padded_count;
+}
+
 /* The first element of unit un this rank owns (of its group's shards). */
 static inline size_t zero__shard_lo(const zero__unit_t *un) {
     return (size_t)un->grp->rank * un->shard_count;
@@ -523,13 +531,17 @@ zero_status_t zero__xfer_reduce_scatter(zero_engine_t *eng, const zero__group_t 
  * rank's part into un->full. Either way the wait is the one to call. */
 zero_status_t zero__xfer_gather_params(zero_engine_t *eng, zero__unit_t *un, const void *shard);
 zero_status_t zero__xfer_gather_params_wait(zero_engine_t *eng, zero__unit_t *un);
+/* Blocking all-to-all over group g: block j (n elements) of send to group rank j. */
+zero_status_t zero__xfer_all_to_all(zero_engine_t *eng, const zero__group_t *g,
+                                    zero__xfer_kind_t kind, const void *send, void *recv, size_t n,
+                                    zero_dtype_t dt);
 /* ZeRO++ qgZ: whether group g's gradient reductions are int4 (qgz.h); the bytes this rank sends
- * (inter: to other nodes) in one gradient reduction of S elements per rank over g, qgZ or the
- * plain reduce-scatter; post bucket b's int4 reduce-scatter of the segments seg (summing to B)
- * from send (n blocks of B) into recv, counted as its two all-to-alls. */
+ * (inter: to other nodes) in one gradient reduction of unit un (qgZ, the plain reduce-scatter of
+ * its shard, or with source slots their all-to-alls); post bucket b's int4 reduce-scatter of the
+ * segments seg (summing to B) from send (n blocks of B) into recv, counted as its two all-to-alls.
+ */
 int zero__xfer_qgz_group(const zero_engine_t *eng, const zero__group_t *g);
-uint64_t zero__xfer_grad_bytes(const zero_engine_t *eng, const zero__group_t *g, size_t S,
-                               int inter);
+uint64_t zero__xfer_grad_bytes(const zero_engine_t *eng, const zero__unit_t *un, int inter);
 zero_status_t zero__xfer_qgz_post(zero_engine_t *eng, zero__bucket_t *b, const void *send,
                                   void *recv, const size_t *seg, int nseg);
 /* Bytes one rank's part of un's fetch gather occupies on the wire: S_u compute elements, or

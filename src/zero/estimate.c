@@ -72,7 +72,13 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
     uint64_t *shards = calloc((size_t)(total_units ? total_units : 1), sizeof *shards);
     char *tied = calloc((size_t)(total_units ? total_units : 1), 1);
     char *np_tied = calloc((size_t)(total_units ? total_units : 1), 1);
-    if (!padded || !np || !shards || !tied || !np_tied) {
+    /* source slots: the working buffer's elements (k P_u), and the receive buffer of a slotted
+     * unit over more than one rank (k P_u, else 0) */
+    uint64_t *work = calloc((size_t)(total_units ? total_units : 1), sizeof *work);
+    uint64_t *srecv = calloc((size_t)(total_units ? total_units : 1), sizeof *srecv);
+    if (!padded || !np || !shards || !tied || !np_tied || !work || !srecv) {
+        free(work);
+        free(srecv);
         free(padded);
         free(np);
         free(shards);
@@ -100,22 +106,28 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
     uint64_t N_min = N; /* the smallest partition group: the packed receive buffer's divisor */
     for (int i = 0; i < unit_count; i++) {
         const int g = units[i].group_size > 0 ? units[i].group_size : world;
-        if (g > world || world % g) {
+        const int k = units[i].slots > 0 ? units[i].slots : 1;
+        if (g > world || world % g || (k != 1 && k != world / g)) {
+            free(work);
+            free(srecv);
             free(padded);
             free(np);
             free(shards);
             free(tied);
             free(np_tied);
             return zero__error(ZERO_ERR_INVALID_ARG,
-                               "zero_engine_estimate_memory: unit %d has group_size %d (expected "
-                               "a divisor of the world size %d, or 0 for the world)",
-                               i, units[i].group_size, world);
+                               "zero_engine_estimate_memory: unit %d has group_size %d and slots "
+                               "%d (expected a divisor of the world size %d, or 0 for the world, "
+                               "and slots 0, 1 or world / group_size)",
+                               i, units[i].group_size, units[i].slots, world);
         }
-        N_min = (uint64_t)g < N_min ? (uint64_t)g : N_min;
+        if (k == 1) /* slotted units are never packed */
+            N_min = (uint64_t)g < N_min ? (uint64_t)g : N_min;
     }
     for (int i = 0; i < unit_count; i++) {
         /* a stacked unit's group (zero_engine_add_unit_in): the ZeRO formulas with N = G */
         const uint64_t G = (uint64_t)(units[i].group_size > 0 ? units[i].group_size : world);
+        const uint64_t K = (uint64_t)(units[i].slots > 0 ? units[i].slots : 1);
         uint64_t count = 0, off = 0;
         int is_tied = 0;
         for (int t = 0; t < units[i].tensor_count; t++) {
@@ -131,6 +143,8 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
         for (int r = 0; r < reps; r++) {
             out->param_count += count;
             tied[n] = is_tied;
+            work[n] = K * Pu;
+            srecv[n] = K > 1 && G > 1 ? K * Pu : 0;
             shards[n] = Su;
             padded[n++] = Pu;
             P += Pu;
@@ -160,9 +174,9 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
                 const uint64_t b = zero__align_up(ae * Su, ZERO__AIO_ALIGN);
                 gdisk += b;
                 max_gshard = b > max_gshard ? b : max_gshard;
-                grads += pol.shard_grads ? 0 : ce * Pu;
+                grads += pol.shard_grads ? 0 : ce * K * Pu;
             } else {
-                grads += ae * Su + (pol.shard_grads ? 0 : ce * Pu);
+                grads += ae * Su + (pol.shard_grads ? 0 : ce * K * Pu);
             }
         }
     }
@@ -171,18 +185,20 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
      * largest), a unit with a TIED tensor (its buffer stays open across backward, collecting
      * both uses; else the next largest unit), and with overlap_comm over N > 1 ranks one more
      * largest unit whose reduce-scatter is still in flight. Stage 0 with 16-bit compute and
-     * N > 1: the landing buffer of the gradient all-gather, one per padded size. */
-    uint64_t grad_pool = 0;
+     * N > 1: the landing buffer of the gradient all-gather, one per padded size. A unit with
+     * source slots: its working buffer is k P_u, and over more than one rank (every stage) its
+     * reduction borrows a receive buffer of k P_u (one per size). */
+    uint64_t grad_pool = ce * sum_distinct(srecv, n);
     if (pol.shard_grads) {
         int big = 0;
         for (int i = 1; i < n; i++)
-            if (padded[i] > padded[big]) big = i;
+            if (work[i] > work[big]) big = i;
         uint64_t second = 0;
         for (int i = 0; i < n; i++)
-            if (i != big && (tied[i] ? padded[i] + (1ull << 62) : padded[i]) > second)
-                second = tied[i] ? padded[i] + (1ull << 62) : padded[i];
+            if (i != big && (tied[i] ? work[i] + (1ull << 62) : work[i]) > second)
+                second = tied[i] ? work[i] + (1ull << 62) : work[i];
         second &= (1ull << 62) - 1;
-        grad_pool = ce * (padded[big] + second + (p->overlap_comm && N > 1 ? padded[big] : 0));
+        grad_pool += ce * (work[big] + second + (p->overlap_comm && N > 1 ? work[big] : 0));
     }
     if (!pol.shard_optim && lowp && N > 1) grad_pool += ae * sum_distinct(padded, n);
     /* Reduce buckets (buckets.c): two slots of send (B) and receive (B / N) buffers once N > 1,
@@ -193,9 +209,10 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
         uint64_t B =
             (uint64_t)(p->reduce_bucket_bytes > 0 ? p->reduce_bucket_bytes : 0) / f / q * q;
         if (B > P) B = P;
-        uint64_t max_direct = 0; /* the largest direct unit's shard */
-        for (int i = 0; i < n; i++)
-            if (2 * padded[i] > B && shards[i] > max_direct) max_direct = shards[i];
+        uint64_t max_direct = 0;    /* the largest direct unit's shard */
+        for (int i = 0; i < n; i++) /* (slotted units are never direct) */
+            if (2 * padded[i] > B && work[i] == padded[i] && shards[i] > max_direct)
+                max_direct = shards[i];
         /* Direct units reduce into a separate receive buffer when the accumulator cannot take
          * the sum itself: it holds one already (accumulation), or its dtype differs. */
         const int drecv = p->grad_accum_steps > 1 || p->grad_accum_dtype != p->compute_dtype;
@@ -258,6 +275,8 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
     /* zero_engine_fingerprint at the end of a run gathers each unit in fp32 when the fp32
      * weights are sharded (16-bit compute at stages 1-3 over N > 1 ranks), one at a time. */
     if (lowp && pol.shard_optim && N > 1) comm += f * sum_largest(padded, n, 1);
+    free(work);
+    free(srecv);
     free(padded);
     free(np);
     free(shards);

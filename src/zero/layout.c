@@ -243,7 +243,7 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
         zero__shard_unmap(eng, u, 1);
     }
     if (!pol.shard_grads) {
-        u->work = zero_mem_calloc(mem, ZERO_MEM_GRADS, P * ce, 64);
+        u->work = zero_mem_calloc(mem, ZERO_MEM_GRADS, zero__work_count(u) * ce, 64);
         if (!u->work) goto fail;
     }
     if (!u->goff) {
@@ -292,6 +292,41 @@ zero_status_t zero_engine_unit_group(const zero_engine_t *eng, int u, int *group
     if (copy) *copy = un->grp->copy;
     if (copies) *copies = un->grp->copies;
     return ZERO_OK;
+}
+
+zero_status_t zero_engine_set_unit_slots(zero_engine_t *eng, int u, int slots) {
+    zero__unit_t *un = zero__engine_unit(eng, u);
+    if (!un) return zero__error(ZERO_ERR_INVALID_ARG, "zero_engine_set_unit_slots: no unit %d", u);
+    const int copies = un->grp->copies;
+    if (slots < 1 || (slots != 1 && slots != copies))
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "zero_engine_set_unit_slots: unit %d '%s': slots %d is invalid "
+                           "(expected 1, or the unit's copies %d: one partial per source rank of "
+                           "its expert-parallel block%s)",
+                           u, un->name, slots, copies,
+                           copies == 1 ? "; a unit with one copy takes 1" : "");
+    if (eng->event_count > 0 || eng->xfer.have_last)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "zero_engine_set_unit_slots: unit %d '%s': slots set after training "
+                           "started (set them before the first fetch)",
+                           u, un->name);
+    if (slots == un->slots) return ZERO_OK;
+    un->slots = slots;
+    if (!un->work) return ZERO_OK;
+    /* Stages 0-1 own the working buffer for good: one of the new size, the old one freed first
+     * (zeros: nothing to keep; should the allocation fail, zero_unit_grads tries again). */
+    zero_mem_free(un->work);
+    un->work = zero_mem_calloc(eng->mem, ZERO_MEM_GRADS, zero__work_count(un) * eng->ce, 64);
+    if (!un->work)
+        return zero__error(ZERO_ERR_OUT_OF_MEMORY,
+                           "engine: no memory for the %d gradient slots of unit '%s'", slots,
+                           un->name);
+    return ZERO_OK;
+}
+
+int zero_engine_unit_slots(const zero_engine_t *eng, int u) {
+    const zero__unit_t *un = zero__engine_unit(eng, u);
+    return un ? un->slots : 0;
 }
 
 zero_status_t zero_engine_add_unit_in(zero_engine_t *eng, int group, const char *name,
@@ -348,6 +383,7 @@ zero_status_t zero_engine_add_unit_in(zero_engine_t *eng, int group, const char 
     }
     /* Layout rule of ARCHITECTURE.md section 3, over the unit's partition group. */
     u.grp = &eng->groups[group];
+    u.slots = 1;
     u.padded_count = zero__padded_count(off, u.grp->size);
     u.shard_count = u.padded_count / (size_t)u.grp->size;
     /* Allocated in its slot (not counted yet): the initial fill of a 16-bit master reaches it

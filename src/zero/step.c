@@ -635,7 +635,7 @@ void zero_engine_zero_grads(zero_engine_t *eng) {
     (void)zero__buckets_drain(eng);
     for (int i = 0; i < eng->unit_count; i++) {
         zero__unit_t *u = &eng->units[i];
-        if (u->work) memset(u->work, 0, u->padded_count * eng->ce);
+        if (u->work) memset(u->work, 0, zero__work_count(u) * eng->ce);
         if (u->acc) memset(u->acc, 0, u->shard_count * eng->ae);
         u->acc_on_disk = 0;
         u->acc_used = 0;

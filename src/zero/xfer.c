@@ -243,16 +243,27 @@ zero_status_t zero__xfer_reduce_scatter(zero_engine_t *eng, const zero__group_t 
     return zero_comm_reduce_scatter_post(send, recv, n, dt, ZERO_OP_SUM, g->comm, req);
 }
 
+zero_status_t zero__xfer_all_to_all(zero_engine_t *eng, const zero__group_t *g,
+                                    zero__xfer_kind_t kind, const void *send, void *recv, size_t n,
+                                    zero_dtype_t dt) {
+    count(eng, g, kind, ZERO_COLL_ALL_TO_ALL, n, dt);
+    return zero_comm_all_to_all(send, recv, n, dt, g->comm);
+}
+
 /* ------------------------------------------------------------------------------ qgZ */
 
 int zero__xfer_qgz_group(const zero_engine_t *eng, const zero__group_t *g) {
     return eng->qgz_on && g == &eng->groups[0];
 }
 
-uint64_t zero__xfer_grad_bytes(const zero_engine_t *eng, const zero__group_t *g, size_t S,
-                               int inter) {
+uint64_t zero__xfer_grad_bytes(const zero_engine_t *eng, const zero__unit_t *un, int inter) {
+    const zero__group_t *g = un->grp;
+    const size_t S = un->shard_count;
+    const zero_dtype_t c = eng->params.compute_dtype;
+    if (un->slots > 1) /* one all-to-all of S elements per block for each slot (buckets.c) */
+        return (uint64_t)un->slots * zero__xfer_bytes(g, ZERO_COLL_ALL_TO_ALL, S, c, inter);
     if (!zero__xfer_qgz_group(eng, g))
-        return zero__xfer_bytes(g, ZERO_COLL_REDUCE_SCATTER, S, eng->params.compute_dtype, inter);
+        return zero__xfer_bytes(g, ZERO_COLL_REDUCE_SCATTER, S, c, inter);
     uint64_t sent = 0, inter_sent = 0;
     zero__qgz_bytes(&eng->qgz, zero__q4_bytes(S), &sent, &inter_sent);
     return inter ? inter_sent : sent;
@@ -341,9 +352,11 @@ void zero__xfer_end_step(zero_engine_t *eng) {
  * element size flat; the hierarchical algorithms' amounts on several nodes), c the compute dtype,
  * a the accumulator's:
  *   grads    RS(g_u, S_u, c) per grads_done (one reduce-scatter of the unit's gradient per
- *            micro-step), or with qgZ (units of the world) its two int4 all-to-alls, (L - 1) M
- *            W_u inside the node and (M - 1) W_u to other nodes, W_u = zero__q4_bytes(S_u)
- *            (qgz.h; the bytes are linear in W, each unit being its own segment of a bucket),
+ *            micro-step), or with k_u > 1 source slots k_u A2A(g_u, S_u, c) (an all-to-all of
+ *            blocks of S_u elements per slot: (n_u - 1) k_u S_u c), or with qgZ (units of the
+ * world) its two int4 all-to-alls, (L - 1) M W_u inside the node and (M - 1) W_u to other nodes,
+ * W_u = zero__q4_bytes(S_u) (qgz.h; the bytes are linear in W, each unit being its own segment of a
+ * bucket),
  *            + stage 0: AG(g_u, S_u, a) (the reduced gradient all-gathered)
  *   params   stage 3: AG(g_u, w_u bytes) per fetch window of a non-persistent unit (a fetch
  *            with the unit not held: twice per micro-step for a forward + backward use), where
@@ -368,7 +381,7 @@ static void theory(const zero_engine_t *eng, int inter, uint64_t out[ZERO_XFER_K
     for (int i = 0; i < eng->unit_count; i++) {
         const zero__unit_t *u = &eng->units[i];
         const size_t S = u->shard_count;
-        rs += M * zero__xfer_grad_bytes(eng, u->grp, S, inter);
+        rs += M * zero__xfer_grad_bytes(eng, u, inter);
         if (zero__hpz_unit(eng, u))
             ag += zero__xfer_bytes(u->grp, ZERO_COLL_ALL_GATHER,
                                    zero__xfer_param_wire_bytes(eng, u), ZERO_DTYPE_UINT8, inter) +

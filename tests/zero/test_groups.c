@@ -288,7 +288,7 @@ static void run_stage(int stage) {
     zero_unit_decl_t d[UNITS];
     for (int u = 0; u < UNITS; u++) {
         t[u] = (zero_tensor_desc_t){"w", 1, {sizes[u]}, 0, ZERO_INIT_NORMAL, 0.1f};
-        d[u] = (zero_unit_decl_t){&t[u], 1, 1, u == DENSE ? 0 : COPIES};
+        d[u] = (zero_unit_decl_t){&t[u], 1, 1, u == DENSE ? 0 : COPIES, 1};
     }
     zero_memory_estimate_t est;
     CHECK(zero_engine_estimate_memory(&p, 4, d, UNITS, &est) == ZERO_OK, "estimate: %s",

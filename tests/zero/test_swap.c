@@ -73,7 +73,7 @@ static zero_memory_estimate_t estimate(const swap_case_t *c, int n) {
     zero_unit_decl_t d[UNITS];
     for (int u = 0; u < UNITS; u++) {
         toy_unit_tensors(sizes[u], t[u]);
-        d[u] = (zero_unit_decl_t){t[u], 2, 1, 0};
+        d[u] = (zero_unit_decl_t){t[u], 2, 1, 0, 1};
     }
     zero_engine_params_t p = params_of(c, NULL);
     zero_memory_estimate_t e;
