@@ -21,9 +21,16 @@ static void rank_args_main(zero_comm_t *comm, int rank, void *p) {
 
 /* fn on a fresh clique of n ranks; args[r] is passed to rank r. Returns the clique creation
  * status. */
-static zero_status_t run_ranks(int n, double timeout_s, rank_fn fn, void **args) {
+static inline zero_status_t run_ranks(int n, double timeout_s, rank_fn fn, void **args) {
     rank_args_t a = {fn, args};
     return thread_ranks_clique(n, timeout_s, rank_args_main, &a);
+}
+
+/* The same on a clique made with params p (e.g. ranks_per_node: simulated nodes). */
+static inline zero_status_t run_ranks_with(int n, const zero_comm_params_t *p, rank_fn fn,
+                                           void **args) {
+    rank_args_t a = {fn, args};
+    return thread_ranks_clique_with(n, p, rank_args_main, &a);
 }
 
 #endif /* ZERO_TESTS_ZERO_RANKS_H */

@@ -23,7 +23,8 @@
  *    zero_engine_estimate_memory with the slots giving the same model states and at least the
  *    measured peak of gradient memory;
  *  - stage 3 with both offloads at nvme (overlap_step updating units in backward) gives the
- *    same fingerprint;
+ *    same fingerprint, and so do two simulated nodes of two ranks (hierarchical reduce-scatters),
+ *    with bytes in all and to the other node equal to their theory;
  *  - bad slots (0, not the copies, on a world unit, after training started; the estimate's) are
  *    named errors.
  * Built with SLOTS_MPI: under mpirun -np 4, MPI ranks (ep 2 and 4, stages 0 and 3, fp32 and
@@ -53,7 +54,8 @@ static const size_t esize[UNITS] = {300, 250, 10};
 typedef struct case_arg {
     int world, ep, stage, accum;
     zero_dtype_t dtype;
-    const char *nvme; /* both offloads at nvme under this directory, or NULL */
+    const char *nvme;   /* both offloads at nvme under this directory, or NULL */
+    int ranks_per_node; /* simulated nodes of this many ranks (0: one node) */
     zero_status_t st;
     char error[1024];
     uint64_t fp;
@@ -186,7 +188,10 @@ static void run(case_arg_t *a) {
         a[r].st = ZERO_ERR_INTERNAL;
         args[r] = &a[r];
     }
-    CHECK(run_ranks(a[0].world, 30.0, case_rank, args) == ZERO_OK, "clique");
+    zero_comm_params_t cp = zero_comm_params_default();
+    cp.timeout_s = 30.0;
+    cp.ranks_per_node = a[0].ranks_per_node;
+    CHECK(run_ranks_with(a[0].world, &cp, case_rank, args) == ZERO_OK, "clique");
     for (int r = 0; r < a[0].world; r++)
         CHECK(a[r].st == ZERO_OK, "W %d ep %d stage %d rank %d: %s", a[0].world, a[0].ep,
               a[0].stage, r, a[r].error);
@@ -372,6 +377,43 @@ static void run_nvme(const char *dir) {
     }
 }
 
+/* Two nodes of two ranks: the world units' reduce-scatters (ep 1) run hierarchically, carrying
+ * each block's partial sum node to node in rank order, and the dense unit's at every ep; the
+ * slots' all-to-alls inside the groups cross nodes too. The one-node fingerprint, and the bytes
+ * their theory. */
+static void run_nodes(void) {
+    static case_arg_t one[MAX_WORLD], two[MAX_WORLD];
+    for (int d = 0; d < 2; d++) {
+        const zero_dtype_t dt = d ? ZERO_DTYPE_BF16 : ZERO_DTYPE_FP32;
+        memset(one, 0, sizeof one);
+        one[0] = case_of(4, 1, 0, 3, dt);
+        run(one);
+        for (int ep = 1; ep <= 4; ep *= 2)
+            for (int stage = 0; stage <= 3; stage += 3) {
+                memset(two, 0, sizeof two);
+                two[0] = case_of(4, ep, stage, 3, dt);
+                two[0].ranks_per_node = 2;
+                run(two);
+                for (int r = 0; r < 4; r++) {
+                    const zero_engine_report_t *rep = &two[r].rep;
+                    CHECK(two[r].fp == one[0].fp &&
+                              rep->comm_bytes_per_step == rep->comm_theory_bytes_per_step &&
+                              rep->comm_inter_node_bytes_per_step ==
+                                  rep->comm_inter_node_theory_bytes_per_step &&
+                              rep->comm_inter_node_bytes_per_step > 0,
+                          "2 nodes %s ep %d stage %d rank %d: fingerprint %016llx, one node "
+                          "%016llx; sent %llu (theory %llu), to the other node %llu (theory %llu)",
+                          zero_dtype_name(dt), ep, stage, r, (unsigned long long)two[r].fp,
+                          (unsigned long long)one[0].fp,
+                          (unsigned long long)rep->comm_bytes_per_step,
+                          (unsigned long long)rep->comm_theory_bytes_per_step,
+                          (unsigned long long)rep->comm_inter_node_bytes_per_step,
+                          (unsigned long long)rep->comm_inter_node_theory_bytes_per_step);
+                }
+            }
+    }
+}
+
 /* Bad slots on two ranks (copies 2): named errors. */
 static void errors_rank(zero_comm_t *comm, void *argp) {
     case_arg_t *a = argp;
@@ -433,6 +475,7 @@ int main(void) {
     CHECK(mkdtemp(dir) != NULL, "temporary directory");
     run_nvme(dir);
     rmdir(dir);
+    run_nodes();
     run_errors();
     return check_report();
 }
