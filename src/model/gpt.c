@@ -26,6 +26,7 @@
 #include "core/core_internal.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_lp.h"
+#include "model/carve.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -48,6 +49,12 @@ enum {
     B_FCPROJB,
     B_COUNT
 };
+/* An MoE block's unit: the dense block's first eight tensors, then the router and, when
+ * moe.shared_experts > 0, the shared experts stacked along dim 0 (M_COUNT tensors; M_SFCW without
+ * them). Its routed experts are a unit of their own ("block.<l>.experts", X_*), so expert
+ * parallelism can partition that unit over a smaller group than the rest of the model. */
+enum { M_ROUTER = B_FCW, M_SFCW, M_SFCB, M_SPROJW, M_SPROJB, M_COUNT };
+enum { X_FCW, X_FCB, X_PROJW, X_PROJB, X_COUNT };
 enum { E_WTE, E_WPE, E_COUNT };
 enum { F_LNFW, F_LNFB, F_COUNT };
 
@@ -58,16 +65,21 @@ typedef struct block_acts {
     void *qkv;                  /* (B,T,3C) */
     void *res2;                 /* (B,T,C): LayerNorm 2's input, its backward reads it */
     float *ln2_mean, *ln2_rstd; /* (B,T), (B,T) */
-    void *fch;                  /* (B,T,4C) GELU input; the output is rebuilt from it */
+    void *fch; /* (B,T,4C) GELU input, the output is rebuilt from it; NULL in an MoE-only set */
 } block_acts_t;
 
 struct zero_gpt {
     zero_gpt_config_t cfg;
     zero_engine_t *eng; /* borrowed */
     int batch, checkpointing, threads;
-    int unit_emb, unit_block0, unit_final;
-    zero_dtype_t dt; /* the engine's compute dtype: parameters, activations, gradients */
-    size_t es;       /* its element size */
+    int unit_emb, unit_final;
+    int *unit_block;   /* (L) owned */
+    int *unit_experts; /* (L) owned: an MoE layer's experts unit, else -1 */
+    int *moe_slot;     /* (L) owned: an MoE layer's stored state in g->moe, else -1 */
+    int moe_layers;    /* how many layers are MoE */
+    int eval;          /* eval mode: eval_capacity_factor, no routing statistics */
+    zero_dtype_t dt;   /* the engine's compute dtype: parameters, activations, gradients */
+    size_t es;         /* its element size */
 
     void *act_mem; /* owned, one block of ZERO_MEM_ACTIVATIONS */
     size_t act_bytes;
@@ -90,6 +102,11 @@ struct zero_gpt {
 
     int last_B, last_T, have_targets;
     size_t valid_targets;
+
+    zero_moe_mlp_t *moe; /* owned (NULL: dense model) over moe_mem */
+    void *moe_mem;       /* view into act_mem */
+    double *moe_stats;   /* owned: moe_layers x ZERO_GPT_MOE_STATS(E), summed since the reset */
+    int32_t *moe_counts; /* owned: (E) one forward's counts */
 };
 
 zero_status_t zero__gpt_config_check(const zero_gpt_config_t *c) {
@@ -114,19 +131,37 @@ zero_status_t zero__gpt_config_check(const zero_gpt_config_t *c) {
     if (c->seq < 1 || c->seq > 1 << 20)
         return zero__error(ZERO_ERR_CONFIG, "model.seq = %d is invalid (expected 1..1048576)",
                            c->seq);
+    zero_status_t st = zero__moe_config_check(&c->moe, c->dim);
+    if (st) return st;
+    if (c->moe.experts > 0 && c->moe.every > c->layers)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "model.moe.every = %d exceeds model.layers = %d: no layer would be MoE "
+                           "(expected 1..%d)",
+                           c->moe.every, c->layers, c->layers);
     return ZERO_OK;
 }
 
-size_t zero__gpt_param_count(const zero_gpt_config_t *c) {
-    size_t C = (size_t)c->dim, L = (size_t)c->layers;
-    size_t emb = (size_t)c->vocab * C + (size_t)c->seq * C;
-    size_t block =
-        2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
-    return emb + L * block + 2 * C;
+/* Parameters of the model, or (active) those one token runs through: an MoE layer's router,
+ * its top_k routed experts and its shared experts, instead of all E routed experts. */
+static size_t param_count(const zero_gpt_config_t *c, int active) {
+    const size_t C = (size_t)c->dim;
+    const size_t emb = (size_t)c->vocab * C + (size_t)c->seq * C;
+    const size_t attn = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C; /* ln1, attention, ln2 */
+    const size_t H = zero__moe_hidden(&c->moe, c->dim);
+    const size_t dense_mlp = 4 * C * C + 4 * C + 4 * C * C + C, expert = H * C + H + C * H + C;
+    const size_t E = (size_t)c->moe.experts, S = (size_t)c->moe.shared_experts;
+    const size_t routed = active ? (size_t)c->moe.top_k : E;
+    size_t n = emb + 2 * C;
+    for (int l = 0; l < c->layers; l++)
+        n += attn + (zero__moe_is_layer(&c->moe, l) ? E * C + (S + routed) * expert : dense_mlp);
+    return n;
 }
 
+size_t zero__gpt_param_count(const zero_gpt_config_t *c) { return param_count(c, 0); }
+size_t zero__gpt_active_param_count(const zero_gpt_config_t *c) { return param_count(c, 1); }
+
 double zero__gpt_flops_per_token(const zero_gpt_config_t *c) {
-    return 6.0 * (double)zero__gpt_param_count(c) +
+    return 6.0 * (double)zero__gpt_active_param_count(c) +
            12.0 * (double)c->layers * (double)c->seq * (double)c->dim;
 }
 
@@ -168,19 +203,56 @@ static void unit_descs(const zero_gpt_config_t *c, zero_tensor_desc_t emb[E_COUN
     memcpy(fin, fn, sizeof fn);
 }
 
+/* The tensors of an MoE block's unit (*nblk of them: M_COUNT with shared experts, else M_SFCW)
+ * and of its experts' unit; the dense block's descriptions first (blk from unit_descs). Expert
+ * weights are initialised like the dense MLP's (the projection with GPT-2's 1/sqrt(2L)); the
+ * router like every other weight. */
+static void moe_descs(const zero_gpt_config_t *c, zero_tensor_desc_t blk[M_COUNT], int *nblk,
+                      zero_tensor_desc_t xp[X_COUNT]) {
+    zero_tensor_desc_t emb[E_COUNT], dense[B_COUNT], fin[F_COUNT];
+    unit_descs(c, emb, dense, fin);
+    const size_t C = (size_t)c->dim, H = zero__moe_hidden(&c->moe, c->dim);
+    const size_t E = (size_t)c->moe.experts, S = (size_t)c->moe.shared_experts;
+    const float std = dense[B_FCW].init_std, proj_std = dense[B_FCPROJW].init_std;
+    const unsigned nd = ZERO_TENSOR_NO_DECAY;
+    memcpy(blk, dense, B_FCW * sizeof *blk);
+    const zero_tensor_desc_t m[M_COUNT - B_FCW] = {
+        {"moe.router.weight", 2, {E, C}, 0, ZERO_INIT_NORMAL, std},
+        {"moe.shared.fc.weight", 3, {S, H, C}, 0, ZERO_INIT_NORMAL, std},
+        {"moe.shared.fc.bias", 2, {S, H}, nd, ZERO_INIT_ZEROS, 0},
+        {"moe.shared.proj.weight", 3, {S, C, H}, 0, ZERO_INIT_NORMAL, proj_std},
+        {"moe.shared.proj.bias", 2, {S, C}, nd, ZERO_INIT_ZEROS, 0},
+    };
+    memcpy(blk + B_FCW, m, sizeof m);
+    *nblk = S > 0 ? M_COUNT : M_SFCW;
+    const zero_tensor_desc_t x[X_COUNT] = {
+        {"moe.experts.fc.weight", 3, {E, H, C}, 0, ZERO_INIT_NORMAL, std},
+        {"moe.experts.fc.bias", 2, {E, H}, nd, ZERO_INIT_ZEROS, 0},
+        {"moe.experts.proj.weight", 3, {E, C, H}, 0, ZERO_INIT_NORMAL, proj_std},
+        {"moe.experts.proj.bias", 2, {E, C}, nd, ZERO_INIT_ZEROS, 0},
+    };
+    memcpy(xp, x, sizeof x);
+}
+
 static zero_status_t declare_units(zero_gpt_t *g) {
-    zero_tensor_desc_t emb[E_COUNT], blk[B_COUNT], fin[F_COUNT];
+    zero_tensor_desc_t emb[E_COUNT], blk[B_COUNT], fin[F_COUNT], mblk[M_COUNT], xp[X_COUNT];
+    int nm = 0;
     unit_descs(&g->cfg, emb, blk, fin);
+    if (g->moe_layers) moe_descs(&g->cfg, mblk, &nm, xp);
     zero_status_t st = zero_engine_add_unit(g->eng, "embeddings", emb, E_COUNT, &g->unit_emb);
     if (st) return st;
     for (int l = 0; l < g->cfg.layers; l++) {
-        char name[32];
+        char name[48];
         snprintf(name, sizeof name, "block.%d", l);
-        int u;
-        st = zero_engine_add_unit(g->eng, name, blk, B_COUNT, &u);
+        const int moe = g->moe_slot[l] >= 0;
+        st = zero_engine_add_unit(g->eng, name, moe ? mblk : blk, moe ? nm : B_COUNT,
+                                  &g->unit_block[l]);
         if (st) return st;
-        if (l == 0) g->unit_block0 = u;
-        ZERO_ASSERT(u == g->unit_block0 + l);
+        g->unit_experts[l] = -1;
+        if (!moe) continue;
+        snprintf(name, sizeof name, "block.%d.experts", l);
+        st = zero_engine_add_unit(g->eng, name, xp, X_COUNT, &g->unit_experts[l]);
+        if (st) return st;
     }
     return zero_engine_add_unit(g->eng, "final", fin, F_COUNT, &g->unit_final);
 }
@@ -222,7 +294,14 @@ static int hf_name(const void *user, const char *unit, const char *tensor, char 
     } else if (!strncmp(unit, "block.", 6)) {
         char *end;
         long l = strtol(unit + 6, &end, 10);
-        if (*end == '\0' && end != unit + 6 && l >= 0)
+        if (end == unit + 6 || l < 0) return 0;
+        /* MoE tensors (router, shared and routed experts) have no GPT-2 name: they keep ours
+         * under the layer's prefix, untransposed */
+        if (!strncmp(tensor, "moe.", 4) && (*end == '\0' || !strcmp(end, ".experts"))) {
+            snprintf(out, out_size, "h.%ld.%s", l, tensor);
+            return 1;
+        }
+        if (*end == '\0')
             for (size_t i = 0; i < ZERO_ARRAY_LEN(hf_block); i++)
                 if (!strcmp(tensor, hf_block[i].ours)) {
                     snprintf(out, out_size, "h.%ld.%s", l, hf_block[i].hf);
@@ -240,48 +319,49 @@ const zero_ckpt_name_map_t *zero__gpt_names(void) {
     return &map;
 }
 
-/* Carve a view of `count` elements of `es` bytes out of one block, 64-byte aligned: the first
- * pass (base == NULL) only counts bytes. */
-static void carve(char *base, size_t *off, size_t count, size_t es, void *out) {
-    if (base) *(void **)out = base + *off;
-    *off += (count * es + 63) / 64 * 64;
-}
-
 static void layout(zero_gpt_t *g, char *base, size_t *total) {
     const size_t B = (size_t)g->batch, T = (size_t)g->cfg.seq, C = (size_t)g->cfg.dim;
     const size_t L = (size_t)g->cfg.layers, NH = (size_t)g->cfg.heads, V = (size_t)g->cfg.vocab;
     const size_t BT = B * T, f = sizeof(float), e = g->es;
     size_t off = 0;
     int nacts = g->checkpointing ? 1 : g->cfg.layers;
+    /* the dense MLP's pre-activation only where a dense layer uses it */
+    const int any_dense = g->moe_layers < g->cfg.layers;
     for (int l = 0; l < nacts; l++) {
         block_acts_t a, *p = base ? &g->acts[l] : &a;
-        carve(base, &off, BT, f, &p->ln1_mean);
-        carve(base, &off, BT, f, &p->ln1_rstd);
-        carve(base, &off, BT * 3 * C, e, &p->qkv);
-        carve(base, &off, BT * C, e, &p->res2);
-        carve(base, &off, BT, f, &p->ln2_mean);
-        carve(base, &off, BT, f, &p->ln2_rstd);
-        carve(base, &off, BT * 4 * C, e, &p->fch);
+        zero__carve(base, &off, BT, f, &p->ln1_mean);
+        zero__carve(base, &off, BT, f, &p->ln1_rstd);
+        zero__carve(base, &off, BT * 3 * C, e, &p->qkv);
+        zero__carve(base, &off, BT * C, e, &p->res2);
+        zero__carve(base, &off, BT, f, &p->ln2_mean);
+        zero__carve(base, &off, BT, f, &p->ln2_rstd);
+        const int dense = g->checkpointing ? any_dense : !zero__moe_is_layer(&g->cfg.moe, l);
+        if (dense) zero__carve(base, &off, BT * 4 * C, e, &p->fch);
     }
-    carve(base, &off, (L + 1) * BT * C, e, &g->resid);
-    carve(base, &off, BT * C, e, &g->lnf);
-    carve(base, &off, BT, f, &g->lnf_mean);
-    carve(base, &off, BT, f, &g->lnf_rstd);
-    carve(base, &off, BT * V, f, &g->logits);
-    carve(base, &off, BT * V, e, &g->dlogits);
-    carve(base, &off, BT, f, &g->losses);
-    carve(base, &off, BT * C, e, &g->dres);
-    carve(base, &off, BT * 4 * C, e, &g->d4a);
-    carve(base, &off, BT * 4 * C, e, &g->d4b);
-    carve(base, &off, BT * C, e, &g->dc);
-    carve(base, &off, BT * C, e, &g->ln);
-    carve(base, &off, B * NH * T * T, f, &g->att);
+    if (g->moe_layers)
+        zero__carve(base, &off,
+                    zero__moe_mlp_bytes(&g->cfg.moe, g->cfg.dim, BT,
+                                        g->checkpointing ? 1 : g->moe_layers, g->dt),
+                    1, &g->moe_mem);
+    zero__carve(base, &off, (L + 1) * BT * C, e, &g->resid);
+    zero__carve(base, &off, BT * C, e, &g->lnf);
+    zero__carve(base, &off, BT, f, &g->lnf_mean);
+    zero__carve(base, &off, BT, f, &g->lnf_rstd);
+    zero__carve(base, &off, BT * V, f, &g->logits);
+    zero__carve(base, &off, BT * V, e, &g->dlogits);
+    zero__carve(base, &off, BT, f, &g->losses);
+    zero__carve(base, &off, BT * C, e, &g->dres);
+    zero__carve(base, &off, BT * 4 * C, e, &g->d4a);
+    zero__carve(base, &off, BT * 4 * C, e, &g->d4b);
+    zero__carve(base, &off, BT * C, e, &g->dc);
+    zero__carve(base, &off, BT * C, e, &g->ln);
+    zero__carve(base, &off, B * NH * T * T, f, &g->att);
     size_t nscr = g->dt == ZERO_DTYPE_FP32
                       ? zero__attention_scratch_count(T, g->threads)
                       : zero__attention_scratch_count_lp(T, C / NH, g->threads);
-    carve(base, &off, nscr, f, &g->att_scratch);
-    carve(base, &off, BT, sizeof(int32_t), &g->tokens);
-    carve(base, &off, BT, sizeof(int32_t), &g->targets);
+    zero__carve(base, &off, nscr, f, &g->att_scratch);
+    zero__carve(base, &off, BT, sizeof(int32_t), &g->tokens);
+    zero__carve(base, &off, BT, sizeof(int32_t), &g->targets);
     *total = off;
 }
 
@@ -308,6 +388,25 @@ zero_status_t zero__gpt_init(zero_gpt_t **out, const zero_gpt_config_t *cfg, zer
         goto fail;
     }
     g->es = zero_dtype_size(g->dt);
+    const size_t L = (size_t)cfg->layers;
+    g->unit_block = calloc(L, sizeof *g->unit_block);
+    g->unit_experts = calloc(L, sizeof *g->unit_experts);
+    g->moe_slot = calloc(L, sizeof *g->moe_slot);
+    if (!g->unit_block || !g->unit_experts || !g->moe_slot) {
+        st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "model: out of memory");
+        goto fail;
+    }
+    for (int l = 0; l < cfg->layers; l++)
+        g->moe_slot[l] = zero__moe_is_layer(&cfg->moe, l) ? g->moe_layers++ : -1;
+    if (g->moe_layers) {
+        const size_t E = (size_t)cfg->moe.experts;
+        g->moe_stats = calloc((size_t)g->moe_layers * ZERO_GPT_MOE_STATS(E), sizeof(double));
+        g->moe_counts = calloc(E, sizeof *g->moe_counts);
+        if (!g->moe_stats || !g->moe_counts) {
+            st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "model: out of memory");
+            goto fail;
+        }
+    }
     st = declare_units(g);
     if (st) goto fail;
     g->acts = calloc(g->checkpointing ? 1 : (size_t)cfg->layers, sizeof *g->acts);
@@ -327,6 +426,12 @@ zero_status_t zero__gpt_init(zero_gpt_t **out, const zero_gpt_config_t *cfg, zer
         goto fail;
     }
     layout(g, g->act_mem, &total);
+    if (g->moe_layers) {
+        st =
+            zero__moe_mlp_init(&g->moe, &cfg->moe, cfg->dim, (size_t)batch * (size_t)cfg->seq,
+                               g->checkpointing ? 1 : g->moe_layers, g->dt, g->threads, g->moe_mem);
+        if (st) goto fail;
+    }
     /* Touch every page now: otherwise the first training step pays ~0.1 ms per MiB of page
      * faults inside the timed loop (seen in perf as clear_page under the kernels). */
     memset(g->act_mem, 0, g->act_bytes);
@@ -337,16 +442,37 @@ zero_status_t zero__gpt_init(zero_gpt_t **out, const zero_gpt_config_t *cfg, zer
     return ZERO_OK;
 fail:
     /* Units already declared stay in the engine: the caller frees the engine on failure. */
-    free(g->acts);
-    free(g);
+    zero__gpt_free(g);
     return st;
 }
 
 void zero__gpt_free(zero_gpt_t *g) {
     if (!g) return;
+    zero__moe_mlp_free(g->moe);
     zero_mem_free(g->act_mem);
     free(g->acts);
+    free(g->unit_block);
+    free(g->unit_experts);
+    free(g->moe_slot);
+    free(g->moe_stats);
+    free(g->moe_counts);
     free(g);
+}
+
+void zero__gpt_set_eval(zero_gpt_t *g, int on) {
+    g->eval = on != 0;
+    if (g->moe) zero__moe_mlp_set_eval(g->moe, g->eval);
+}
+
+size_t zero__gpt_moe_stats(const zero_gpt_t *g, double *out) {
+    const size_t n = (size_t)g->moe_layers * ZERO_GPT_MOE_STATS((size_t)g->cfg.moe.experts);
+    if (out && n) memcpy(out, g->moe_stats, n * sizeof *out);
+    return n;
+}
+
+void zero__gpt_moe_stats_reset(zero_gpt_t *g) {
+    const size_t n = (size_t)g->moe_layers * ZERO_GPT_MOE_STATS((size_t)g->cfg.moe.experts);
+    if (n) memset(g->moe_stats, 0, n * sizeof *g->moe_stats);
 }
 
 const float *zero__gpt_logits(const zero_gpt_t *g) { return g->logits; }
@@ -358,11 +484,27 @@ zero_status_t zero__gpt_memory_estimate(const zero_gpt_config_t *cfg,
                                         zero_memory_estimate_t *out) {
     zero_status_t st = zero__gpt_config_check(cfg);
     if (st) return st;
-    zero_tensor_desc_t emb[E_COUNT], blk[B_COUNT], fin[F_COUNT];
+    zero_tensor_desc_t emb[E_COUNT], blk[B_COUNT], fin[F_COUNT], mblk[M_COUNT], xp[X_COUNT];
+    int nm = 0;
     unit_descs(cfg, emb, blk, fin);
-    const zero_unit_decl_t units[3] = {
-        {emb, E_COUNT, 1, 0, 1}, {blk, B_COUNT, cfg->layers, 0, 1}, {fin, F_COUNT, 1, 0, 1}};
-    st = zero_engine_estimate_memory(ep, world, units, 3, out);
+    if (cfg->moe.experts > 0) moe_descs(cfg, mblk, &nm, xp);
+    /* the units in declaration order (declare_units), one entry per unit */
+    zero_unit_decl_t *units = calloc(2 * (size_t)cfg->layers + 2, sizeof *units);
+    if (!units) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "model: out of memory");
+    int n = 0, moe_layers = 0;
+    units[n++] = (zero_unit_decl_t){emb, E_COUNT, 1, 0, 1};
+    for (int l = 0; l < cfg->layers; l++) {
+        if (!zero__moe_is_layer(&cfg->moe, l)) {
+            units[n++] = (zero_unit_decl_t){blk, B_COUNT, 1, 0, 1};
+            continue;
+        }
+        moe_layers++;
+        units[n++] = (zero_unit_decl_t){mblk, nm, 1, 0, 1};
+        units[n++] = (zero_unit_decl_t){xp, X_COUNT, 1, 0, 1};
+    }
+    units[n++] = (zero_unit_decl_t){fin, F_COUNT, 1, 0, 1};
+    st = zero_engine_estimate_memory(ep, world, units, n, out);
+    free(units);
     if (st) return st;
     /* The activations: the same layout pass as zero__gpt_init, on a model that is never
      * built. */
@@ -374,6 +516,7 @@ zero_status_t zero__gpt_memory_estimate(const zero_gpt_config_t *cfg,
     g.threads = threads < 1 ? 1 : threads;
     g.dt = ep->compute_dtype;
     g.es = zero_dtype_size(g.dt);
+    g.moe_layers = moe_layers;
     size_t total = 0;
     layout(&g, NULL, &total);
     out->bytes[ZERO_MEM_ACTIVATIONS] = total;
@@ -486,12 +629,54 @@ static void linear_backward_set(const zero_gpt_t *g, void *dinp, void *dweight, 
 
 /* ------------------------------------------------------------------------------ blocks */
 
+/* Views of MoE layer l's parameters (or gradients) in its block unit's buffer w and its experts
+ * unit's buffer wx. */
+static zero_moe_weights_t moe_weights(const zero_gpt_t *g, int l, const void *w, const void *wx) {
+    const int u = g->unit_block[l], ux = g->unit_experts[l];
+#define V(base, unit, i) at(g, base, zero_engine_tensor_offset(g->eng, unit, i))
+    zero_moe_weights_t m = {V(w, u, M_ROUTER),
+                            NULL,
+                            NULL,
+                            NULL,
+                            NULL,
+                            V(wx, ux, X_FCW),
+                            V(wx, ux, X_FCB),
+                            V(wx, ux, X_PROJW),
+                            V(wx, ux, X_PROJB)};
+    if (g->cfg.moe.shared_experts > 0) {
+        m.shared_fc_w = V(w, u, M_SFCW);
+        m.shared_fc_b = V(w, u, M_SFCB);
+        m.shared_proj_w = V(w, u, M_SPROJW);
+        m.shared_proj_b = V(w, u, M_SPROJB);
+    }
+#undef V
+    return m;
+}
+
+/* Add one training forward's routing figures to MoE layer l's running sums (gpt.h). */
+static void moe_record(zero_gpt_t *g, int l, const zero_moe_layer_stats_t *ms, size_t BT) {
+    const size_t E = (size_t)g->cfg.moe.experts;
+    double *row = g->moe_stats + (size_t)g->moe_slot[l] * ZERO_GPT_MOE_STATS(E);
+    for (size_t e = 0; e < E; e++) row[e] += g->moe_counts[e];
+    row[E + ZERO_GPT_MOE_DROPPED] += (double)ms->dropped;
+    row[E + ZERO_GPT_MOE_CHOICES] += (double)BT * g->cfg.moe.top_k;
+    row[E + ZERO_GPT_MOE_AUX] += ms->aux_loss;
+    row[E + ZERO_GPT_MOE_Z] += ms->z_loss;
+    row[E + ZERO_GPT_MOE_FORWARDS] += 1.0;
+}
+
+/* The stored MoE state layer l uses: its own, or the single one under checkpointing. */
+static int moe_state(const zero_gpt_t *g, int l) { return g->checkpointing ? 0 : g->moe_slot[l]; }
+
 /* One block forward: x (B,T,C) -> y (B,T,C), activations into a. The single-use values go to
  * the shared scratch (g->ln, g->d4b, g->dc): between blocks only g->dres is live, so the forward
- * (and its recompute under checkpointing, which runs before the block's backward) may use them. */
-static void block_forward(zero_gpt_t *g, const void *w, int unit, block_acts_t *a, const void *x,
-                          void *y, size_t B, size_t T) {
+ * (and its recompute under checkpointing, which runs before the block's backward) may use them.
+ * wx: an MoE layer's experts unit (NULL for a dense layer). record: add the routing figures to
+ * the statistics (not for a recompute, which would count them twice). */
+static void block_forward(zero_gpt_t *g, int l, const void *w, const void *wx, block_acts_t *a,
+                          const void *x, void *y, size_t B, size_t T, int record) {
     const size_t C = (size_t)g->cfg.dim, BT = B * T;
+    const int unit = g->unit_block[l];
     void *ln = g->ln, *atty = g->d4b, *gelu = g->d4b, *proj = g->dc;
 #define W(i) tensor(g, w, unit, i)
     k_layernorm(g, ln, a->ln1_mean, a->ln1_rstd, x, W(B_LN1W), W(B_LN1B), BT, C);
@@ -500,23 +685,28 @@ static void block_forward(zero_gpt_t *g, const void *w, int unit, block_acts_t *
     k_matmul(g, proj, atty, W(B_ATTPROJW), W(B_ATTPROJB), BT, C, C);
     k_residual(g, a->res2, x, proj, BT * C);
     k_layernorm(g, ln, a->ln2_mean, a->ln2_rstd, a->res2, W(B_LN2W), W(B_LN2B), BT, C);
-    k_matmul(g, a->fch, ln, W(B_FCW), W(B_FCB), BT, C, 4 * C);
-    k_gelu(g, gelu, a->fch, BT * 4 * C);
-    k_matmul(g, proj, gelu, W(B_FCPROJW), W(B_FCPROJB), BT, 4 * C, C);
+    if (g->moe_slot[l] >= 0) {
+        const zero_moe_weights_t mw = moe_weights(g, l, w, wx);
+        zero_moe_layer_stats_t ms;
+        zero__moe_mlp_forward(g->moe, moe_state(g, l), &mw, proj, ln, BT, g->moe_counts, &ms);
+        if (record && !g->eval) moe_record(g, l, &ms, BT);
+    } else {
+        k_matmul(g, a->fch, ln, W(B_FCW), W(B_FCB), BT, C, 4 * C);
+        k_gelu(g, gelu, a->fch, BT * 4 * C);
+        k_matmul(g, proj, gelu, W(B_FCPROJW), W(B_FCPROJB), BT, 4 * C, C);
+    }
     k_residual(g, y, a->res2, proj, BT * C);
 #undef W
 }
 
-/* One block backward. On entry g->dres holds dL/dy; on exit it holds dL/dx. The residual
- * connections let dres serve as the gradient of both branches: y = res2 + fcproj gives
- * d(fcproj) = dy and d(res2) = dy + (the MLP branch's contribution), accumulated in place; the
- * same holds for res2 = x + attproj. */
-static void block_backward(zero_gpt_t *g, const void *w, void *gw, int unit, const block_acts_t *a,
-                           const void *x, size_t B, size_t T) {
-    const size_t C = (size_t)g->cfg.dim, BT = B * T, es = g->es;
+/* The dense MLP's backward: on entry g->dres holds dL/d(MLP output); on exit g->dc holds
+ * dL/d(ln2 output), and the MLP's weight gradients are accumulated. */
+static void dense_mlp_backward(zero_gpt_t *g, const void *w, void *gw, int unit,
+                               const block_acts_t *a, size_t BT) {
+    const size_t C = (size_t)g->cfg.dim, es = g->es;
+    void *dres = g->dres;
 #define W(i) tensor(g, w, unit, i)
 #define G(i) gtensor(g, gw, unit, i)
-    void *dres = g->dres;
     /* Rebuild the GELU output into d4b (bitwise what the forward fed fc-proj), use it for the
      * weight gradient, then reuse d4b for d(fch). The recompute is a streaming pass, cheaper
      * than keeping (B,T,4C) per layer. */
@@ -529,6 +719,30 @@ static void block_backward(zero_gpt_t *g, const void *w, void *gw, int unit, con
     k_layernorm(g, g->ln, a->ln2_mean, a->ln2_rstd, a->res2, W(B_LN2W), W(B_LN2B), BT, C);
     linear_backward_set(g, g->dc, G(B_FCW), G(B_FCB), g->d4b, g->ln, W(B_FCW), BT, C,
                         4 * C); /* dc = d(ln2) */
+#undef W
+#undef G
+}
+
+/* One block backward. On entry g->dres holds dL/dy; on exit it holds dL/dx. The residual
+ * connections let dres serve as the gradient of both branches: y = res2 + fcproj gives
+ * d(fcproj) = dy and d(res2) = dy + (the MLP branch's contribution), accumulated in place; the
+ * same holds for res2 = x + attproj. */
+static void block_backward(zero_gpt_t *g, int l, const void *w, const void *wx, void *gw, void *gwx,
+                           const block_acts_t *a, const void *x, size_t B, size_t T) {
+    const size_t C = (size_t)g->cfg.dim, BT = B * T, es = g->es;
+    const int unit = g->unit_block[l];
+#define W(i) tensor(g, w, unit, i)
+#define G(i) gtensor(g, gw, unit, i)
+    void *dres = g->dres;
+    if (g->moe_slot[l] >= 0) {
+        /* the MoE MLP reads ln2's output (rebuilt here) and leaves d(ln2) in dc */
+        k_layernorm(g, g->ln, a->ln2_mean, a->ln2_rstd, a->res2, W(B_LN2W), W(B_LN2B), BT, C);
+        const zero_moe_weights_t mw = moe_weights(g, l, w, wx), mg = moe_weights(g, l, gw, gwx);
+        zero__moe_mlp_backward(g->moe, moe_state(g, l), &mw, &mg, g->dc, dres, g->ln, BT,
+                               LP ? zero_engine_loss_scale(g->eng) : 1.0f);
+    } else {
+        dense_mlp_backward(g, w, gw, unit, a, BT);
+    }
     k_layernorm_backward(g, dres, G(B_LN2W), G(B_LN2B), g->dc, a->res2, W(B_LN2W), a->ln2_mean,
                          a->ln2_rstd, BT, C); /* dres = d(res2) */
     /* Rebuild atty (into d4b, free again) and att from qkv: about 3% of the block's forward
@@ -601,11 +815,13 @@ zero_status_t zero__gpt_forward(zero_gpt_t *g, const int32_t *tokens, const int3
                                 tensor(g, we, g->unit_emb, E_WPE), B, T, C, th);
     zero_unit_release(g->eng, g->unit_emb);
     for (int l = 0; l < g->cfg.layers; l++) {
-        int u = g->unit_block0 + l;
-        const void *w;
+        const int u = g->unit_block[l], ux = g->unit_experts[l];
+        const void *w, *wx = NULL;
         FETCH(w, u);
-        block_forward(g, w, u, &g->acts[g->checkpointing ? 0 : l], at(g, g->resid, l * BT * C),
-                      at(g, g->resid, (l + 1) * BT * C), B, T);
+        if (ux >= 0) FETCH(wx, ux);
+        block_forward(g, l, w, wx, &g->acts[g->checkpointing ? 0 : l], at(g, g->resid, l * BT * C),
+                      at(g, g->resid, (l + 1) * BT * C), B, T, 1);
+        if (ux >= 0) zero_unit_release(g->eng, ux);
         zero_unit_release(g->eng, u);
     }
     const void *wf;
@@ -677,18 +893,31 @@ zero_status_t zero__gpt_backward(zero_gpt_t *g) {
     if (st) return st;
 
     for (int l = L - 1; l >= 0; l--) {
-        int u = g->unit_block0 + l;
-        const void *w;
+        const int u = g->unit_block[l], ux = g->unit_experts[l];
+        const void *w, *wx = NULL;
+        void *gwx = NULL;
         FETCH(w, u);
         void *gw = zero_unit_grads(g->eng, u);
         if (!gw) return ZERO_ERR_INVALID_ARG;
+        if (ux >= 0) {
+            FETCH(wx, ux);
+            gwx = zero_unit_grads(g->eng, ux);
+            if (!gwx) return ZERO_ERR_INVALID_ARG;
+        }
         const void *x = at(g, g->resid, (size_t)l * BT * C);
         block_acts_t *a = &g->acts[g->checkpointing ? 0 : l];
         /* Recompute: y is rewritten with the values it already holds (kernels are
          * deterministic), and nothing reads it any more. */
         if (g->checkpointing)
-            block_forward(g, w, u, a, x, at(g, g->resid, (size_t)(l + 1) * BT * C), B, T);
-        block_backward(g, w, gw, u, a, x, B, T);
+            block_forward(g, l, w, wx, a, x, at(g, g->resid, (size_t)(l + 1) * BT * C), B, T, 0);
+        block_backward(g, l, w, wx, gw, gwx, a, x, B, T);
+        /* the experts' unit first: its gradient is final first (it is read before the router's
+         * and the attention's in this backward) */
+        if (ux >= 0) {
+            st = zero_unit_grads_done(g->eng, ux);
+            zero_unit_release(g->eng, ux);
+            if (st) return st;
+        }
         st = zero_unit_grads_done(g->eng, u);
         zero_unit_release(g->eng, u);
         if (st) return st;

@@ -6,6 +6,11 @@
  *   unit 1 + l      "block.<l>":  ln1 w/b, qkv w (3C, C)/b, attn proj w (C, C)/b, ln2 w/b,
  *                                 fc w (4C, C)/b, fc proj w (C, 4C)/b
  *   unit 1 + L      "final":      lnf w/b
+ * With model.moe (moe_mlp.h), layer l with (l + 1) % moe.every == 0 is an MoE layer: its
+ * "block.<l>" unit holds ln1, attention, ln2, the router weight (E, C) and the shared experts
+ * stacked along dim 0, and a unit "block.<l>.experts" right after it holds the E routed experts
+ * stacked along dim 0 (fc w (E, H, C)/b (E, H), proj w (E, C, H)/b (E, C)); units are declared in
+ * layer order, so later units' indices shift.
  * and asks the engine for parameters unit by unit (fetch/release/grads_done), so it never knows
  * which ZeRO stage runs. Activations are sized for (batch, seq) and allocated once at init under
  * ZERO_MEM_ACTIVATIONS; forward/backward allocate nothing.
@@ -21,27 +26,33 @@
 #ifndef ZERO_MODEL_GPT_H
 #define ZERO_MODEL_GPT_H
 
+#include "model/moe_mlp.h"
 #include "zero/ckpt.h"
 #include "zero/engine.h"
 
 #include <stdint.h>
 
 typedef struct zero_gpt_config {
-    int layers; /* L */
-    int heads;  /* NH, divides dim */
-    int dim;    /* C */
-    int vocab;  /* V */
-    int seq;    /* maxT: the model's context length */
+    int layers;            /* L */
+    int heads;             /* NH, divides dim */
+    int dim;               /* C */
+    int vocab;             /* V */
+    int seq;               /* maxT: the model's context length */
+    zero_moe_config_t moe; /* experts 0: every MLP dense */
 } zero_gpt_config_t;
 
 /* Check a config; ZERO_ERR_CONFIG naming the key ("model.heads"), the value and what is allowed. */
 zero_status_t zero__gpt_config_check(const zero_gpt_config_t *cfg);
 
-/* Parameter count of a config (tied embedding counted once). */
+/* Parameter count of a config (tied embedding counted once), every expert included. */
 size_t zero__gpt_param_count(const zero_gpt_config_t *cfg);
+/* Parameters one token runs through: as zero__gpt_param_count, but an MoE layer counts its
+ * router, top_k routed experts and its shared experts instead of all E routed experts. */
+size_t zero__gpt_active_param_count(const zero_gpt_config_t *cfg);
 
-/* Training FLOPs per token: 6 * params + 12 * L * maxT * C (attention scores and values, PaLM
- * appendix B). Recomputation of checkpointed blocks is not counted (MFU convention). */
+/* Training FLOPs per token: 6 * active params + 12 * L * maxT * C (attention scores and values,
+ * PaLM appendix B). Recomputation of checkpointed blocks is not counted (MFU convention), nor
+ * the routing (O(E) per token) or the experts' work on slots left empty. */
 double zero__gpt_flops_per_token(const zero_gpt_config_t *cfg);
 
 typedef struct zero_gpt zero_gpt_t;
@@ -62,6 +73,28 @@ zero_status_t zero__gpt_forward(zero_gpt_t *gpt, const int32_t *tokens, const in
 /* Backward of the last forward (which must have had targets): accumulates the gradient of the
  * mean loss into the engine's gradient buffers and calls zero_unit_grads_done per unit. */
 zero_status_t zero__gpt_backward(zero_gpt_t *gpt);
+
+/* Eval mode (on != 0): MoE layers use moe.eval_capacity_factor and record no statistics; for
+ * forwards that no backward follows (validation, sampling). Training mode (the default):
+ * moe.capacity_factor. */
+void zero__gpt_set_eval(zero_gpt_t *gpt, int on);
+
+/* Routing statistics of the training forwards since the last reset, per MoE layer in layer
+ * order: ZERO_GPT_MOE_STATS(E) doubles each, the E experts' kept tokens, then (at E + the index)
+ * the dropped (token, choice) pairs, the (token, choice) pairs routed, and the sums of the aux
+ * loss, of the z loss and the forward count (their means are sum / forwards). Writes them to out
+ * (may be NULL) and returns how many there are (0 for a dense model). */
+enum {
+    ZERO_GPT_MOE_DROPPED,
+    ZERO_GPT_MOE_CHOICES,
+    ZERO_GPT_MOE_AUX,
+    ZERO_GPT_MOE_Z,
+    ZERO_GPT_MOE_FORWARDS,
+    ZERO_GPT_MOE_EXTRA_COUNT
+};
+#define ZERO_GPT_MOE_STATS(E) ((E) + ZERO_GPT_MOE_EXTRA_COUNT)
+size_t zero__gpt_moe_stats(const zero_gpt_t *gpt, double *out);
+void zero__gpt_moe_stats_reset(zero_gpt_t *gpt);
 
 /* Logits (B, T, V) of the last forward, fp32 in every compute dtype; valid until the next
  * forward (backward leaves them alone: a training forward writes the loss gradient to a

@@ -27,7 +27,7 @@
 #include <stdio.h>
 
 #define ZERO_CONFIG_STR_MAX 512
-#define ZERO_CONFIG_MAX_KEYS 96
+#define ZERO_CONFIG_MAX_KEYS 128
 
 typedef struct zero_train_config {
     /* model */

@@ -124,6 +124,7 @@ static zero_status_t evaluate(run_t *r, int split_train, float *loss) {
     const int B = r->cfg->micro_batch, T = r->cfg->model.seq;
     double sum = 0.0;
     uint64_t rng = 0x5eedull + (uint64_t)r->cfg->seed;
+    zero__gpt_set_eval(r->gpt, 1); /* MoE: eval_capacity_factor, no routing statistics */
     for (int i = 0; i < r->cfg->eval_batches; i++) {
         if (split_train)
             zero__data_train_batch_shard(&r->job->data, &rng, B, T, r->rank, r->world, r->x, r->y);
@@ -135,6 +136,7 @@ static zero_status_t evaluate(run_t *r, int split_train, float *loss) {
         if (st) return st;
         sum += l;
     }
+    zero__gpt_set_eval(r->gpt, 0);
     /* no step follows: a parameter shard a rank could not read fails every rank here */
     zero_status_t st = zero_engine_check(r->eng);
     if (!st) st = sum_ranks(r, &sum, 1);
@@ -215,6 +217,7 @@ static zero_status_t samples(run_t *r) {
         toks[plen++] = c->model.vocab > '\n' ? '\n' : 0;
     }
     uint64_t rng = 0xa11ce5ull + (uint64_t)c->seed;
+    zero__gpt_set_eval(r->gpt, 1); /* no training follows */
     say(r, "samples (temperature %.2f, top-k %d):\n", (double)c->temperature, c->top_k);
     zero_status_t st = ZERO_OK;
     for (int s = 0; s < c->samples && !st; s++) {
@@ -482,6 +485,15 @@ static zero_status_t rank_setup(run_t *r, zero_train_report_t *rep) {
     say(r, "zero train: GPT %d layers, %d heads, dim %d, vocab %d, seq %d: %.3fM parameters\n",
         cfg->model.layers, cfg->model.heads, cfg->model.dim, cfg->model.vocab, cfg->model.seq,
         (double)rep->params / 1e6);
+    const zero_moe_config_t *moe = &cfg->model.moe;
+    if (moe->experts > 0)
+        say(r,
+            "moe: %d experts, top-%d, every %d layers, hidden %zu, %d shared; capacity factor %g "
+            "(eval %g, min %d%s); aux %g, z %g; %.3fM active parameters per token\n",
+            moe->experts, moe->top_k, moe->every, zero__moe_hidden(moe, cfg->model.dim),
+            moe->shared_experts, moe->capacity_factor, moe->eval_capacity_factor, moe->min_capacity,
+            moe->drop_tokens ? "" : ", no dropping", (double)moe->aux_loss_coef,
+            (double)moe->z_loss_coef, (double)zero__gpt_active_param_count(&cfg->model) / 1e6);
     say(r,
         "data: %s (%s), %zu tokens: %zu train, %zu validation; unigram entropy %.3f nats "
         "(ln vocab %.3f)\n",
@@ -591,6 +603,7 @@ static zero_status_t rank_loop(run_t *r, zero_train_report_t *rep) {
     for (int step = r->start; step < cfg->steps; step++) {
         double t0 = zero_time_now();
         double loss_sum = 0.0, sums[STEP_SUM_COUNT] = {0};
+        zero__gpt_moe_stats_reset(r->gpt); /* the report shows the last step's routing */
         for (int micro = 0; micro < cfg->grad_accum; micro++) {
             zero__data_train_batch_shard(&job->data, &rng, B, T, rank, W, r->x, r->y);
             float l = 0.0f;
@@ -679,6 +692,35 @@ static zero_status_t rank_loop(run_t *r, zero_train_report_t *rep) {
     return st;
 }
 
+/* The last step's routing statistics summed over the ranks (collective: every rank calls it)
+ * into rep->moe_stats; nothing for a dense model. */
+static zero_status_t moe_stats(run_t *r, zero_train_report_t *rep) {
+    size_t n = zero__gpt_moe_stats(r->gpt, NULL);
+    if (n == 0) return ZERO_OK;
+    rep->moe_stats = malloc(n * sizeof *rep->moe_stats);
+    if (!rep->moe_stats) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "moe statistics");
+    rep->moe_stats_count = n;
+    zero__gpt_moe_stats(r->gpt, rep->moe_stats);
+    return sum_ranks(r, rep->moe_stats, n);
+}
+
+/* One line per MoE layer: tokens per expert, drops, mean aux and z losses of the last step. */
+static void print_moe(const run_t *r, const zero_train_report_t *rep) {
+    const zero_moe_config_t *m = &r->cfg->model.moe;
+    const size_t E = (size_t)m->experts, w = ZERO_GPT_MOE_STATS(E);
+    size_t i = 0;
+    for (int l = 0; l < r->cfg->model.layers && rep->moe_stats; l++) {
+        if (!zero__moe_is_layer(m, l)) continue;
+        const double *v = rep->moe_stats + i++ * w;
+        const double choices = v[E + ZERO_GPT_MOE_CHOICES], fw = v[E + ZERO_GPT_MOE_FORWARDS];
+        say(r, "report: moe block.%d tokens per expert (last step, all ranks):", l);
+        for (size_t e = 0; e < E; e++) say(r, " %.0f", v[e]);
+        say(r, "; dropped %.0f of %.0f (%.2f%%); aux %.4f, z %.4f\n", v[E + ZERO_GPT_MOE_DROPPED],
+            choices, choices > 0 ? 100.0 * v[E + ZERO_GPT_MOE_DROPPED] / choices : 0.0,
+            fw > 0 ? v[E + ZERO_GPT_MOE_AUX] / fw : 0.0, fw > 0 ? v[E + ZERO_GPT_MOE_Z] / fw : 0.0);
+    }
+}
+
 /* After training: final evaluation, samples, fingerprint, every rank's report gathered on
  * rank 0 (rep->ranks) and the closing report. */
 static zero_status_t rank_finish(run_t *r, zero_train_report_t *rep) {
@@ -692,7 +734,8 @@ static zero_status_t rank_finish(run_t *r, zero_train_report_t *rep) {
     rep->stop_signal = r->stop_signal;
     rep->start_step = r->start;
     rep->train_s = r->train_s;
-    st = evaluate(r, 1, &rep->final_train_loss);
+    st = moe_stats(r, rep);
+    if (!st) st = evaluate(r, 1, &rep->final_train_loss);
     if (st) goto done;
     rep->tokens_per_s = r->train_s > 0 ? rep->tokens / r->train_s : 0.0;
     rep->flops_per_s = rep->tokens_per_s * rep->flops_per_token;
@@ -724,6 +767,7 @@ static zero_status_t rank_finish(run_t *r, zero_train_report_t *rep) {
                            : "");
     say(r, "\n");
     if (rank == 0) print_tables(r, all);
+    print_moe(r, rep);
     if (r->stop_signal)
         say(r, "report: stopped early by %s (signal %d) after step %d of %d\n",
             signal_name(r->stop_signal), r->stop_signal, r->end_step, cfg->steps);
@@ -772,6 +816,9 @@ void zero__train_report_free(zero_train_report_t *rep) {
     if (!rep) return;
     free(rep->ranks);
     rep->ranks = NULL;
+    free(rep->moe_stats);
+    rep->moe_stats = NULL;
+    rep->moe_stats_count = 0;
 }
 
 /* Which backend a config runs on; ZERO_ERR_UNSUPPORTED for MPI in a build without it. */
@@ -997,6 +1044,29 @@ static void add_categories(cJSON *parent, const char *name, const uint64_t *byte
                                 (double)bytes[c]);
 }
 
+/* "moe": per MoE layer the last step's routing over all ranks (print_moe's figures). */
+static void add_moe_json(cJSON *root, const zero_train_report_t *rep,
+                         const zero_train_config_t *cfg) {
+    const zero_moe_config_t *m = &cfg->model.moe;
+    if (!rep->moe_stats) return;
+    const size_t E = (size_t)m->experts, w = ZERO_GPT_MOE_STATS(E);
+    cJSON *arr = cJSON_AddArrayToObject(root, "moe");
+    size_t i = 0;
+    for (int l = 0; arr && l < cfg->model.layers; l++) {
+        if (!zero__moe_is_layer(m, l)) continue;
+        const double *v = rep->moe_stats + i++ * w, fw = v[E + ZERO_GPT_MOE_FORWARDS];
+        cJSON *o = cJSON_CreateObject();
+        if (!o) return;
+        cJSON_AddItemToArray(arr, o);
+        cJSON_AddNumberToObject(o, "layer", l);
+        cJSON_AddItemToObject(o, "tokens_per_expert", cJSON_CreateDoubleArray(v, (int)E));
+        cJSON_AddNumberToObject(o, "dropped", v[E + ZERO_GPT_MOE_DROPPED]);
+        cJSON_AddNumberToObject(o, "choices", v[E + ZERO_GPT_MOE_CHOICES]);
+        cJSON_AddNumberToObject(o, "aux_loss", fw > 0 ? v[E + ZERO_GPT_MOE_AUX] / fw : 0.0);
+        cJSON_AddNumberToObject(o, "z_loss", fw > 0 ? v[E + ZERO_GPT_MOE_Z] / fw : 0.0);
+    }
+}
+
 zero_status_t zero__train_report_write(const zero_train_report_t *rep,
                                        const zero_train_config_t *cfg, const char *path) {
     cJSON *root = cJSON_CreateObject();
@@ -1019,6 +1089,9 @@ zero_status_t zero__train_report_write(const zero_train_report_t *rep,
     cJSON_AddNumberToObject(root, "unigram_entropy", rep->unigram_entropy);
     cJSON_AddNumberToObject(root, "ln_vocab", rep->ln_vocab);
     cJSON_AddNumberToObject(root, "params", (double)rep->params);
+    cJSON_AddNumberToObject(root, "active_params",
+                            (double)zero__gpt_active_param_count(&cfg->model));
+    add_moe_json(root, rep, cfg);
     cJSON_AddNumberToObject(root, "steps", rep->steps);
     cJSON_AddNumberToObject(root, "start_step", rep->start_step);
     cJSON_AddNumberToObject(root, "stop_signal", rep->stop_signal);

@@ -70,6 +70,10 @@ typedef struct zero_train_report {
     int64_t skipped_steps;           /* steps skipped for an inf/NaN gradient */
     float loss_scale;                /* the loss scale after the last step (fp16; else 1) */
     zero_train_rank_report_t *ranks; /* world entries on rank 0 (NULL elsewhere); owned */
+    /* MoE: the last step's routing statistics summed over the ranks, zero__gpt_moe_stats's
+     * layout (NULL for a dense model); owned */
+    double *moe_stats;
+    size_t moe_stats_count;
 } zero_train_report_t;
 
 typedef struct zero_train_io {

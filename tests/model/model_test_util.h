@@ -27,7 +27,7 @@ static double nrand(void) {
 
 /* Overwrite every parameter with scale * N(0, 1), LayerNorm weights (initialised to ones)
  * around 1; a 16-bit engine rounds them. */
-static void randomize(zero_engine_t *eng, double scale) {
+static inline void randomize(zero_engine_t *eng, double scale) {
     for (int u = 0; u < zero_engine_unit_count(eng); u++)
         for (int t = 0; t < zero_engine_tensor_count(eng, u); t++) {
             const zero_tensor_desc_t *d = zero_engine_tensor_desc(eng, u, t);

@@ -223,6 +223,82 @@ static void test_invalid_cases(void) {
     }
 }
 
+/* model.moe: the defaults, a good section, and each bad value refused before training naming
+ * the key and the value (zero__train_config_check, as `zero train` runs it before step 1). */
+static void test_moe(void) {
+    zero_train_config_t c;
+    CHECK(parse_check(&c, "{}", 1) == ZERO_OK && c.model.moe.experts == 0 &&
+              c.model.moe.top_k == 2 && c.model.moe.every == 2 &&
+              c.model.moe.capacity_factor == 1.0 && c.model.moe.min_capacity == 4 &&
+              c.model.moe.drop_tokens == 1 && c.model.moe.ep_size == 1,
+          "moe defaults: %s", zero_last_error());
+    CHECK(
+        parse_check(&c,
+                    "{\"model\": {\"moe\": {\"experts\": 8, \"top_k\": 1, \"every\": 1, "
+                    "\"capacity_factor\": 1.25, \"eval_capacity_factor\": 2, \"min_capacity\": 0, "
+                    "\"drop_tokens\": false, \"aux_loss_coef\": 0.02, \"z_loss_coef\": 0.001, "
+                    "\"shared_experts\": 2, \"hidden\": 64, \"ep_size\": 1}}}",
+                    1) == ZERO_OK &&
+            c.model.moe.experts == 8 && c.model.moe.top_k == 1 && c.model.moe.every == 1 &&
+            c.model.moe.capacity_factor == 1.25 && c.model.moe.eval_capacity_factor == 2.0 &&
+            c.model.moe.min_capacity == 0 && c.model.moe.drop_tokens == 0 &&
+            c.model.moe.aux_loss_coef == 0.02f && c.model.moe.z_loss_coef == 0.001f &&
+            c.model.moe.shared_experts == 2 && c.model.moe.hidden == 64,
+        "a full moe section: %s", zero_last_error());
+    CHECK(zero__train_config_flag_key("--ep-size") &&
+              !strcmp(zero__train_config_flag_key("--ep-size"), "model.moe.ep_size"),
+          "--ep-size");
+    static const struct {
+        const char *moe; /* the model.moe object's members */
+        zero_status_t status;
+        const char *want[2];
+    } cases[] = {
+        {"\"experts\": -1", ZERO_ERR_CONFIG, {"model.moe.experts = -1", NULL}},
+        {"\"experts\": 4, \"top_k\": 3", ZERO_ERR_CONFIG, {"model.moe.top_k = 3", NULL}},
+        {"\"experts\": 1, \"top_k\": 2",
+         ZERO_ERR_CONFIG,
+         {"model.moe.top_k = 2", "exceeds model.moe.experts = 1"}},
+        {"\"experts\": 4, \"every\": 0", ZERO_ERR_CONFIG, {"model.moe.every = 0", NULL}},
+        {"\"experts\": 4, \"every\": 9",
+         ZERO_ERR_CONFIG,
+         {"model.moe.every = 9", "exceeds model.layers = 4"}},
+        {"\"experts\": 4, \"capacity_factor\": 0",
+         ZERO_ERR_CONFIG,
+         {"model.moe.capacity_factor = 0", "finite number > 0"}},
+        {"\"experts\": 4, \"eval_capacity_factor\": -1",
+         ZERO_ERR_CONFIG,
+         {"model.moe.eval_capacity_factor = -1", "finite number > 0"}},
+        {"\"experts\": 4, \"min_capacity\": -3",
+         ZERO_ERR_CONFIG,
+         {"model.moe.min_capacity = -3", NULL}},
+        {"\"experts\": 4, \"aux_loss_coef\": -0.1",
+         ZERO_ERR_CONFIG,
+         {"model.moe.aux_loss_coef = -0.1", NULL}},
+        {"\"experts\": 4, \"z_loss_coef\": -1",
+         ZERO_ERR_CONFIG,
+         {"model.moe.z_loss_coef = -1", NULL}},
+        {"\"experts\": 4, \"shared_experts\": -1",
+         ZERO_ERR_CONFIG,
+         {"model.moe.shared_experts = -1", NULL}},
+        {"\"experts\": 4, \"ep_size\": 3",
+         ZERO_ERR_CONFIG,
+         {"model.moe.ep_size = 3", "divisor of model.moe.experts = 4"}},
+        {"\"experts\": 4, \"ep_size\": 2",
+         ZERO_ERR_UNSUPPORTED,
+         {"model.moe.ep_size = 2", "expert parallelism (ep_size > 1) is not implemented yet"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char json[256];
+        snprintf(json, sizeof json, "{\"model\": {\"moe\": {%s}}}", cases[i].moe);
+        zero_status_t st = parse_check(&c, json, 1);
+        int ok = st == cases[i].status;
+        for (int k = 0; k < 2 && cases[i].want[k]; k++)
+            ok = ok && strstr(zero_last_error(), cases[i].want[k]) != NULL;
+        CHECK(ok, "moe case %zu (%s): status %d, message '%s'", i, cases[i].moe, (int)st,
+              zero_last_error());
+    }
+}
+
 /* DeepSpeed's rule: any two of the batch-size triple determine the third. */
 static void test_batch_sizes(void) {
     zero_train_config_t c;
@@ -774,6 +850,7 @@ int main(int argc, char **argv) {
     test_errors();
     test_set();
     test_invalid_cases();
+    test_moe();
     test_batch_sizes();
     test_deepspeed_example();
     test_flags();

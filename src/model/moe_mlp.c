@@ -1,0 +1,435 @@
+/* moe_mlp.c — the MoE MLP: router, dispatch, experts one by one, combine, shared experts;
+ * forward and backward on the routing kernels (kernels/moe.h) and the linear/GELU kernels.
+ *
+ * Not here: parameters (borrowed views), LayerNorm and residual (gpt.c), communication.
+ * Invariants: slots of expert e are filled 0 .. count_e - 1 (the router hands them out in
+ * order), so the experts run on a prefix of their capacity rows (expert_rows); the rows past
+ * count_e are zero in the dispatch buffer and in the output gradient, so they add exact zeros to
+ * the weight gradients, and their outputs are never read (the combine and the dispatch backward
+ * only touch kept slots). count_e <= tokens: a token picks
+ * an expert at most once. Per stored layer the forward keeps the router's logits, probabilities,
+ * choices, slots and gates, each expert's pre-activation and fp32 output (the combine backward
+ * needs it for the gates' gradient) and the shared experts' pre-activations; the dispatched input
+ * is rebuilt in backward (a copy, bitwise the same).
+ */
+#include "model/moe_mlp.h"
+
+#include "core/core_internal.h"
+#include "kernels/kernels.h"
+#include "kernels/kernels_lp.h"
+#include "kernels/moe.h"
+#include "model/carve.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* State of one stored layer, kept from its forward to its backward. */
+typedef struct moe_layer {
+    float *logits, *probs; /* (BT, E) fp32 */
+    float *gates;          /* (BT, k) */
+    int32_t *idx, *slot;   /* (BT, k) */
+    int32_t *counts;       /* (E) */
+    void *fch;             /* (E, cap, H) dt: experts' pre-activations */
+    float *y;              /* (E, cap, C) fp32: experts' outputs */
+    void *sfch;            /* (S, BT, H) dt: shared experts' pre-activations */
+    size_t cap;            /* of the last forward */
+} moe_layer_t;
+
+struct zero_moe_mlp {
+    zero_moe_config_t m;
+    size_t C, H, E, S, tokens, cap_max;
+    int k, stored, threads, eval;
+    zero_dtype_t dt;
+    size_t es;
+    moe_layer_t *layers; /* stored entries, owned */
+    /* scratch shared by every layer */
+    void *buf;     /* (E, cap, C) dt: the dispatched input */
+    float *bufw;   /* (E, cap, C) fp32: 16-bit dispatch; the dispatch buffer's gradient */
+    float *xw;     /* (BT, C) fp32: widened x */
+    float *outw;   /* (BT, C) fp32: combined output; the input's gradient */
+    float *tmpw;   /* (BT, C) fp32: a shared expert's output; widened dout */
+    void *h, *h2;  /* (max(BT, cap), H) dt: GELU output; its gradient */
+    void *dyd;     /* (cap, C) dt: one expert's output gradient, narrowed */
+    float *dy;     /* (E, cap, C) fp32 */
+    float *dgates; /* (BT, k) */
+    float *dlogits;
+    void *dlogd; /* (BT, E) fp32 and dt */
+};
+
+#define LP (mm->dt != ZERO_DTYPE_FP32)
+
+static void *at(const zero_moe_mlp_t *mm, const void *base, size_t i) {
+    return (char *)(uintptr_t)base + i * mm->es;
+}
+
+zero_status_t zero__moe_config_check(const zero_moe_config_t *m, int dim) {
+    if (m->experts == 0) return ZERO_OK;
+    if (m->experts < 0 || m->experts > 65536)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "model.moe.experts = %d is invalid (expected 1..65536, or 0 for a dense "
+                           "model)",
+                           m->experts);
+    if (m->top_k != 1 && m->top_k != 2)
+        return zero__error(ZERO_ERR_CONFIG, "model.moe.top_k = %d is invalid (expected 1 or 2)",
+                           m->top_k);
+    if (m->top_k > m->experts)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "model.moe.top_k = %d exceeds model.moe.experts = %d (expected top_k <= "
+                           "experts)",
+                           m->top_k, m->experts);
+    if (m->every < 1)
+        return zero__error(ZERO_ERR_CONFIG, "model.moe.every = %d is invalid (expected >= 1)",
+                           m->every);
+    const struct {
+        const char *key;
+        double v;
+    } factors[] = {{"capacity_factor", m->capacity_factor},
+                   {"eval_capacity_factor", m->eval_capacity_factor}};
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(factors); i++)
+        if (!isfinite(factors[i].v) || !(factors[i].v > 0.0))
+            return zero__error(ZERO_ERR_CONFIG,
+                               "model.moe.%s = %g is invalid (expected a finite number > 0)",
+                               factors[i].key, factors[i].v);
+    if (m->min_capacity < 0)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "model.moe.min_capacity = %d is invalid (expected >= 0)",
+                           m->min_capacity);
+    const struct {
+        const char *key;
+        float v;
+    } coefs[] = {{"aux_loss_coef", m->aux_loss_coef}, {"z_loss_coef", m->z_loss_coef}};
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(coefs); i++)
+        if (!isfinite(coefs[i].v) || coefs[i].v < 0.0f)
+            return zero__error(ZERO_ERR_CONFIG,
+                               "model.moe.%s = %g is invalid (expected a finite number >= 0)",
+                               coefs[i].key, (double)coefs[i].v);
+    if (m->shared_experts < 0 || m->shared_experts > 1024)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "model.moe.shared_experts = %d is invalid (expected 0..1024)",
+                           m->shared_experts);
+    if (m->hidden < 0 || m->hidden > 1 << 20)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "model.moe.hidden = %d is invalid (expected 1..1048576, or 0 for 4 x "
+                           "model.dim = %d)",
+                           m->hidden, 4 * dim);
+    if (m->ep_size < 1 || m->experts % m->ep_size != 0)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "model.moe.ep_size = %d is invalid (expected a divisor of "
+                           "model.moe.experts = %d)",
+                           m->ep_size, m->experts);
+    if (m->ep_size > 1)
+        return zero__error(ZERO_ERR_UNSUPPORTED,
+                           "model.moe.ep_size = %d: expert parallelism (ep_size > 1) is not "
+                           "implemented yet (expected 1)",
+                           m->ep_size);
+    return ZERO_OK;
+}
+
+int zero__moe_is_layer(const zero_moe_config_t *m, int l) {
+    return m->experts > 0 && m->every > 0 && (l + 1) % m->every == 0;
+}
+
+size_t zero__moe_hidden(const zero_moe_config_t *m, int dim) {
+    return m->hidden > 0 ? (size_t)m->hidden : 4 * (size_t)dim;
+}
+
+size_t zero__moe_capacity_for(const zero_moe_config_t *m, size_t tokens, int eval) {
+    size_t cap = 0;
+    if (zero__moe_capacity(&cap, tokens, (size_t)m->experts, m->top_k,
+                           eval ? m->eval_capacity_factor : m->capacity_factor,
+                           (size_t)m->min_capacity, m->drop_tokens))
+        return 0;
+    return cap;
+}
+
+/* One pass of the layout (base NULL: only count bytes). */
+static void layout(zero_moe_mlp_t *mm, char *base, size_t *total) {
+    const size_t BT = mm->tokens, C = mm->C, H = mm->H, E = mm->E, S = mm->S, k = (size_t)mm->k;
+    const size_t EC = E * mm->cap_max, f = sizeof(float), i4 = sizeof(int32_t), e = mm->es;
+    size_t off = 0;
+    for (int s = 0; s < mm->stored; s++) {
+        moe_layer_t tmp, *L = base ? &mm->layers[s] : &tmp;
+        zero__carve(base, &off, BT * E, f, &L->logits);
+        zero__carve(base, &off, BT * E, f, &L->probs);
+        zero__carve(base, &off, BT * k, f, &L->gates);
+        zero__carve(base, &off, BT * k, i4, &L->idx);
+        zero__carve(base, &off, BT * k, i4, &L->slot);
+        zero__carve(base, &off, E, i4, &L->counts);
+        zero__carve(base, &off, EC * H, e, &L->fch);
+        zero__carve(base, &off, EC * C, f, &L->y);
+        zero__carve(base, &off, S * BT * H, e, &L->sfch);
+    }
+    zero__carve(base, &off, EC * C, e, &mm->buf);
+    zero__carve(base, &off, EC * C, f, &mm->bufw);
+    zero__carve(base, &off, BT * C, f, &mm->xw);
+    zero__carve(base, &off, BT * C, f, &mm->outw);
+    zero__carve(base, &off, BT * C, f, &mm->tmpw);
+    const size_t rows =
+        BT > mm->cap_max ? BT : mm->cap_max; /* a shared expert's or a routed one's */
+    zero__carve(base, &off, rows * H, e, &mm->h);
+    zero__carve(base, &off, rows * H, e, &mm->h2);
+    zero__carve(base, &off, mm->cap_max * C, e, &mm->dyd);
+    zero__carve(base, &off, EC * C, f, &mm->dy);
+    zero__carve(base, &off, BT * k, f, &mm->dgates);
+    zero__carve(base, &off, BT * E, f, &mm->dlogits);
+    zero__carve(base, &off, BT * E, e, &mm->dlogd);
+    *total = off;
+}
+
+/* The shape fields of an instance (no memory). */
+static void shape(zero_moe_mlp_t *mm, const zero_moe_config_t *m, int dim, size_t tokens,
+                  int stored, zero_dtype_t dt) {
+    mm->m = *m;
+    mm->C = (size_t)dim;
+    mm->H = zero__moe_hidden(m, dim);
+    mm->E = (size_t)m->experts;
+    mm->S = (size_t)m->shared_experts;
+    mm->k = m->top_k;
+    mm->tokens = tokens;
+    mm->stored = stored;
+    mm->dt = dt;
+    mm->es = zero_dtype_size(dt);
+    /* capacity grows with the token count: the largest forward needs the most */
+    size_t ct = zero__moe_capacity_for(m, tokens, 0), ce = zero__moe_capacity_for(m, tokens, 1);
+    mm->cap_max = ct > ce ? ct : ce;
+}
+
+size_t zero__moe_mlp_bytes(const zero_moe_config_t *m, int dim, size_t tokens, int stored,
+                           zero_dtype_t dt) {
+    if (m->experts <= 0) return 0;
+    zero_moe_mlp_t mm;
+    memset(&mm, 0, sizeof mm);
+    shape(&mm, m, dim, tokens, stored, dt);
+    size_t total = 0;
+    layout(&mm, NULL, &total);
+    return total;
+}
+
+zero_status_t zero__moe_mlp_init(zero_moe_mlp_t **out, const zero_moe_config_t *m, int dim,
+                                 size_t tokens, int stored, zero_dtype_t dt, int threads,
+                                 void *mem) {
+    *out = NULL;
+    zero_status_t st = zero__moe_config_check(m, dim);
+    if (st) return st;
+    if (m->experts == 0 || stored < 1 || tokens == 0 || !mem)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "moe mlp: %d experts, %d stored layers, %zu tokens (expected >= 1 each) "
+                           "and memory",
+                           m->experts, stored, tokens);
+    zero_moe_mlp_t *mm = calloc(1, sizeof *mm);
+    if (!mm) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "moe mlp: out of memory");
+    shape(mm, m, dim, tokens, stored, dt);
+    mm->threads = threads < 1 ? 1 : threads;
+    mm->layers = calloc((size_t)stored, sizeof *mm->layers);
+    if (!mm->layers) {
+        free(mm);
+        return zero__error(ZERO_ERR_OUT_OF_MEMORY, "moe mlp: out of memory");
+    }
+    size_t total = 0;
+    layout(mm, mem, &total);
+    *out = mm;
+    return ZERO_OK;
+}
+
+void zero__moe_mlp_free(zero_moe_mlp_t *mm) {
+    if (!mm) return;
+    free(mm->layers);
+    free(mm);
+}
+
+void zero__moe_mlp_set_eval(zero_moe_mlp_t *mm, int on) { mm->eval = on != 0; }
+
+/* ------------------------------------------------------------------------------ dtype dispatch */
+
+/* out (n, OC) = inp (n, IC) · wᵀ + b; out in fp32 (out_f32) or the compute dtype. */
+static void lin_fwd(const zero_moe_mlp_t *mm, void *out, int out_f32, const void *inp,
+                    const void *w, const void *b, size_t n, size_t IC, size_t OC) {
+    if (LP)
+        zero__matmul_forward_lp(out, out_f32 ? ZERO_DTYPE_FP32 : mm->dt, inp, w, b, mm->dt, n, IC,
+                                OC, mm->threads);
+    else
+        zero__matmul_forward(out, inp, w, b, n, IC, OC, mm->threads);
+}
+
+/* Linear backward: dinp (n, IC) in dinp_dt (fp32 or the compute dtype) = dout · w, added to its
+ * contents when accumulate, else overwritten; dw, db accumulate (db may be NULL). */
+static void lin_bwd(const zero_moe_mlp_t *mm, void *dinp, zero_dtype_t dinp_dt, int accumulate,
+                    void *dw, void *db, const void *dout, const void *inp, const void *w, size_t n,
+                    size_t IC, size_t OC) {
+    const int th = mm->threads;
+    if (LP) {
+        zero__gemm_lp(0, 0, n, IC, OC, dout, OC, w, IC, mm->dt, accumulate, dinp, IC, dinp_dt, th);
+        zero__matmul_backward_lp(NULL, mm->dt, dw, db, mm->dt, dout, inp, w, mm->dt, n, IC, OC, th);
+        return;
+    }
+    zero__sgemm(0, 0, n, IC, OC, 1.0f, dout, OC, w, IC, accumulate ? 1.0f : 0.0f, dinp, IC, th);
+    zero__matmul_backward(NULL, dw, db, dout, inp, w, n, IC, OC, th);
+}
+
+static void gelu_fwd(const zero_moe_mlp_t *mm, void *out, const void *inp, size_t n) {
+    if (LP)
+        zero__gelu_forward_lp(out, inp, mm->dt, n, mm->threads);
+    else
+        zero__gelu_forward(out, inp, n, mm->threads);
+}
+
+/* dinp = gelu'(inp) * dout (overwrites: the kernels accumulate, so dinp is cleared first). */
+static void gelu_bwd(const zero_moe_mlp_t *mm, void *dinp, const void *inp, const void *dout,
+                     size_t n) {
+    memset(dinp, 0, n * mm->es);
+    if (LP)
+        zero__gelu_backward_lp(dinp, inp, dout, mm->dt, n, mm->threads);
+    else
+        zero__gelu_backward(dinp, inp, dout, n, mm->threads);
+}
+
+/* mm->buf (E, cap, C) in the compute dtype <- x routed by layer L (the fp32 kernel on widened
+ * rows for 16-bit; narrowing them back is exact). */
+static void dispatch(zero_moe_mlp_t *mm, const moe_layer_t *L, const void *x, size_t BT) {
+    const size_t C = mm->C, E = mm->E;
+    if (!LP) {
+        zero__moe_dispatch_forward(mm->buf, x, L->idx, L->slot, BT, E, mm->k, L->cap, C);
+        return;
+    }
+    zero__widen(mm->xw, x, BT * C, mm->dt);
+    zero__moe_dispatch_forward(mm->bufw, mm->xw, L->idx, L->slot, BT, E, mm->k, L->cap, C);
+    zero__narrow(mm->buf, mm->bufw, E * L->cap * C, mm->dt);
+}
+
+/* Rows expert e's GEMMs run over: count_e rounded up to a multiple of max(64, cap / 8), at
+ * most cap. oneDNN builds (and caches) one primitive per GEMM shape, and the counts change every
+ * step: rounding bounds the shapes to about nine per GEMM for a given token count (an exact count
+ * would build a primitive on almost every call), for at most an eighth of the capacity of padding
+ * rows. */
+static size_t expert_rows(size_t count, size_t cap) {
+    if (count == 0) return 0;
+    size_t q = (cap + 7) / 8;
+    if (q < 64) q = 64;
+    size_t m = (count + q - 1) / q * q;
+    return m < cap ? m : cap;
+}
+
+/* ------------------------------------------------------------------------------ forward */
+
+void zero__moe_mlp_forward(zero_moe_mlp_t *mm, int s, const zero_moe_weights_t *w, void *out,
+                           const void *x, size_t BT, int32_t *counts,
+                           zero_moe_layer_stats_t *stats) {
+    ZERO_ASSERT(s >= 0 && s < mm->stored && BT <= mm->tokens);
+    moe_layer_t *L = &mm->layers[s];
+    const size_t C = mm->C, H = mm->H, E = mm->E;
+    const int k = mm->k;
+    L->cap = zero__moe_capacity_for(&mm->m, BT, mm->eval);
+    ZERO_ASSERT(L->cap > 0 && L->cap <= mm->cap_max);
+    const size_t cap = L->cap;
+
+    lin_fwd(mm, L->logits, 1, x, w->router_w, NULL, BT, C, E);
+    size_t dropped = 0;
+    float aux = 0.0f, z = 0.0f;
+    zero_status_t st = zero__moe_router_forward(L->probs, L->idx, L->slot, L->gates, L->counts,
+                                                &dropped, &aux, &z, L->logits, BT, E, k, cap);
+    ZERO_ASSERT(st == ZERO_OK); /* the shape was checked at init */
+    dispatch(mm, L, x, BT);
+    /* one matmul per expert over the rows its tokens filled */
+    for (size_t e = 0; e < E; e++) {
+        const size_t n = expert_rows((size_t)L->counts[e], cap);
+        if (n == 0) continue;
+        void *fch = at(mm, L->fch, e * cap * H);
+        lin_fwd(mm, fch, 0, at(mm, mm->buf, e * cap * C), at(mm, w->fc_w, e * H * C),
+                at(mm, w->fc_b, e * H), n, C, H);
+        gelu_fwd(mm, mm->h, fch, n * H);
+        lin_fwd(mm, L->y + e * cap * C, 1, mm->h, at(mm, w->proj_w, e * C * H),
+                at(mm, w->proj_b, e * C), n, H, C);
+    }
+    float *ow = LP ? mm->outw : out;
+    zero__moe_combine_forward(ow, L->y, L->gates, L->idx, L->slot, BT, E, k, cap, C);
+    /* shared experts on every token, added after the routed ones in expert order */
+    for (size_t j = 0; j < mm->S; j++) {
+        void *sfch = at(mm, L->sfch, j * BT * H);
+        lin_fwd(mm, sfch, 0, x, at(mm, w->shared_fc_w, j * H * C), at(mm, w->shared_fc_b, j * H),
+                BT, C, H);
+        gelu_fwd(mm, mm->h, sfch, BT * H);
+        lin_fwd(mm, mm->tmpw, 1, mm->h, at(mm, w->shared_proj_w, j * C * H),
+                at(mm, w->shared_proj_b, j * C), BT, H, C);
+        for (size_t i = 0; i < BT * C; i++) ow[i] += mm->tmpw[i];
+    }
+    if (LP) zero__narrow(out, ow, BT * C, mm->dt);
+    if (counts) memcpy(counts, L->counts, E * sizeof *counts);
+    if (stats) {
+        stats->aux_loss = aux;
+        stats->z_loss = z;
+        stats->dropped = dropped;
+        stats->capacity = cap;
+    }
+}
+
+/* ------------------------------------------------------------------------------ backward */
+
+void zero__moe_mlp_backward(zero_moe_mlp_t *mm, int s, const zero_moe_weights_t *w,
+                            const zero_moe_weights_t *gw, void *dx, const void *dout, const void *x,
+                            size_t BT, float loss_scale) {
+    ZERO_ASSERT(s >= 0 && s < mm->stored && BT <= mm->tokens);
+    const moe_layer_t *L = &mm->layers[s];
+    const size_t C = mm->C, H = mm->H, E = mm->E, cap = L->cap;
+    const int k = mm->k;
+    const zero_dtype_t F = ZERO_DTYPE_FP32;
+
+    /* combine: the experts' output gradients and the gates' */
+    const float *doutw = dout;
+    if (LP) {
+        zero__widen(mm->tmpw, dout, BT * C, mm->dt);
+        doutw = mm->tmpw;
+    }
+    memset(mm->dy, 0, E * cap * C * sizeof *mm->dy);
+    memset(mm->dgates, 0, BT * (size_t)k * sizeof *mm->dgates);
+    zero__moe_combine_backward(mm->dy, mm->dgates, doutw, L->y, L->gates, L->idx, L->slot, BT, E, k,
+                               cap, C);
+
+    /* experts, one by one: bufw receives the dispatch buffer's gradient */
+    dispatch(mm, L, x, BT);
+    for (size_t e = 0; e < E; e++) {
+        const size_t n = expert_rows((size_t)L->counts[e], cap);
+        if (n == 0) continue;
+        const void *fch = at(mm, L->fch, e * cap * H);
+        const float *dye = mm->dy + e * cap * C;
+        const void *dyd = dye;
+        if (LP) {
+            zero__narrow(mm->dyd, dye, n * C, mm->dt);
+            dyd = mm->dyd;
+        }
+        gelu_fwd(mm, mm->h, fch, n * H); /* bitwise the forward's */
+        lin_bwd(mm, mm->h2, mm->dt, 0, at(mm, gw->proj_w, e * C * H), at(mm, gw->proj_b, e * C),
+                dyd, mm->h, at(mm, w->proj_w, e * C * H), n, H, C);
+        gelu_bwd(mm, mm->h, fch, mm->h2, n * H);
+        lin_bwd(mm, mm->bufw + e * cap * C, F, 0, at(mm, gw->fc_w, e * H * C),
+                at(mm, gw->fc_b, e * H), mm->h, at(mm, mm->buf, e * cap * C),
+                at(mm, w->fc_w, e * H * C), n, C, H);
+    }
+    float *dxw = LP ? mm->outw : dx;
+    memset(dxw, 0, BT * C * sizeof *dxw);
+    zero__moe_dispatch_backward(dxw, mm->bufw, L->idx, L->slot, BT, E, k, cap, C);
+
+    /* router: gates, aux and z losses -> logits -> x and the router weight */
+    memset(mm->dlogits, 0, BT * E * sizeof *mm->dlogits);
+    zero__moe_router_backward(mm->dlogits, mm->dgates, L->logits, L->probs, L->idx, BT, E, k,
+                              mm->m.aux_loss_coef * loss_scale, mm->m.z_loss_coef * loss_scale);
+    const void *dl = mm->dlogits;
+    if (LP) {
+        zero__narrow(mm->dlogd, mm->dlogits, BT * E, mm->dt);
+        dl = mm->dlogd;
+    }
+    lin_bwd(mm, dxw, F, 1, gw->router_w, NULL, dl, x, w->router_w, BT, C, E);
+
+    /* shared experts */
+    for (size_t j = 0; j < mm->S; j++) {
+        const void *sfch = at(mm, L->sfch, j * BT * H);
+        gelu_fwd(mm, mm->h, sfch, BT * H);
+        lin_bwd(mm, mm->h2, mm->dt, 0, at(mm, gw->shared_proj_w, j * C * H),
+                at(mm, gw->shared_proj_b, j * C), dout, mm->h, at(mm, w->shared_proj_w, j * C * H),
+                BT, H, C);
+        gelu_bwd(mm, mm->h, sfch, mm->h2, BT * H);
+        lin_bwd(mm, dxw, F, 1, at(mm, gw->shared_fc_w, j * H * C), at(mm, gw->shared_fc_b, j * H),
+                mm->h, x, at(mm, w->shared_fc_w, j * H * C), BT, C, H);
+    }
+    if (LP) zero__narrow(dx, dxw, BT * C, mm->dt);
+}
