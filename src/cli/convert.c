@@ -1,6 +1,7 @@
 /* convert.c — `zero convert CHECKPOINT OUT.safetensors [--dtype fp32|bf16]`: export a checkpoint's
  * fp32 master weights to one safetensors file with Hugging Face GPT-2 names and layouts (the GPT
- * model's name map, zero__gpt_names).
+ * model's name map, zero__gpt_names); MoE layers' tensors keep zero's names under h.N.moe., the
+ * experts stacked (E, ...), not split per expert.
  *
  * CHECKPOINT is a checkpoint directory, a save directory (its `latest` is used) or DIR/latest.
  * The export streams (memory about one Conv1D weight plus small buffers) and verifies the
@@ -21,7 +22,9 @@ static void usage(FILE *out) {
             "  --dtype      element type of the output: fp32 (default, exact) or bf16\n"
             "               (round to nearest even)\n\n"
             "Writes Hugging Face GPT-2 names and layouts (wte.weight, h.0.attn.c_attn.weight in\n"
-            "Conv1D [in, out] layout, ..., ln_f.bias); check with tools/safetensors_check.py.\n");
+            "Conv1D [in, out] layout, ..., ln_f.bias); an MoE layer's router and experts keep\n"
+            "zero's names, h.N.moe.*, the experts stacked along dimension 0 (docs/moe.md).\n"
+            "Check with tools/safetensors_check.py.\n");
 }
 
 int zero__cli_convert(int argc, char **argv) {

@@ -107,6 +107,19 @@ static zero_status_t save_meta_build(save_meta_t *m, const zero_train_config_t *
         cJSON_AddNumberToObject(model, "dim", cfg->model.dim);
         cJSON_AddNumberToObject(model, "vocab", cfg->model.vocab);
         cJSON_AddNumberToObject(model, "seq", cfg->model.seq);
+        /* MoE: the keys that decide the tensors' shapes (experts, every, shared_experts, the
+         * experts' hidden width as used, 4C for 0), which a resume checks, and the routing
+         * (top_k) and ep_size, which may change on resume. experts 0: a dense model. */
+        const zero_moe_config_t *moe = &cfg->model.moe;
+        cJSON *mo = cJSON_AddObjectToObject(model, "moe");
+        if (mo) {
+            cJSON_AddNumberToObject(mo, "experts", moe->experts);
+            cJSON_AddNumberToObject(mo, "every", moe->every);
+            cJSON_AddNumberToObject(mo, "shared_experts", moe->shared_experts);
+            cJSON_AddNumberToObject(mo, "hidden", (double)zero__moe_hidden(moe, cfg->model.dim));
+            cJSON_AddNumberToObject(mo, "top_k", moe->top_k);
+            cJSON_AddNumberToObject(mo, "ep_size", moe->ep_size);
+        }
     }
     if (data) {
         cJSON_AddNumberToObject(data, "step", (double)pos->step);
@@ -361,30 +374,46 @@ static zero_status_t restore_scaler(const zero_ckpt_t *c, zero_engine_t *eng) {
     return st;
 }
 
+/* ZERO_ERR_MISMATCH: the checkpoint's model key `key` (saved) differs from the run's (run). */
+static zero_status_t key_mismatch(const zero_ckpt_t *c, const char *key, double saved, int run) {
+    return zero__error(ZERO_ERR_MISMATCH,
+                       "checkpoint %s was saved with %s = %.0f, this run has %s = %d (expected "
+                       "the checkpoint's model: set %s = %.0f, or start a fresh run)",
+                       zero_ckpt_path(c), key, saved, key, run, key, saved);
+}
+
 /* The checkpoint's model against the run's: ZERO_ERR_MISMATCH naming the first key that
  * differs. Shapes that the layout check would catch are named here by their key too, and
- * model.heads (which changes no tensor's shape, only what the weights mean) only here. */
+ * model.heads (which changes no tensor's shape, only what the weights mean) only here. MoE: the
+ * expert count first (a dense checkpoint saved experts 0), then, for an MoE model, the keys that
+ * shape its tensors; top_k, the capacities, the loss coefficients and ep_size may change (the
+ * files hold every expert whatever the ep_size). Checkpoints from before MoE have no "moe":
+ * the layout check names the first tensor that differs. */
 static zero_status_t check_model(const zero_ckpt_t *c, const zero_train_config_t *cfg) {
     cJSON *model = cJSON_Parse(zero_ckpt_get_meta(c)->model_json);
+    const cJSON *moe = cJSON_GetObjectItemCaseSensitive(model, "moe");
+    const zero_moe_config_t *m = &cfg->model.moe;
+    const int hidden = m->experts > 0 ? (int)zero__moe_hidden(m, cfg->model.dim) : 0;
     const struct {
-        const char *key;
+        const cJSON *in;
+        const char *name, *key;
         int run;
-    } keys[] = {{"layers", cfg->model.layers},
-                {"heads", cfg->model.heads},
-                {"dim", cfg->model.dim},
-                {"vocab", cfg->model.vocab},
-                {"seq", cfg->model.seq}};
+    } keys[] = {{model, "layers", "model.layers", cfg->model.layers},
+                {model, "heads", "model.heads", cfg->model.heads},
+                {model, "dim", "model.dim", cfg->model.dim},
+                {model, "vocab", "model.vocab", cfg->model.vocab},
+                {model, "seq", "model.seq", cfg->model.seq},
+                {moe, "experts", "model.moe.experts", m->experts},
+                {moe, "every", "model.moe.every", m->every},
+                {moe, "shared_experts", "model.moe.shared_experts", m->shared_experts},
+                {moe, "hidden", "model.moe.hidden", hidden}};
     zero_status_t st = ZERO_OK;
     for (size_t i = 0; i < ZERO_ARRAY_LEN(keys) && !st; i++) {
         double saved = 0;
-        if (get_number(model, keys[i].key, &saved)) continue; /* not saved by `zero train` */
-        if (saved != (double)keys[i].run)
-            st = zero__error(ZERO_ERR_MISMATCH,
-                             "checkpoint %s was saved with model.%s = %.0f, this run has "
-                             "model.%s = %d (expected the checkpoint's model: set model.%s = %.0f, "
-                             "or start a fresh run)",
-                             zero_ckpt_path(c), keys[i].key, saved, keys[i].key, keys[i].run,
-                             keys[i].key, saved);
+        if (get_number(keys[i].in, keys[i].name, &saved)) continue; /* not saved by `zero train` */
+        if (saved != (double)keys[i].run) st = key_mismatch(c, keys[i].key, saved, keys[i].run);
+        if (keys[i].in == moe && !strcmp(keys[i].name, "experts") && m->experts == 0)
+            break; /* dense on both sides: the other MoE keys shape nothing */
     }
     cJSON_Delete(model);
     return st;
