@@ -77,6 +77,7 @@ struct zero_gpt {
     int *unit_experts; /* (L) owned: an MoE layer's experts unit, else -1 */
     int *moe_slot;     /* (L) owned: an MoE layer's stored state in g->moe, else -1 */
     int moe_layers;    /* how many layers are MoE */
+    zero_comm_t *ep_comm; /* borrowed: the expert-parallel block (NULL at ep_size 1) */
     int eval;          /* eval mode: eval_capacity_factor, no routing statistics */
     zero_dtype_t dt;   /* the engine's compute dtype: parameters, activations, gradients */
     size_t es;         /* its element size */
@@ -209,6 +210,9 @@ static void unit_descs(const zero_gpt_config_t *c, zero_tensor_desc_t emb[E_COUN
  * router like every other weight. */
 static void moe_descs(const zero_gpt_config_t *c, zero_tensor_desc_t blk[M_COUNT], int *nblk,
                       zero_tensor_desc_t xp[X_COUNT]) {
+    /* expert parallelism: each rank declares its E / ep_size experts, one copy of the logical
+     * (E, ...) tensors (zero_engine_add_unit_in) */
+    const size_t Ex = (size_t)(c->moe.experts / (c->moe.ep_size > 1 ? c->moe.ep_size : 1));
     zero_tensor_desc_t emb[E_COUNT], dense[B_COUNT], fin[F_COUNT];
     unit_descs(c, emb, dense, fin);
     const size_t C = (size_t)c->dim, H = zero__moe_hidden(&c->moe, c->dim);
@@ -226,10 +230,10 @@ static void moe_descs(const zero_gpt_config_t *c, zero_tensor_desc_t blk[M_COUNT
     memcpy(blk + B_FCW, m, sizeof m);
     *nblk = S > 0 ? M_COUNT : M_SFCW;
     const zero_tensor_desc_t x[X_COUNT] = {
-        {"moe.experts.fc.weight", 3, {E, H, C}, 0, ZERO_INIT_NORMAL, std},
-        {"moe.experts.fc.bias", 2, {E, H}, nd, ZERO_INIT_ZEROS, 0},
-        {"moe.experts.proj.weight", 3, {E, C, H}, 0, ZERO_INIT_NORMAL, proj_std},
-        {"moe.experts.proj.bias", 2, {E, C}, nd, ZERO_INIT_ZEROS, 0},
+        {"moe.experts.fc.weight", 3, {Ex, H, C}, 0, ZERO_INIT_NORMAL, std},
+        {"moe.experts.fc.bias", 2, {Ex, H}, nd, ZERO_INIT_ZEROS, 0},
+        {"moe.experts.proj.weight", 3, {Ex, C, H}, 0, ZERO_INIT_NORMAL, proj_std},
+        {"moe.experts.proj.bias", 2, {Ex, C}, nd, ZERO_INIT_ZEROS, 0},
     };
     memcpy(xp, x, sizeof x);
 }
@@ -241,6 +245,13 @@ static zero_status_t declare_units(zero_gpt_t *g) {
     if (g->moe_layers) moe_descs(&g->cfg, mblk, &nm, xp);
     zero_status_t st = zero_engine_add_unit(g->eng, "embeddings", emb, E_COUNT, &g->unit_emb);
     if (st) return st;
+    /* Expert parallelism: the experts' units are stacked over the expert-data-parallel groups
+     * (color = this rank's place in its block, so group rank g is block g), with one source slot
+     * per rank of the block. */
+    const int ep = g->cfg.moe.ep_size > 1 ? g->cfg.moe.ep_size : 1;
+    int group = 0;
+    if (g->moe_layers && ep > 1) st = zero_engine_add_group(g->eng, zero_comm_rank(g->ep_comm), &group);
+    if (st) return st;
     for (int l = 0; l < g->cfg.layers; l++) {
         char name[48];
         snprintf(name, sizeof name, "block.%d", l);
@@ -251,7 +262,8 @@ static zero_status_t declare_units(zero_gpt_t *g) {
         g->unit_experts[l] = -1;
         if (!moe) continue;
         snprintf(name, sizeof name, "block.%d.experts", l);
-        st = zero_engine_add_unit(g->eng, name, xp, X_COUNT, &g->unit_experts[l]);
+        st = zero_engine_add_unit_in(g->eng, group, name, xp, X_COUNT, &g->unit_experts[l]);
+        if (!st && ep > 1) st = zero_engine_set_unit_slots(g->eng, g->unit_experts[l], ep);
         if (st) return st;
     }
     return zero_engine_add_unit(g->eng, "final", fin, F_COUNT, &g->unit_final);
@@ -367,16 +379,29 @@ static void layout(zero_gpt_t *g, char *base, size_t *total) {
 
 zero_status_t zero__gpt_init(zero_gpt_t **out, const zero_gpt_config_t *cfg, zero_engine_t *eng,
                              int batch, int checkpointing, int threads) {
+    return zero__gpt_init_ep(out, cfg, eng, batch, checkpointing, threads, NULL);
+}
+
+zero_status_t zero__gpt_init_ep(zero_gpt_t **out, const zero_gpt_config_t *cfg,
+                                zero_engine_t *eng, int batch, int checkpointing, int threads,
+                                zero_comm_t *ep_comm) {
     if (!out || !eng) return zero__error(ZERO_ERR_INVALID_ARG, "zero__gpt_init: NULL argument");
     *out = NULL;
     zero_status_t st = zero__gpt_config_check(cfg);
     if (st) return st;
+    const int ep = cfg->moe.experts > 0 && cfg->moe.ep_size > 1 ? cfg->moe.ep_size : 1;
+    if ((ep_comm ? zero_comm_size(ep_comm) : 1) != ep)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "model.moe.ep_size = %d but the expert-parallel communicator has %d "
+                           "ranks (expected the same)",
+                           cfg->moe.ep_size, ep_comm ? zero_comm_size(ep_comm) : 1);
     if (batch < 1)
         return zero__error(ZERO_ERR_CONFIG, "batch size %d is invalid (expected >= 1)", batch);
     zero_gpt_t *g = calloc(1, sizeof *g);
     if (!g) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "model: out of memory");
     g->cfg = *cfg;
     g->eng = eng;
+    g->ep_comm = ep > 1 ? ep_comm : NULL;
     g->batch = batch;
     g->checkpointing = checkpointing ? 1 : 0;
     g->threads = threads < 1 ? 1 : threads;
@@ -429,7 +454,8 @@ zero_status_t zero__gpt_init(zero_gpt_t **out, const zero_gpt_config_t *cfg, zer
     if (g->moe_layers) {
         st =
             zero__moe_mlp_init(&g->moe, &cfg->moe, cfg->dim, (size_t)batch * (size_t)cfg->seq,
-                               g->checkpointing ? 1 : g->moe_layers, g->dt, g->threads, g->moe_mem);
+                               g->checkpointing ? 1 : g->moe_layers, g->dt, g->threads, g->ep_comm,
+                               g->moe_mem);
         if (st) goto fail;
     }
     /* Touch every page now: otherwise the first training step pays ~0.1 ms per MiB of page
@@ -470,6 +496,16 @@ size_t zero__gpt_moe_stats(const zero_gpt_t *g, double *out) {
     return n;
 }
 
+void zero__gpt_moe_traffic(const zero_gpt_t *g, uint64_t *sent, uint64_t *theory) {
+    if (sent) *sent = 0;
+    if (theory) *theory = 0;
+    if (g->moe) zero__moe_mlp_traffic(g->moe, sent, theory);
+}
+
+void zero__gpt_moe_traffic_reset(zero_gpt_t *g) {
+    if (g->moe) zero__moe_mlp_traffic_reset(g->moe);
+}
+
 void zero__gpt_moe_stats_reset(zero_gpt_t *g) {
     const size_t n = (size_t)g->moe_layers * ZERO_GPT_MOE_STATS((size_t)g->cfg.moe.experts);
     if (n) memset(g->moe_stats, 0, n * sizeof *g->moe_stats);
@@ -500,7 +536,9 @@ zero_status_t zero__gpt_memory_estimate(const zero_gpt_config_t *cfg,
         }
         moe_layers++;
         units[n++] = (zero_unit_decl_t){mblk, nm, 1, 0, 1};
-        units[n++] = (zero_unit_decl_t){xp, X_COUNT, 1, 0, 1};
+        /* expert parallelism: one copy of E / ep experts over world / ep ranks, ep slots */
+        const int eps = cfg->moe.ep_size > 1 ? cfg->moe.ep_size : 1;
+        units[n++] = (zero_unit_decl_t){xp, X_COUNT, 1, eps > 1 ? world / eps : 0, eps};
     }
     units[n++] = (zero_unit_decl_t){fin, F_COUNT, 1, 0, 1};
     st = zero_engine_estimate_memory(ep, world, units, n, out);
@@ -629,9 +667,10 @@ static void linear_backward_set(const zero_gpt_t *g, void *dinp, void *dweight, 
 
 /* ------------------------------------------------------------------------------ blocks */
 
-/* Views of MoE layer l's parameters (or gradients) in its block unit's buffer w and its experts
- * unit's buffer wx. */
-static zero_moe_weights_t moe_weights(const zero_gpt_t *g, int l, const void *w, const void *wx) {
+/* Views of MoE layer l's parameters (or, grads, gradients) in its block unit's buffer w and its
+ * experts unit's buffer wx (gradients at ep_size > 1: one slot per source rank of the block). */
+static zero_moe_weights_t moe_weights(const zero_gpt_t *g, int l, const void *w, const void *wx,
+                                      int grads) {
     const int u = g->unit_block[l], ux = g->unit_experts[l];
 #define V(base, unit, i) at(g, base, zero_engine_tensor_offset(g->eng, unit, i))
     zero_moe_weights_t m = {V(w, u, M_ROUTER),
@@ -642,13 +681,15 @@ static zero_moe_weights_t moe_weights(const zero_gpt_t *g, int l, const void *w,
                             V(wx, ux, X_FCW),
                             V(wx, ux, X_FCB),
                             V(wx, ux, X_PROJW),
-                            V(wx, ux, X_PROJB)};
+                            V(wx, ux, X_PROJB),
+                            0};
     if (g->cfg.moe.shared_experts > 0) {
         m.shared_fc_w = V(w, u, M_SFCW);
         m.shared_fc_b = V(w, u, M_SFCB);
         m.shared_proj_w = V(w, u, M_SPROJW);
         m.shared_proj_b = V(w, u, M_SPROJB);
     }
+    if (grads && g->ep_comm) m.expert_slot_stride = zero_engine_unit_padded_count(g->eng, ux);
 #undef V
     return m;
 }
@@ -673,8 +714,9 @@ static int moe_state(const zero_gpt_t *g, int l) { return g->checkpointing ? 0 :
  * (and its recompute under checkpointing, which runs before the block's backward) may use them.
  * wx: an MoE layer's experts unit (NULL for a dense layer). record: add the routing figures to
  * the statistics (not for a recompute, which would count them twice). */
-static void block_forward(zero_gpt_t *g, int l, const void *w, const void *wx, block_acts_t *a,
-                          const void *x, void *y, size_t B, size_t T, int record) {
+static zero_status_t block_forward(zero_gpt_t *g, int l, const void *w, const void *wx,
+                                   block_acts_t *a, const void *x, void *y, size_t B, size_t T,
+                                   int record) {
     const size_t C = (size_t)g->cfg.dim, BT = B * T;
     const int unit = g->unit_block[l];
     void *ln = g->ln, *atty = g->d4b, *gelu = g->d4b, *proj = g->dc;
@@ -686,9 +728,11 @@ static void block_forward(zero_gpt_t *g, int l, const void *w, const void *wx, b
     k_residual(g, a->res2, x, proj, BT * C);
     k_layernorm(g, ln, a->ln2_mean, a->ln2_rstd, a->res2, W(B_LN2W), W(B_LN2B), BT, C);
     if (g->moe_slot[l] >= 0) {
-        const zero_moe_weights_t mw = moe_weights(g, l, w, wx);
+        const zero_moe_weights_t mw = moe_weights(g, l, w, wx, 0);
         zero_moe_layer_stats_t ms;
-        zero__moe_mlp_forward(g->moe, moe_state(g, l), &mw, proj, ln, BT, g->moe_counts, &ms);
+        zero_status_t st = zero__moe_mlp_forward(g->moe, moe_state(g, l), &mw, proj, ln, BT,
+                                                 g->moe_counts, &ms);
+        if (st) return st;
         if (record && !g->eval) moe_record(g, l, &ms, BT);
     } else {
         k_matmul(g, a->fch, ln, W(B_FCW), W(B_FCB), BT, C, 4 * C);
@@ -697,6 +741,7 @@ static void block_forward(zero_gpt_t *g, int l, const void *w, const void *wx, b
     }
     k_residual(g, y, a->res2, proj, BT * C);
 #undef W
+    return ZERO_OK;
 }
 
 /* The dense MLP's backward: on entry g->dres holds dL/d(MLP output); on exit g->dc holds
@@ -727,8 +772,9 @@ static void dense_mlp_backward(zero_gpt_t *g, const void *w, void *gw, int unit,
  * connections let dres serve as the gradient of both branches: y = res2 + fcproj gives
  * d(fcproj) = dy and d(res2) = dy + (the MLP branch's contribution), accumulated in place; the
  * same holds for res2 = x + attproj. */
-static void block_backward(zero_gpt_t *g, int l, const void *w, const void *wx, void *gw, void *gwx,
-                           const block_acts_t *a, const void *x, size_t B, size_t T) {
+static zero_status_t block_backward(zero_gpt_t *g, int l, const void *w, const void *wx, void *gw,
+                                    void *gwx, const block_acts_t *a, const void *x, size_t B,
+                                    size_t T) {
     const size_t C = (size_t)g->cfg.dim, BT = B * T, es = g->es;
     const int unit = g->unit_block[l];
 #define W(i) tensor(g, w, unit, i)
@@ -737,9 +783,12 @@ static void block_backward(zero_gpt_t *g, int l, const void *w, const void *wx, 
     if (g->moe_slot[l] >= 0) {
         /* the MoE MLP reads ln2's output (rebuilt here) and leaves d(ln2) in dc */
         k_layernorm(g, g->ln, a->ln2_mean, a->ln2_rstd, a->res2, W(B_LN2W), W(B_LN2B), BT, C);
-        const zero_moe_weights_t mw = moe_weights(g, l, w, wx), mg = moe_weights(g, l, gw, gwx);
-        zero__moe_mlp_backward(g->moe, moe_state(g, l), &mw, &mg, g->dc, dres, g->ln, BT,
-                               LP ? zero_engine_loss_scale(g->eng) : 1.0f);
+        const zero_moe_weights_t mw = moe_weights(g, l, w, wx, 0);
+        const zero_moe_weights_t mg = moe_weights(g, l, gw, gwx, 1);
+        zero_status_t st = zero__moe_mlp_backward(g->moe, moe_state(g, l), &mw, &mg, g->dc, dres,
+                                                  g->ln, BT,
+                                                  LP ? zero_engine_loss_scale(g->eng) : 1.0f);
+        if (st) return st;
     } else {
         dense_mlp_backward(g, w, gw, unit, a, BT);
     }
@@ -759,6 +808,7 @@ static void block_backward(zero_gpt_t *g, int l, const void *w, const void *wx, 
                          a->ln1_rstd, BT, C); /* dres = dx */
 #undef W
 #undef G
+    return ZERO_OK;
 }
 
 #define FETCH(var, u)                                                                              \
@@ -819,10 +869,12 @@ zero_status_t zero__gpt_forward(zero_gpt_t *g, const int32_t *tokens, const int3
         const void *w, *wx = NULL;
         FETCH(w, u);
         if (ux >= 0) FETCH(wx, ux);
-        block_forward(g, l, w, wx, &g->acts[g->checkpointing ? 0 : l], at(g, g->resid, l * BT * C),
-                      at(g, g->resid, (l + 1) * BT * C), B, T, 1);
+        zero_status_t st =
+            block_forward(g, l, w, wx, &g->acts[g->checkpointing ? 0 : l],
+                          at(g, g->resid, l * BT * C), at(g, g->resid, (l + 1) * BT * C), B, T, 1);
         if (ux >= 0) zero_unit_release(g->eng, ux);
         zero_unit_release(g->eng, u);
+        if (st) return st;
     }
     const void *wf;
     FETCH(wf, g->unit_final);
@@ -909,8 +961,10 @@ zero_status_t zero__gpt_backward(zero_gpt_t *g) {
         /* Recompute: y is rewritten with the values it already holds (kernels are
          * deterministic), and nothing reads it any more. */
         if (g->checkpointing)
-            block_forward(g, l, w, wx, a, x, at(g, g->resid, (size_t)(l + 1) * BT * C), B, T, 0);
-        block_backward(g, l, w, wx, gw, gwx, a, x, B, T);
+            st = block_forward(g, l, w, wx, a, x, at(g, g->resid, (size_t)(l + 1) * BT * C), B, T,
+                               0);
+        if (!st) st = block_backward(g, l, w, wx, gw, gwx, a, x, B, T);
+        if (st) return st;
         /* the experts' unit first: its gradient is final first (it is read before the router's
          * and the attention's in this backward) */
         if (ux >= 0) {

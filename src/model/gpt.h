@@ -9,8 +9,9 @@
  * With model.moe (moe_mlp.h), layer l with (l + 1) % moe.every == 0 is an MoE layer: its
  * "block.<l>" unit holds ln1, attention, ln2, the router weight (E, C) and the shared experts
  * stacked along dim 0, and a unit "block.<l>.experts" right after it holds the E routed experts
- * stacked along dim 0 (fc w (E, H, C)/b (E, H), proj w (E, C, H)/b (E, C)); units are declared in
- * layer order, so later units' indices shift.
+ * stacked along dim 0 (fc w (E, H, C)/b (E, H), proj w (E, C, H)/b (E, C); with expert parallelism
+ * each rank's copy holds E / ep_size of them); units are declared in layer order, so later
+ * units' indices shift.
  * and asks the engine for parameters unit by unit (fetch/release/grads_done), so it never knows
  * which ZeRO stage runs. Activations are sized for (batch, seq) and allocated once at init under
  * ZERO_MEM_ACTIVATIONS; forward/backward allocate nothing.
@@ -58,9 +59,20 @@ double zero__gpt_flops_per_token(const zero_gpt_config_t *cfg);
 typedef struct zero_gpt zero_gpt_t;
 
 /* Declare the model's units to `eng` (borrowed: it must outlive the model) and allocate the
- * activations for `batch` sequences of up to cfg->seq tokens. threads: cores for the kernels. */
+ * activations for `batch` sequences of up to cfg->seq tokens. threads: cores for the kernels.
+ * moe.ep_size must be 1 (zero__gpt_init_ep for expert parallelism). */
 zero_status_t zero__gpt_init(zero_gpt_t **out, const zero_gpt_config_t *cfg, zero_engine_t *eng,
                              int batch, int checkpointing, int threads);
+/* The same with expert parallelism (moe_mlp.h): ep_comm (borrowed, must outlive the model) is
+ * this rank's block of moe.ep_size consecutive ranks of the engine's world (a split of it by
+ * color rank / ep_size, key rank), NULL when ep_size is 1 or there is no MoE. Each rank then
+ * declares its E / ep_size experts of every MoE layer as a stacked unit over the
+ * expert-data-parallel group (zero_engine_add_group with color rank % ep_size), with ep_size
+ * source slots; forwards and backwards are collective over the block. ZERO_ERR_INVALID_ARG when
+ * the communicator's size is not ep_size. */
+zero_status_t zero__gpt_init_ep(zero_gpt_t **out, const zero_gpt_config_t *cfg,
+                                zero_engine_t *eng, int batch, int checkpointing, int threads,
+                                zero_comm_t *ep_comm);
 void zero__gpt_free(zero_gpt_t *gpt);
 
 /* Forward over tokens (B, T), B <= batch, T <= seq. targets (B, T) may be NULL (inference: logits
@@ -95,6 +107,10 @@ enum {
 #define ZERO_GPT_MOE_STATS(E) ((E) + ZERO_GPT_MOE_EXTRA_COUNT)
 size_t zero__gpt_moe_stats(const zero_gpt_t *gpt, double *out);
 void zero__gpt_moe_stats_reset(zero_gpt_t *gpt);
+/* Expert parallelism's all-to-all bytes since the last reset, measured and in theory
+ * (zero__moe_mlp_traffic, summed over the MoE layers; 0 without expert parallelism). */
+void zero__gpt_moe_traffic(const zero_gpt_t *gpt, uint64_t *sent, uint64_t *theory);
+void zero__gpt_moe_traffic_reset(zero_gpt_t *gpt);
 
 /* Logits (B, T, V) of the last forward, fp32 in every compute dtype; valid until the next
  * forward (backward leaves them alone: a training forward writes the loss gradient to a

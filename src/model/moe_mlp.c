@@ -11,6 +11,12 @@
  * choices, slots and gates, each expert's pre-activation and fp32 output (the combine backward
  * needs it for the gates' gradient) and the shared experts' pre-activations; the dispatched input
  * is rebuilt in backward (a copy, bitwise the same).
+ * Expert parallelism (ep > 1, moe_mlp.h): the expert side's buffers are laid out by (local
+ * expert j, source p) blocks of cap rows, block j ep + p; the token side's stay (E, cap, C).
+ * A layer then also keeps the received input rows (xin: the expert side's dispatch buffer, which
+ * backward cannot rebuild without another exchange) and the counts it received. Padding rows
+ * (count .. expert_rows - 1 of a block) are zeroed on the expert side, as the ep-1 dispatch and
+ * combine backward leave them.
  */
 #include "model/moe_mlp.h"
 
@@ -34,6 +40,9 @@ typedef struct moe_layer {
     float *y;              /* (E, cap, C) fp32: experts' outputs */
     void *sfch;            /* (S, BT, H) dt: shared experts' pre-activations */
     size_t cap;            /* of the last forward */
+    /* ep > 1 only */
+    void *xin;        /* (E/ep, ep, cap, C) dt: the input rows this rank's experts received */
+    int32_t *rcounts; /* (ep, E/ep + 1): from each peer, rows per local expert, then its cap */
 } moe_layer_t;
 
 struct zero_moe_mlp {
@@ -55,6 +64,14 @@ struct zero_moe_mlp {
     float *dgates; /* (BT, k) */
     float *dlogits;
     void *dlogd; /* (BT, E) fp32 and dt */
+    /* expert parallelism (ep > 1): the block's communicator, this rank's place in it, E / ep */
+    zero_comm_t *comm; /* borrowed */
+    size_t ep, me, El;
+    int32_t *scounts;    /* (ep, El + 1) counts message */
+    void *sbuf, *rbuf;   /* packed all-to-allv buffers, E cap C fp32 elements each */
+    size_t *a2a;         /* send counts, send displs, recv counts, recv displs (ep each, bytes) */
+    uint64_t theory;     /* bytes sent to peers by the counts (zero__moe_mlp_traffic) */
+    uint64_t base_sent;  /* the communicator's sent bytes at the last reset */
 };
 
 #define LP (mm->dt != ZERO_DTYPE_FP32)
@@ -118,11 +135,6 @@ zero_status_t zero__moe_config_check(const zero_moe_config_t *m, int dim) {
                            "model.moe.ep_size = %d is invalid (expected a divisor of "
                            "model.moe.experts = %d)",
                            m->ep_size, m->experts);
-    if (m->ep_size > 1)
-        return zero__error(ZERO_ERR_UNSUPPORTED,
-                           "model.moe.ep_size = %d: expert parallelism (ep_size > 1) is not "
-                           "implemented yet (expected 1)",
-                           m->ep_size);
     return ZERO_OK;
 }
 
@@ -159,6 +171,10 @@ static void layout(zero_moe_mlp_t *mm, char *base, size_t *total) {
         zero__carve(base, &off, EC * H, e, &L->fch);
         zero__carve(base, &off, EC * C, f, &L->y);
         zero__carve(base, &off, S * BT * H, e, &L->sfch);
+        if (mm->ep > 1) {
+            zero__carve(base, &off, EC * C, e, &L->xin);
+            zero__carve(base, &off, mm->ep * (mm->El + 1), i4, &L->rcounts);
+        }
     }
     zero__carve(base, &off, EC * C, e, &mm->buf);
     zero__carve(base, &off, EC * C, f, &mm->bufw);
@@ -174,6 +190,12 @@ static void layout(zero_moe_mlp_t *mm, char *base, size_t *total) {
     zero__carve(base, &off, BT * k, f, &mm->dgates);
     zero__carve(base, &off, BT * E, f, &mm->dlogits);
     zero__carve(base, &off, BT * E, e, &mm->dlogd);
+    if (mm->ep > 1) {
+        zero__carve(base, &off, mm->ep * (mm->El + 1), i4, &mm->scounts);
+        zero__carve(base, &off, EC * C, f, &mm->sbuf);
+        zero__carve(base, &off, EC * C, f, &mm->rbuf);
+        zero__carve(base, &off, 4 * mm->ep, sizeof(size_t), &mm->a2a);
+    }
     *total = off;
 }
 
@@ -190,6 +212,8 @@ static void shape(zero_moe_mlp_t *mm, const zero_moe_config_t *m, int dim, size_
     mm->stored = stored;
     mm->dt = dt;
     mm->es = zero_dtype_size(dt);
+    mm->ep = (size_t)(m->ep_size > 1 ? m->ep_size : 1);
+    mm->El = mm->E / mm->ep;
     /* capacity grows with the token count: the largest forward needs the most */
     size_t ct = zero__moe_capacity_for(m, tokens, 0), ce = zero__moe_capacity_for(m, tokens, 1);
     mm->cap_max = ct > ce ? ct : ce;
@@ -208,7 +232,7 @@ size_t zero__moe_mlp_bytes(const zero_moe_config_t *m, int dim, size_t tokens, i
 
 zero_status_t zero__moe_mlp_init(zero_moe_mlp_t **out, const zero_moe_config_t *m, int dim,
                                  size_t tokens, int stored, zero_dtype_t dt, int threads,
-                                 void *mem) {
+                                 zero_comm_t *ep_comm, void *mem) {
     *out = NULL;
     zero_status_t st = zero__moe_config_check(m, dim);
     if (st) return st;
@@ -217,6 +241,12 @@ zero_status_t zero__moe_mlp_init(zero_moe_mlp_t **out, const zero_moe_config_t *
                            "moe mlp: %d experts, %d stored layers, %zu tokens (expected >= 1 each) "
                            "and memory",
                            m->experts, stored, tokens);
+    const int n = ep_comm ? zero_comm_size(ep_comm) : 1;
+    if (n != (m->ep_size > 1 ? m->ep_size : 1))
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "moe mlp: model.moe.ep_size = %d but the expert-parallel communicator "
+                           "has %d ranks (expected the same)",
+                           m->ep_size, n);
     zero_moe_mlp_t *mm = calloc(1, sizeof *mm);
     if (!mm) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "moe mlp: out of memory");
     shape(mm, m, dim, tokens, stored, dt);
@@ -228,6 +258,11 @@ zero_status_t zero__moe_mlp_init(zero_moe_mlp_t **out, const zero_moe_config_t *
     }
     size_t total = 0;
     layout(mm, mem, &total);
+    if (mm->ep > 1) {
+        mm->comm = ep_comm;
+        mm->me = (size_t)zero_comm_rank(ep_comm);
+        zero__moe_mlp_traffic_reset(mm);
+    }
     *out = mm;
     return ZERO_OK;
 }
@@ -310,9 +345,168 @@ static size_t expert_rows(size_t count, size_t cap) {
     return m < cap ? m : cap;
 }
 
+/* ------------------------------------------------------------------------------ expert parallelism */
+
+/* Rows of the (peer p, local expert j) block: on the token side the rows this rank sends to expert
+ * p El + j, on the expert side the rows peer p sends to local expert j. */
+static size_t ep_count(const zero_moe_mlp_t *mm, const moe_layer_t *L, int expert_side, size_t p,
+                       size_t j) {
+    return (size_t)(expert_side ? L->rcounts[p * (mm->El + 1) + j] : L->counts[p * mm->El + j]);
+}
+
+/* Between a side's strided buffer of cap-row blocks (token side: block p El + j, the (E, cap, C)
+ * layout; expert side: block j ep + p) and a packed all-to-allv buffer (peer by peer, then expert
+ * by expert, the filled rows only), row elements of `es` bytes. Fills counts and displs (bytes per
+ * peer); strided NULL: only those. */
+static void ep_move(const zero_moe_mlp_t *mm, const moe_layer_t *L, int expert_side, int to_packed,
+                    size_t es, void *strided, void *packed, size_t *counts, size_t *displs) {
+    const size_t row = mm->C * es, ep = mm->ep, El = mm->El;
+    size_t off = 0;
+    for (size_t p = 0; p < ep; p++) {
+        displs[p] = off;
+        for (size_t j = 0; j < El; j++) {
+            const size_t n = ep_count(mm, L, expert_side, p, j) * row;
+            if (strided && n) {
+                const size_t blk = expert_side ? j * ep + p : p * El + j;
+                char *s = (char *)strided + blk * L->cap * row, *q = (char *)packed + off;
+                memcpy(to_packed ? q : s, to_packed ? s : q, n);
+            }
+            off += n;
+        }
+        counts[p] = off - displs[p];
+    }
+}
+
+/* One all-to-allv of filled rows: src on one side (from_tokens: the token side) to dst on the
+ * other, elements of es bytes; adds the bytes sent to peers to the theory. */
+static zero_status_t ep_exchange(zero_moe_mlp_t *mm, const moe_layer_t *L, int from_tokens,
+                                 size_t es, void *src, void *dst) {
+    size_t *sc = mm->a2a, *sd = sc + mm->ep, *rc = sd + mm->ep, *rd = rc + mm->ep;
+    ep_move(mm, L, !from_tokens, 1, es, src, mm->sbuf, sc, sd);
+    ep_move(mm, L, from_tokens, 0, es, NULL, NULL, rc, rd);
+    zero_status_t st = zero_comm_all_to_allv(mm->sbuf, sc, sd, mm->rbuf, rc, rd, ZERO_DTYPE_UINT8,
+                                             mm->comm);
+    if (st) return st;
+    ep_move(mm, L, from_tokens, 0, es, dst, mm->rbuf, rc, rd);
+    for (size_t p = 0; p < mm->ep; p++)
+        if (p != mm->me) mm->theory += sc[p];
+    return ZERO_OK;
+}
+
+/* Zero rows count .. expert_rows - 1 of every expert-side block of buf (rows of `width`
+ * compute elements): the padding the ep-1 GEMMs see as zeros. */
+static void ep_zero_padding(const zero_moe_mlp_t *mm, const moe_layer_t *L, void *buf,
+                            size_t width) {
+    const size_t row = width * mm->es;
+    for (size_t j = 0; j < mm->El; j++)
+        for (size_t p = 0; p < mm->ep; p++) {
+            const size_t c = ep_count(mm, L, 1, p, j), n = expert_rows(c, L->cap);
+            memset((char *)buf + ((j * mm->ep + p) * L->cap + c) * row, 0, (n - c) * row);
+        }
+}
+
+/* The counts message: to each peer, the rows of each of its experts and this rank's capacity. */
+static zero_status_t ep_counts(zero_moe_mlp_t *mm, moe_layer_t *L) {
+    const size_t El = mm->El, ep = mm->ep;
+    for (size_t p = 0; p < ep; p++) {
+        for (size_t j = 0; j < El; j++) mm->scounts[p * (El + 1) + j] = L->counts[p * El + j];
+        mm->scounts[p * (El + 1) + El] = (int32_t)L->cap;
+    }
+    zero_status_t st =
+        zero_comm_all_to_all(mm->scounts, L->rcounts, El + 1, ZERO_DTYPE_INT32, mm->comm);
+    if (st) return st;
+    mm->theory += (ep - 1) * (El + 1) * sizeof(int32_t);
+    for (size_t p = 0; p < ep; p++)
+        if ((size_t)L->rcounts[p * (El + 1) + El] != L->cap)
+            return zero__error(ZERO_ERR_INVALID_ARG,
+                               "moe expert parallelism: rank %zu of the block routed with capacity "
+                               "%d, this rank (%zu) with %zu (expected every rank of a block to "
+                               "forward the same number of tokens)",
+                               p, (int)L->rcounts[p * (El + 1) + El], mm->me, L->cap);
+    return ZERO_OK;
+}
+
+/* The experts of an ep > 1 layer on mm->buf (dispatched): the rows travel to their experts,
+ * one GEMM pair per (local expert, source) block, the fp32 outputs travel back into L->y. */
+static zero_status_t ep_experts_forward(zero_moe_mlp_t *mm, moe_layer_t *L,
+                                        const zero_moe_weights_t *w) {
+    const size_t C = mm->C, H = mm->H, cap = L->cap, ep = mm->ep;
+    zero_status_t st = ep_counts(mm, L);
+    if (!st) st = ep_exchange(mm, L, 1, mm->es, mm->buf, L->xin);
+    if (st) return st;
+    ep_zero_padding(mm, L, L->xin, C);
+    for (size_t j = 0; j < mm->El; j++)
+        for (size_t p = 0; p < ep; p++) {
+            const size_t n = expert_rows(ep_count(mm, L, 1, p, j), cap), blk = j * ep + p;
+            if (n == 0) continue;
+            void *fch = at(mm, L->fch, blk * cap * H);
+            lin_fwd(mm, fch, 0, at(mm, L->xin, blk * cap * C), at(mm, w->fc_w, j * H * C),
+                    at(mm, w->fc_b, j * H), n, C, H);
+            gelu_fwd(mm, mm->h, fch, n * H);
+            lin_fwd(mm, mm->dy + blk * cap * C, 1, mm->h, at(mm, w->proj_w, j * C * H),
+                    at(mm, w->proj_b, j * C), n, H, C);
+        }
+    /* mm->dy holds the expert side's outputs (it is scratch until the backward) */
+    return ep_exchange(mm, L, 0, sizeof(float), mm->dy, L->y);
+}
+
+/* Backward of ep_experts_forward: mm->dy (token side, fp32) holds the outputs' gradients; on
+ * return mm->bufw (token side, fp32) holds the dispatched rows' gradients, and each block's
+ * weight gradients are in its source's slot. */
+static zero_status_t ep_experts_backward(zero_moe_mlp_t *mm, const moe_layer_t *L,
+                                         const zero_moe_weights_t *w,
+                                         const zero_moe_weights_t *gw) {
+    const size_t C = mm->C, H = mm->H, cap = L->cap, ep = mm->ep, E = mm->E;
+    const size_t stride = gw->expert_slot_stride;
+    const zero_dtype_t F = ZERO_DTYPE_FP32;
+    /* the output gradients travel in the compute dtype (the ep-1 GEMMs read them narrowed) */
+    void *dy = mm->dy;
+    if (LP) {
+        zero__narrow(mm->buf, mm->dy, E * cap * C, mm->dt);
+        dy = mm->buf;
+    }
+    zero_status_t st = ep_exchange(mm, L, 1, mm->es, dy, mm->buf);
+    if (st) return st;
+    ep_zero_padding(mm, L, mm->buf, C);
+    for (size_t j = 0; j < mm->El; j++)
+        for (size_t p = 0; p < ep; p++) {
+            const size_t n = expert_rows(ep_count(mm, L, 1, p, j), cap), blk = j * ep + p;
+            if (n == 0) continue;
+            const void *fch = at(mm, L->fch, blk * cap * H);
+            const size_t g = p * stride; /* source p's slot */
+            gelu_fwd(mm, mm->h, fch, n * H); /* bitwise the forward's */
+            lin_bwd(mm, mm->h2, mm->dt, 0, at(mm, gw->proj_w, g + j * C * H),
+                    at(mm, gw->proj_b, g + j * C), at(mm, mm->buf, blk * cap * C), mm->h,
+                    at(mm, w->proj_w, j * C * H), n, H, C);
+            gelu_bwd(mm, mm->h, fch, mm->h2, n * H);
+            lin_bwd(mm, mm->dy + blk * cap * C, F, 0, at(mm, gw->fc_w, g + j * H * C),
+                    at(mm, gw->fc_b, g + j * H), mm->h, at(mm, L->xin, blk * cap * C),
+                    at(mm, w->fc_w, j * H * C), n, C, H);
+        }
+    return ep_exchange(mm, L, 0, sizeof(float), mm->dy, mm->bufw);
+}
+
+void zero__moe_mlp_traffic(const zero_moe_mlp_t *mm, uint64_t *sent, uint64_t *theory) {
+    uint64_t s = 0;
+    if (mm->ep > 1) {
+        zero_comm_stats_t cs;
+        zero_comm_get_stats(mm->comm, &cs);
+        s = cs.sent_bytes[ZERO_COLL_ALL_TO_ALL] + cs.sent_bytes[ZERO_COLL_ALL_TO_ALLV] -
+            mm->base_sent;
+    }
+    if (sent) *sent = s;
+    if (theory) *theory = mm->theory;
+}
+
+void zero__moe_mlp_traffic_reset(zero_moe_mlp_t *mm) {
+    mm->theory = 0;
+    mm->base_sent = 0;
+    if (mm->ep > 1) zero__moe_mlp_traffic(mm, &mm->base_sent, NULL);
+}
+
 /* ------------------------------------------------------------------------------ forward */
 
-void zero__moe_mlp_forward(zero_moe_mlp_t *mm, int s, const zero_moe_weights_t *w, void *out,
+zero_status_t zero__moe_mlp_forward(zero_moe_mlp_t *mm, int s, const zero_moe_weights_t *w, void *out,
                            const void *x, size_t BT, int32_t *counts,
                            zero_moe_layer_stats_t *stats) {
     ZERO_ASSERT(s >= 0 && s < mm->stored && BT <= mm->tokens);
@@ -330,8 +524,10 @@ void zero__moe_mlp_forward(zero_moe_mlp_t *mm, int s, const zero_moe_weights_t *
                                                 &dropped, &aux, &z, L->logits, BT, E, k, cap);
     ZERO_ASSERT(st == ZERO_OK); /* the shape was checked at init */
     dispatch(mm, L, x, BT);
-    /* one matmul per expert over the rows its tokens filled */
-    for (size_t e = 0; e < E; e++) {
+    if (mm->ep > 1) st = ep_experts_forward(mm, L, w);
+    if (st) return st;
+    /* ep 1: one matmul per expert over the rows its tokens filled */
+    for (size_t e = 0; e < E && mm->ep == 1; e++) {
         const size_t n = expert_rows((size_t)L->counts[e], cap);
         if (n == 0) continue;
         void *fch = at(mm, L->fch, e * cap * H);
@@ -361,11 +557,12 @@ void zero__moe_mlp_forward(zero_moe_mlp_t *mm, int s, const zero_moe_weights_t *
         stats->dropped = dropped;
         stats->capacity = cap;
     }
+    return ZERO_OK;
 }
 
 /* ------------------------------------------------------------------------------ backward */
 
-void zero__moe_mlp_backward(zero_moe_mlp_t *mm, int s, const zero_moe_weights_t *w,
+zero_status_t zero__moe_mlp_backward(zero_moe_mlp_t *mm, int s, const zero_moe_weights_t *w,
                             const zero_moe_weights_t *gw, void *dx, const void *dout, const void *x,
                             size_t BT, float loss_scale) {
     ZERO_ASSERT(s >= 0 && s < mm->stored && BT <= mm->tokens);
@@ -386,8 +583,13 @@ void zero__moe_mlp_backward(zero_moe_mlp_t *mm, int s, const zero_moe_weights_t 
                                cap, C);
 
     /* experts, one by one: bufw receives the dispatch buffer's gradient */
-    dispatch(mm, L, x, BT);
-    for (size_t e = 0; e < E; e++) {
+    if (mm->ep > 1) {
+        zero_status_t st = ep_experts_backward(mm, L, w, gw);
+        if (st) return st;
+    } else {
+        dispatch(mm, L, x, BT);
+    }
+    for (size_t e = 0; e < E && mm->ep == 1; e++) {
         const size_t n = expert_rows((size_t)L->counts[e], cap);
         if (n == 0) continue;
         const void *fch = at(mm, L->fch, e * cap * H);
@@ -432,4 +634,5 @@ void zero__moe_mlp_backward(zero_moe_mlp_t *mm, int s, const zero_moe_weights_t 
                 mm->h, x, at(mm, w->shared_fc_w, j * H * C), BT, C, H);
     }
     if (LP) zero__narrow(dx, dxw, BT * C, mm->dt);
+    return ZERO_OK;
 }

@@ -84,7 +84,8 @@ static const cfg_key_t keys[] = {
     {"model.moe.hidden", K_INT, OFF(model.moe.hidden), 0, 0, 1 << 20, NULL, NULL, NULL,
      "hidden width of every expert (0: 4 x model.dim, the dense MLP's)"},
     {"model.moe.ep_size", K_INT, OFF(model.moe.ep_size), 1, 1, 4096, NULL, NULL, "--ep-size",
-     "expert-parallel group size (divides experts; only 1 for now)"},
+     "expert-parallel group size: experts split over blocks of this many ranks (divides experts "
+     "and the world size); docs/moe.md"},
     {"data.path", K_STR, OFF(data_path), 0, 0, 0, "", NULL, "--data",
      "text, nanoGPT .bin or llm.c token file; empty = built-in corpus"},
     {"data.val_fraction", K_FLOAT, OFF(val_fraction), 0.1, 1e-6, 0.999999, NULL, NULL, NULL,
@@ -1127,6 +1128,12 @@ zero_status_t zero__train_config_check(zero_train_config_t *cfg, int world) {
     if (world < 1)
         return zero__error(ZERO_ERR_CONFIG, "world size %d is invalid (expected >= 1 ranks)",
                            world);
+    if (cfg->model.moe.experts > 0 && world % cfg->model.moe.ep_size != 0)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "model.moe.ep_size = %d does not divide the world size %d (expected a "
+                           "divisor of the number of ranks: experts are split over blocks of "
+                           "ep_size consecutive ranks)",
+                           cfg->model.moe.ep_size, world);
     /* DeepSpeed's rule: train_batch_size = micro x accumulation x world; any two of the three
      * determine the third (train_batch_size alone keeps the accumulation at its value, 1 by
      * default, as DeepSpeed does). */

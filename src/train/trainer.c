@@ -52,6 +52,8 @@ typedef struct run {
     FILE *out;         /* rank 0: io->out; others NULL */
     FILE *metrics;     /* rank 0 only */
     zero_comm_t *comm; /* borrowed: this rank's communicator (NULL: one rank) */
+    zero_comm_t *ep_comm; /* owned: the expert-parallel block (model.moe.ep_size > 1), or NULL */
+    uint64_t moe_a2a, moe_a2a_theory; /* the last step's all-to-all bytes (rank report) */
     zero_engine_t *eng;
     zero_gpt_t *gpt;
     int32_t *x, *y;        /* (B, T) */
@@ -270,6 +272,8 @@ static void rank_report(run_t *r, zero_train_rank_report_t *rr) {
     rr->swap_read_bytes_per_step = er.swap_read_bytes_per_step;
     rr->swap_written_bytes_per_step = er.swap_written_bytes_per_step;
     rr->swap_wait_s_per_step = er.swap_wait_s_per_step;
+    rr->moe_a2a_bytes_per_step = r->moe_a2a;
+    rr->moe_a2a_theory_bytes_per_step = r->moe_a2a_theory;
 }
 
 static const zero_mem_category_t table_cats[] = {ZERO_MEM_PARAMS, ZERO_MEM_GRADS, ZERO_MEM_OPTIM,
@@ -360,6 +364,16 @@ static void print_tables(const run_t *r, const zero_train_rank_report_t *all) {
                 any = 1;
             }
         say(r, ")\n");
+    }
+    if (r->cfg->model.moe.experts > 0 && r->cfg->model.moe.ep_size > 1) {
+        say(r,
+            "report: expert parallelism (ep_size %d): MoE all-to-all per rank per step in MiB, "
+            "measured / theory from the routed counts\n",
+            r->cfg->model.moe.ep_size);
+        for (int k = 0; k < r->world; k++)
+            say(r, "  rank %d: %.4f / %.4f\n", (int)all[k].rank,
+                (double)all[k].moe_a2a_bytes_per_step / MiB,
+                (double)all[k].moe_a2a_theory_bytes_per_step / MiB);
     }
 }
 
@@ -466,7 +480,13 @@ static zero_status_t rank_setup(run_t *r, zero_train_report_t *rep) {
     const double t_init = zero_time_now();
     st = zero_engine_init(&r->eng, &ep);
     if (st) return st;
-    st = zero__gpt_init(&r->gpt, &cfg->model, r->eng, B, cfg->checkpointing, job->threads);
+    /* expert parallelism: blocks of ep_size consecutive ranks exchange tokens */
+    if (cfg->model.moe.experts > 0 && cfg->model.moe.ep_size > 1) {
+        st = zero_comm_split(r->comm, rank / cfg->model.moe.ep_size, rank, &r->ep_comm);
+        if (st) return st;
+    }
+    st = zero__gpt_init_ep(&r->gpt, &cfg->model, r->eng, B, cfg->checkpointing, job->threads,
+                           r->ep_comm);
     if (st) return st;
     if (zero_time_now() - t_init > 1.0)
         say(r, "model allocated and initialised in %.1f s\n", zero_time_now() - t_init);
@@ -604,6 +624,7 @@ static zero_status_t rank_loop(run_t *r, zero_train_report_t *rep) {
         double t0 = zero_time_now();
         double loss_sum = 0.0, sums[STEP_SUM_COUNT] = {0};
         zero__gpt_moe_stats_reset(r->gpt); /* the report shows the last step's routing */
+        zero__gpt_moe_traffic_reset(r->gpt); /* and its all-to-all bytes */
         for (int micro = 0; micro < cfg->grad_accum; micro++) {
             zero__data_train_batch_shard(&job->data, &rng, B, T, rank, W, r->x, r->y);
             float l = 0.0f;
@@ -612,6 +633,7 @@ static zero_status_t rank_loop(run_t *r, zero_train_report_t *rep) {
             if (st) return st;
             loss_sum += l;
         }
+        zero__gpt_moe_traffic(r->gpt, &r->moe_a2a, &r->moe_a2a_theory);
         zero_step_stats_t ss;
         st = zero_engine_step(r->eng, &ss);
         sums[STEP_LOSS] = loss_sum;
@@ -807,6 +829,7 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
     free(r.x);
     free(r.y);
     zero__gpt_free(r.gpt);
+    zero_comm_free(r.ep_comm);
     zero_engine_free(r.eng);
     if (st) zero__train_report_free(rep);
     return st;
@@ -1149,6 +1172,9 @@ zero_status_t zero__train_report_write(const zero_train_report_t *rep,
         cJSON_AddNumberToObject(o, "swap_written_bytes_per_step",
                                 (double)rr->swap_written_bytes_per_step);
         cJSON_AddNumberToObject(o, "swap_wait_s_per_step", rr->swap_wait_s_per_step);
+        cJSON_AddNumberToObject(o, "moe_a2a_bytes_per_step", (double)rr->moe_a2a_bytes_per_step);
+        cJSON_AddNumberToObject(o, "moe_a2a_theory_bytes_per_step",
+                                (double)rr->moe_a2a_theory_bytes_per_step);
         /* The paper's breakdown of model states, measured and theory, transient pools apart. */
         static const char *const ms_names[3] = {"parameters", "gradients", "optimizer_states"};
         cJSON *ms = cJSON_AddObjectToObject(o, "model_state_bytes");

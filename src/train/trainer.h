@@ -39,6 +39,10 @@ typedef struct zero_train_rank_report {
     uint64_t swap_disk_bytes; /* offload_optimizer nvme: this rank's swap files */
     uint64_t swap_read_bytes_per_step, swap_written_bytes_per_step; /* their I/O, last step */
     double swap_wait_s_per_step;
+    /* Expert parallelism (model.moe.ep_size > 1): the bytes the MoE all-to-alls of the last
+     * step's micro-steps sent to other ranks, measured on the block's communicator and in theory
+     * from the routed counts (zero__gpt_moe_traffic); 0 otherwise. */
+    uint64_t moe_a2a_bytes_per_step, moe_a2a_theory_bytes_per_step;
     double peak_flops_per_s; /* matmul peak this rank measured at start-up (0: not measured) */
 } zero_train_rank_report_t;
 
