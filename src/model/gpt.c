@@ -73,14 +73,14 @@ struct zero_gpt {
     zero_engine_t *eng; /* borrowed */
     int batch, checkpointing, threads;
     int unit_emb, unit_final;
-    int *unit_block;   /* (L) owned */
-    int *unit_experts; /* (L) owned: an MoE layer's experts unit, else -1 */
-    int *moe_slot;     /* (L) owned: an MoE layer's stored state in g->moe, else -1 */
-    int moe_layers;    /* how many layers are MoE */
+    int *unit_block;      /* (L) owned */
+    int *unit_experts;    /* (L) owned: an MoE layer's experts unit, else -1 */
+    int *moe_slot;        /* (L) owned: an MoE layer's stored state in g->moe, else -1 */
+    int moe_layers;       /* how many layers are MoE */
     zero_comm_t *ep_comm; /* borrowed: the expert-parallel block (NULL at ep_size 1) */
-    int eval;          /* eval mode: eval_capacity_factor, no routing statistics */
-    zero_dtype_t dt;   /* the engine's compute dtype: parameters, activations, gradients */
-    size_t es;         /* its element size */
+    int eval;             /* eval mode: eval_capacity_factor, no routing statistics */
+    zero_dtype_t dt;      /* the engine's compute dtype: parameters, activations, gradients */
+    size_t es;            /* its element size */
 
     void *act_mem; /* owned, one block of ZERO_MEM_ACTIVATIONS */
     size_t act_bytes;
@@ -250,7 +250,8 @@ static zero_status_t declare_units(zero_gpt_t *g) {
      * per rank of the block. */
     const int ep = g->cfg.moe.ep_size > 1 ? g->cfg.moe.ep_size : 1;
     int group = 0;
-    if (g->moe_layers && ep > 1) st = zero_engine_add_group(g->eng, zero_comm_rank(g->ep_comm), &group);
+    if (g->moe_layers && ep > 1)
+        st = zero_engine_add_group(g->eng, zero_comm_rank(g->ep_comm), &group);
     if (st) return st;
     for (int l = 0; l < g->cfg.layers; l++) {
         char name[48];
@@ -382,9 +383,8 @@ zero_status_t zero__gpt_init(zero_gpt_t **out, const zero_gpt_config_t *cfg, zer
     return zero__gpt_init_ep(out, cfg, eng, batch, checkpointing, threads, NULL);
 }
 
-zero_status_t zero__gpt_init_ep(zero_gpt_t **out, const zero_gpt_config_t *cfg,
-                                zero_engine_t *eng, int batch, int checkpointing, int threads,
-                                zero_comm_t *ep_comm) {
+zero_status_t zero__gpt_init_ep(zero_gpt_t **out, const zero_gpt_config_t *cfg, zero_engine_t *eng,
+                                int batch, int checkpointing, int threads, zero_comm_t *ep_comm) {
     if (!out || !eng) return zero__error(ZERO_ERR_INVALID_ARG, "zero__gpt_init: NULL argument");
     *out = NULL;
     zero_status_t st = zero__gpt_config_check(cfg);
@@ -452,10 +452,9 @@ zero_status_t zero__gpt_init_ep(zero_gpt_t **out, const zero_gpt_config_t *cfg,
     }
     layout(g, g->act_mem, &total);
     if (g->moe_layers) {
-        st =
-            zero__moe_mlp_init(&g->moe, &cfg->moe, cfg->dim, (size_t)batch * (size_t)cfg->seq,
-                               g->checkpointing ? 1 : g->moe_layers, g->dt, g->threads, g->ep_comm,
-                               g->moe_mem);
+        st = zero__moe_mlp_init(&g->moe, &cfg->moe, cfg->dim, (size_t)batch * (size_t)cfg->seq,
+                                g->checkpointing ? 1 : g->moe_layers, g->dt, g->threads, g->ep_comm,
+                                g->moe_mem);
         if (st) goto fail;
     }
     /* Touch every page now: otherwise the first training step pays ~0.1 ms per MiB of page
@@ -730,8 +729,8 @@ static zero_status_t block_forward(zero_gpt_t *g, int l, const void *w, const vo
     if (g->moe_slot[l] >= 0) {
         const zero_moe_weights_t mw = moe_weights(g, l, w, wx, 0);
         zero_moe_layer_stats_t ms;
-        zero_status_t st = zero__moe_mlp_forward(g->moe, moe_state(g, l), &mw, proj, ln, BT,
-                                                 g->moe_counts, &ms);
+        zero_status_t st =
+            zero__moe_mlp_forward(g->moe, moe_state(g, l), &mw, proj, ln, BT, g->moe_counts, &ms);
         if (st) return st;
         if (record && !g->eval) moe_record(g, l, &ms, BT);
     } else {
@@ -785,9 +784,9 @@ static zero_status_t block_backward(zero_gpt_t *g, int l, const void *w, const v
         k_layernorm(g, g->ln, a->ln2_mean, a->ln2_rstd, a->res2, W(B_LN2W), W(B_LN2B), BT, C);
         const zero_moe_weights_t mw = moe_weights(g, l, w, wx, 0);
         const zero_moe_weights_t mg = moe_weights(g, l, gw, gwx, 1);
-        zero_status_t st = zero__moe_mlp_backward(g->moe, moe_state(g, l), &mw, &mg, g->dc, dres,
-                                                  g->ln, BT,
-                                                  LP ? zero_engine_loss_scale(g->eng) : 1.0f);
+        zero_status_t st =
+            zero__moe_mlp_backward(g->moe, moe_state(g, l), &mw, &mg, g->dc, dres, g->ln, BT,
+                                   LP ? zero_engine_loss_scale(g->eng) : 1.0f);
         if (st) return st;
     } else {
         dense_mlp_backward(g, w, gw, unit, a, BT);

@@ -70,9 +70,8 @@ zero_status_t zero__gpt_init(zero_gpt_t **out, const zero_gpt_config_t *cfg, zer
  * expert-data-parallel group (zero_engine_add_group with color rank % ep_size), with ep_size
  * source slots; forwards and backwards are collective over the block. ZERO_ERR_INVALID_ARG when
  * the communicator's size is not ep_size. */
-zero_status_t zero__gpt_init_ep(zero_gpt_t **out, const zero_gpt_config_t *cfg,
-                                zero_engine_t *eng, int batch, int checkpointing, int threads,
-                                zero_comm_t *ep_comm);
+zero_status_t zero__gpt_init_ep(zero_gpt_t **out, const zero_gpt_config_t *cfg, zero_engine_t *eng,
+                                int batch, int checkpointing, int threads, zero_comm_t *ep_comm);
 void zero__gpt_free(zero_gpt_t *gpt);
 
 /* Forward over tokens (B, T), B <= batch, T <= seq. targets (B, T) may be NULL (inference: logits

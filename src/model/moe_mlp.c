@@ -67,11 +67,11 @@ struct zero_moe_mlp {
     /* expert parallelism (ep > 1): the block's communicator, this rank's place in it, E / ep */
     zero_comm_t *comm; /* borrowed */
     size_t ep, me, El;
-    int32_t *scounts;    /* (ep, El + 1) counts message */
-    void *sbuf, *rbuf;   /* packed all-to-allv buffers, E cap C fp32 elements each */
-    size_t *a2a;         /* send counts, send displs, recv counts, recv displs (ep each, bytes) */
-    uint64_t theory;     /* bytes sent to peers by the counts (zero__moe_mlp_traffic) */
-    uint64_t base_sent;  /* the communicator's sent bytes at the last reset */
+    int32_t *scounts;   /* (ep, El + 1) counts message */
+    void *sbuf, *rbuf;  /* packed all-to-allv buffers, E cap C fp32 elements each */
+    size_t *a2a;        /* send counts, send displs, recv counts, recv displs (ep each, bytes) */
+    uint64_t theory;    /* bytes sent to peers by the counts (zero__moe_mlp_traffic) */
+    uint64_t base_sent; /* the communicator's sent bytes at the last reset */
 };
 
 #define LP (mm->dt != ZERO_DTYPE_FP32)
@@ -345,7 +345,8 @@ static size_t expert_rows(size_t count, size_t cap) {
     return m < cap ? m : cap;
 }
 
-/* ------------------------------------------------------------------------------ expert parallelism */
+/* ------------------------------------------------------------------------------ expert parallelism
+ */
 
 /* Rows of the (peer p, local expert j) block: on the token side the rows this rank sends to expert
  * p El + j, on the expert side the rows peer p sends to local expert j. */
@@ -384,8 +385,8 @@ static zero_status_t ep_exchange(zero_moe_mlp_t *mm, const moe_layer_t *L, int f
     size_t *sc = mm->a2a, *sd = sc + mm->ep, *rc = sd + mm->ep, *rd = rc + mm->ep;
     ep_move(mm, L, !from_tokens, 1, es, src, mm->sbuf, sc, sd);
     ep_move(mm, L, from_tokens, 0, es, NULL, NULL, rc, rd);
-    zero_status_t st = zero_comm_all_to_allv(mm->sbuf, sc, sd, mm->rbuf, rc, rd, ZERO_DTYPE_UINT8,
-                                             mm->comm);
+    zero_status_t st =
+        zero_comm_all_to_allv(mm->sbuf, sc, sd, mm->rbuf, rc, rd, ZERO_DTYPE_UINT8, mm->comm);
     if (st) return st;
     ep_move(mm, L, from_tokens, 0, es, dst, mm->rbuf, rc, rd);
     for (size_t p = 0; p < mm->ep; p++)
@@ -473,7 +474,7 @@ static zero_status_t ep_experts_backward(zero_moe_mlp_t *mm, const moe_layer_t *
             const size_t n = expert_rows(ep_count(mm, L, 1, p, j), cap), blk = j * ep + p;
             if (n == 0) continue;
             const void *fch = at(mm, L->fch, blk * cap * H);
-            const size_t g = p * stride; /* source p's slot */
+            const size_t g = p * stride;     /* source p's slot */
             gelu_fwd(mm, mm->h, fch, n * H); /* bitwise the forward's */
             lin_bwd(mm, mm->h2, mm->dt, 0, at(mm, gw->proj_w, g + j * C * H),
                     at(mm, gw->proj_b, g + j * C), at(mm, mm->buf, blk * cap * C), mm->h,
@@ -506,9 +507,9 @@ void zero__moe_mlp_traffic_reset(zero_moe_mlp_t *mm) {
 
 /* ------------------------------------------------------------------------------ forward */
 
-zero_status_t zero__moe_mlp_forward(zero_moe_mlp_t *mm, int s, const zero_moe_weights_t *w, void *out,
-                           const void *x, size_t BT, int32_t *counts,
-                           zero_moe_layer_stats_t *stats) {
+zero_status_t zero__moe_mlp_forward(zero_moe_mlp_t *mm, int s, const zero_moe_weights_t *w,
+                                    void *out, const void *x, size_t BT, int32_t *counts,
+                                    zero_moe_layer_stats_t *stats) {
     ZERO_ASSERT(s >= 0 && s < mm->stored && BT <= mm->tokens);
     moe_layer_t *L = &mm->layers[s];
     const size_t C = mm->C, H = mm->H, E = mm->E;
@@ -563,8 +564,8 @@ zero_status_t zero__moe_mlp_forward(zero_moe_mlp_t *mm, int s, const zero_moe_we
 /* ------------------------------------------------------------------------------ backward */
 
 zero_status_t zero__moe_mlp_backward(zero_moe_mlp_t *mm, int s, const zero_moe_weights_t *w,
-                            const zero_moe_weights_t *gw, void *dx, const void *dout, const void *x,
-                            size_t BT, float loss_scale) {
+                                     const zero_moe_weights_t *gw, void *dx, const void *dout,
+                                     const void *x, size_t BT, float loss_scale) {
     ZERO_ASSERT(s >= 0 && s < mm->stored && BT <= mm->tokens);
     const moe_layer_t *L = &mm->layers[s];
     const size_t C = mm->C, H = mm->H, E = mm->E, cap = L->cap;

@@ -115,9 +115,9 @@ void zero__moe_mlp_set_eval(zero_moe_mlp_t *mm, int on);
  * kept (may be NULL), stats the losses and drops (may be NULL). ep_size > 1: collective over
  * the block (the all-to-alls); returns their failure, or ZERO_ERR_INVALID_ARG when the block's
  * ranks forward different token counts. */
-zero_status_t zero__moe_mlp_forward(zero_moe_mlp_t *mm, int s, const zero_moe_weights_t *w, void *out,
-                           const void *x, size_t BT, int32_t *counts,
-                           zero_moe_layer_stats_t *stats);
+zero_status_t zero__moe_mlp_forward(zero_moe_mlp_t *mm, int s, const zero_moe_weights_t *w,
+                                    void *out, const void *x, size_t BT, int32_t *counts,
+                                    zero_moe_layer_stats_t *stats);
 
 /* Backward of the last forward of stored layer `s` (same x): OVERWRITES dx (BT, C) with the
  * gradient of the input, accumulates (+=) the weight gradients into gw (same layout as w; the
@@ -125,8 +125,8 @@ zero_status_t zero__moe_mlp_forward(zero_moe_mlp_t *mm, int s, const zero_moe_we
  * to the loss being differentiated, scaled by loss_scale (fp16's; 1 otherwise). dout (BT, C).
  * ep_size > 1: collective over the block, returns the all-to-alls' failure. */
 zero_status_t zero__moe_mlp_backward(zero_moe_mlp_t *mm, int s, const zero_moe_weights_t *w,
-                            const zero_moe_weights_t *gw, void *dx, const void *dout, const void *x,
-                            size_t BT, float loss_scale);
+                                     const zero_moe_weights_t *gw, void *dx, const void *dout,
+                                     const void *x, size_t BT, float loss_scale);
 
 /* Expert parallelism's traffic since the last reset (0 at ep_size 1): *sent, the bytes this
  * rank's all-to-alls sent to other ranks of its block (the communicator's counters), and

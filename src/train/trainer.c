@@ -49,9 +49,9 @@ typedef struct run {
     job_t *job;
     const zero_train_config_t *cfg;
     int rank, world;
-    FILE *out;         /* rank 0: io->out; others NULL */
-    FILE *metrics;     /* rank 0 only */
-    zero_comm_t *comm; /* borrowed: this rank's communicator (NULL: one rank) */
+    FILE *out;            /* rank 0: io->out; others NULL */
+    FILE *metrics;        /* rank 0 only */
+    zero_comm_t *comm;    /* borrowed: this rank's communicator (NULL: one rank) */
     zero_comm_t *ep_comm; /* owned: the expert-parallel block (model.moe.ep_size > 1), or NULL */
     uint64_t moe_a2a, moe_a2a_theory; /* the last step's all-to-all bytes (rank report) */
     zero_engine_t *eng;
@@ -623,7 +623,7 @@ static zero_status_t rank_loop(run_t *r, zero_train_report_t *rep) {
     for (int step = r->start; step < cfg->steps; step++) {
         double t0 = zero_time_now();
         double loss_sum = 0.0, sums[STEP_SUM_COUNT] = {0};
-        zero__gpt_moe_stats_reset(r->gpt); /* the report shows the last step's routing */
+        zero__gpt_moe_stats_reset(r->gpt);   /* the report shows the last step's routing */
         zero__gpt_moe_traffic_reset(r->gpt); /* and its all-to-all bytes */
         for (int micro = 0; micro < cfg->grad_accum; micro++) {
             zero__data_train_batch_shard(&job->data, &rng, B, T, rank, W, r->x, r->y);

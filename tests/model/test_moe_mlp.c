@@ -73,7 +73,7 @@ static zero_moe_weights_t views(params_t *p, zero_dtype_t dt, void *store[T_COUN
         }
     }
     zero_moe_weights_t w = {v[T_ROUTER], v[T_SFCW], v[T_SFCB],  v[T_SPROJW], v[T_SPROJB],
-                            v[T_FCW],    v[T_FCB],  v[T_PROJW], v[T_PROJB], 0};
+                            v[T_FCW],    v[T_FCB],  v[T_PROJW], v[T_PROJB],  0};
     return w;
 }
 

@@ -4,7 +4,9 @@
  * stage 3; and at stage 2 with the optimizer's states on NVMe (swap files of each process), and
  * at stage 3 with parameters, gradient accumulators and optimizer states there; and at stage 3
  * with ZeRO++ qwZ (int8 parameter gathers) in fp32 and bf16, and with hpZ 2 (equal to plain stage
- * 3), and with qgZ (int4 gradient all-to-alls) with LoCo in fp32 and with qwZ in bf16.
+ * 3), and with qgZ (int4 gradient all-to-alls) with LoCo in fp32 and with qwZ in bf16; and, on 4
+ * ranks, an MoE-GPT with expert parallelism (ep_size 1, 2 at stage 3, 4), whose three
+ * fingerprints must also be one.
  *
  * Arguments: the `zero` program and the MPI launcher (CTest passes both). Runs them as child
  * processes; when the engine does not run 2 ranks yet the case prints SKIP.
@@ -35,13 +37,14 @@ static int run(const char *cmd, char *err, size_t err_size) {
     return rc;
 }
 
-static char *fingerprint_of(const char *report) {
+static char *fingerprint_of(const char *report, int ranks) {
     char *text = slurp(report);
     cJSON *root = text ? cJSON_Parse(text) : NULL;
     free(text);
     const cJSON *fp = cJSON_GetObjectItemCaseSensitive(root, "weights_fingerprint");
     const cJSON *ws = cJSON_GetObjectItemCaseSensitive(root, "world_size");
-    CHECK(cJSON_IsNumber(ws) && ws->valuedouble == 2, "%s: world_size is not 2", report);
+    CHECK(cJSON_IsNumber(ws) && ws->valuedouble == ranks, "%s: world_size is not %d", report,
+          ranks);
     char *out = cJSON_IsString(fp) ? strdup(fp->valuestring) : NULL;
     CHECK(out != NULL, "%s has no weights_fingerprint", report);
     cJSON_Delete(root);
@@ -49,16 +52,17 @@ static char *fingerprint_of(const char *report) {
     return out;
 }
 
-/* Runs cfg on 2 thread ranks and under mpirun -np 2 and checks the fingerprints are equal;
- * returns the threads run's fingerprint (malloc; NULL when a run failed or was skipped). */
-static char *compare(const char *zero, const char *mpirun, const char *cfg, int stage) {
+/* Runs cfg on `ranks` thread ranks and under mpirun -np `ranks` and checks the fingerprints are
+ * equal; returns the threads run's fingerprint (malloc; NULL when a run failed or was skipped). */
+static char *compare_np(const char *zero, const char *mpirun, const char *cfg, int stage,
+                        int ranks) {
     char cmd[2048], err[8192], a[512], b[512];
     snprintf(a, sizeof a, "%s/threads-%d.json", dir, stage);
     snprintf(b, sizeof b, "%s/mpi-%d.json", dir, stage);
     snprintf(cmd, sizeof cmd,
-             "%s train -q --no-peak --config %s --ranks 2 --stage %d "
+             "%s train -q --no-peak --config %s --ranks %d --stage %d "
              "--json-report %s",
-             zero, cfg, stage, a);
+             zero, cfg, ranks, stage, a);
     int rc = run(cmd, err, sizeof err);
     if (rc != 0 && (strstr(err, "one rank only") || strstr(err, "not implemented"))) {
         printf("SKIP stage %d: the engine does not run 2 ranks yet: %s", stage, err);
@@ -66,18 +70,22 @@ static char *compare(const char *zero, const char *mpirun, const char *cfg, int 
     }
     CHECK(rc == 0, "threads run failed (%d): %s", rc, err);
     snprintf(cmd, sizeof cmd,
-             "%s --allow-run-as-root --oversubscribe -np 2 %s train -q --no-peak --config %s "
+             "%s --allow-run-as-root --oversubscribe -np %d %s train -q --no-peak --config %s "
              "--stage %d --json-report %s",
-             mpirun, zero, cfg, stage, b);
+             mpirun, ranks, zero, cfg, stage, b);
     rc = run(cmd, err, sizeof err);
     CHECK(rc == 0, "mpirun run failed (%d): %s", rc, err);
     if (rc) return NULL;
-    char *fa = fingerprint_of(a), *fb = fingerprint_of(b);
+    char *fa = fingerprint_of(a, ranks), *fb = fingerprint_of(b, ranks);
     printf("stage %d: threads %s, mpi %s\n", stage, fa ? fa : "-", fb ? fb : "-");
     CHECK(fa && fb && !strcmp(fa, fb), "stage %d: threads %s vs MPI %s", stage, fa ? fa : "-",
           fb ? fb : "-");
     free(fb);
     return fa;
+}
+
+static char *compare(const char *zero, const char *mpirun, const char *cfg, int stage) {
+    return compare_np(zero, mpirun, cfg, stage, 2);
 }
 
 int main(int argc, char **argv) {
@@ -256,6 +264,29 @@ int main(int argc, char **argv) {
     free(ov[0]);
     free(ov[1]);
     CHECK(rmdir(swap) == 0, "swap files left in %s", swap);
+    /* MoE expert parallelism on 4 ranks (blocks of ep_size exchanging tokens by all-to-all(v)):
+     * MPI processes give the thread ranks' weights, and every ep gives ep 1's (gradient clipping
+     * off: its factor would carry the norm's float64 rounding, which depends on the shards) */
+    char *moe[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) {
+        f = fopen(nvme, "w");
+        if (!f) return 1;
+        fprintf(f,
+                "{\"model\": {\"layers\": 3, \"heads\": 2, \"dim\": 32, \"seq\": 16,\n"
+                "   \"moe\": {\"experts\": 4, \"top_k\": 2, \"capacity_factor\": 1, "
+                "\"min_capacity\": 0, \"shared_experts\": 1, \"ep_size\": %d}},\n"
+                " \"data\": {\"builtin_bytes\": 65536}, \"gradient_clipping\": 0,\n"
+                " \"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 3,\n"
+                " \"train\": {\"steps\": 2, \"eval_interval\": 0, \"eval_batches\": 1, "
+                "\"samples\": 1, \"sample_tokens\": 8}}\n",
+                1 << i);
+        fclose(f);
+        moe[i] = compare_np(argv[1], argv[2], nvme, i == 1 ? 3 : 1, 4);
+    }
+    CHECK(moe[0] && moe[1] && moe[2] && !strcmp(moe[0], moe[1]) && !strcmp(moe[0], moe[2]),
+          "MoE at ep 1 %s, ep 2 %s, ep 4 %s", moe[0] ? moe[0] : "-", moe[1] ? moe[1] : "-",
+          moe[2] ? moe[2] : "-");
+    for (int i = 0; i < 3; i++) free(moe[i]);
     unlink(nvme);
     unlink(cfg);
     rmdir(dir);
