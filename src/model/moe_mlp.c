@@ -345,6 +345,49 @@ static size_t expert_rows(size_t count, size_t cap) {
     return m < cap ? m : cap;
 }
 
+/* ------------------------------------------------------------------------------ experts (ep 1) */
+
+/* The experts on mm->buf (dispatched), one matmul per expert over the rows its tokens filled;
+ * fp32 outputs into L->y. */
+static void experts_forward(zero_moe_mlp_t *mm, moe_layer_t *L, const zero_moe_weights_t *w) {
+    const size_t C = mm->C, H = mm->H, cap = L->cap;
+    for (size_t e = 0; e < mm->E; e++) {
+        const size_t n = expert_rows((size_t)L->counts[e], cap);
+        if (n == 0) continue;
+        void *fch = at(mm, L->fch, e * cap * H);
+        lin_fwd(mm, fch, 0, at(mm, mm->buf, e * cap * C), at(mm, w->fc_w, e * H * C),
+                at(mm, w->fc_b, e * H), n, C, H);
+        gelu_fwd(mm, mm->h, fch, n * H);
+        lin_fwd(mm, L->y + e * cap * C, 1, mm->h, at(mm, w->proj_w, e * C * H),
+                at(mm, w->proj_b, e * C), n, H, C);
+    }
+}
+
+/* Backward of experts_forward: mm->dy holds the outputs' gradients, mm->buf the rebuilt
+ * dispatch; mm->bufw receives the dispatched rows' gradients. */
+static void experts_backward(zero_moe_mlp_t *mm, const moe_layer_t *L, const zero_moe_weights_t *w,
+                             const zero_moe_weights_t *gw) {
+    const size_t C = mm->C, H = mm->H, cap = L->cap;
+    for (size_t e = 0; e < mm->E; e++) {
+        const size_t n = expert_rows((size_t)L->counts[e], cap);
+        if (n == 0) continue;
+        const void *fch = at(mm, L->fch, e * cap * H);
+        const float *dye = mm->dy + e * cap * C;
+        const void *dyd = dye;
+        if (LP) {
+            zero__narrow(mm->dyd, dye, n * C, mm->dt);
+            dyd = mm->dyd;
+        }
+        gelu_fwd(mm, mm->h, fch, n * H); /* bitwise the forward's */
+        lin_bwd(mm, mm->h2, mm->dt, 0, at(mm, gw->proj_w, e * C * H), at(mm, gw->proj_b, e * C),
+                dyd, mm->h, at(mm, w->proj_w, e * C * H), n, H, C);
+        gelu_bwd(mm, mm->h, fch, mm->h2, n * H);
+        lin_bwd(mm, mm->bufw + e * cap * C, ZERO_DTYPE_FP32, 0, at(mm, gw->fc_w, e * H * C),
+                at(mm, gw->fc_b, e * H), mm->h, at(mm, mm->buf, e * cap * C),
+                at(mm, w->fc_w, e * H * C), n, C, H);
+    }
+}
+
 /* ------------------------------------------------------------------------------ expert parallelism
  */
 
@@ -525,19 +568,11 @@ zero_status_t zero__moe_mlp_forward(zero_moe_mlp_t *mm, int s, const zero_moe_we
                                                 &dropped, &aux, &z, L->logits, BT, E, k, cap);
     ZERO_ASSERT(st == ZERO_OK); /* the shape was checked at init */
     dispatch(mm, L, x, BT);
-    if (mm->ep > 1) st = ep_experts_forward(mm, L, w);
+    if (mm->ep > 1)
+        st = ep_experts_forward(mm, L, w);
+    else
+        experts_forward(mm, L, w);
     if (st) return st;
-    /* ep 1: one matmul per expert over the rows its tokens filled */
-    for (size_t e = 0; e < E && mm->ep == 1; e++) {
-        const size_t n = expert_rows((size_t)L->counts[e], cap);
-        if (n == 0) continue;
-        void *fch = at(mm, L->fch, e * cap * H);
-        lin_fwd(mm, fch, 0, at(mm, mm->buf, e * cap * C), at(mm, w->fc_w, e * H * C),
-                at(mm, w->fc_b, e * H), n, C, H);
-        gelu_fwd(mm, mm->h, fch, n * H);
-        lin_fwd(mm, L->y + e * cap * C, 1, mm->h, at(mm, w->proj_w, e * C * H),
-                at(mm, w->proj_b, e * C), n, H, C);
-    }
     float *ow = LP ? mm->outw : out;
     zero__moe_combine_forward(ow, L->y, L->gates, L->idx, L->slot, BT, E, k, cap, C);
     /* shared experts on every token, added after the routed ones in expert order */
@@ -583,30 +618,13 @@ zero_status_t zero__moe_mlp_backward(zero_moe_mlp_t *mm, int s, const zero_moe_w
     zero__moe_combine_backward(mm->dy, mm->dgates, doutw, L->y, L->gates, L->idx, L->slot, BT, E, k,
                                cap, C);
 
-    /* experts, one by one: bufw receives the dispatch buffer's gradient */
+    /* experts: bufw receives the dispatch buffer's gradient */
     if (mm->ep > 1) {
         zero_status_t st = ep_experts_backward(mm, L, w, gw);
         if (st) return st;
     } else {
         dispatch(mm, L, x, BT);
-    }
-    for (size_t e = 0; e < E && mm->ep == 1; e++) {
-        const size_t n = expert_rows((size_t)L->counts[e], cap);
-        if (n == 0) continue;
-        const void *fch = at(mm, L->fch, e * cap * H);
-        const float *dye = mm->dy + e * cap * C;
-        const void *dyd = dye;
-        if (LP) {
-            zero__narrow(mm->dyd, dye, n * C, mm->dt);
-            dyd = mm->dyd;
-        }
-        gelu_fwd(mm, mm->h, fch, n * H); /* bitwise the forward's */
-        lin_bwd(mm, mm->h2, mm->dt, 0, at(mm, gw->proj_w, e * C * H), at(mm, gw->proj_b, e * C),
-                dyd, mm->h, at(mm, w->proj_w, e * C * H), n, H, C);
-        gelu_bwd(mm, mm->h, fch, mm->h2, n * H);
-        lin_bwd(mm, mm->bufw + e * cap * C, F, 0, at(mm, gw->fc_w, e * H * C),
-                at(mm, gw->fc_b, e * H), mm->h, at(mm, mm->buf, e * cap * C),
-                at(mm, w->fc_w, e * H * C), n, C, H);
+        experts_backward(mm, L, w, gw);
     }
     float *dxw = LP ? mm->outw : dx;
     memset(dxw, 0, BT * C * sizeof *dxw);
