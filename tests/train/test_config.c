@@ -284,8 +284,8 @@ static void test_moe(void) {
          ZERO_ERR_CONFIG,
          {"model.moe.ep_size = 3", "divisor of model.moe.experts = 4"}},
         {"\"experts\": 4, \"ep_size\": 2",
-         ZERO_ERR_UNSUPPORTED,
-         {"model.moe.ep_size = 2", "expert parallelism (ep_size > 1) is not implemented yet"}},
+         ZERO_ERR_CONFIG,
+         {"model.moe.ep_size = 2", "does not divide the world size 1"}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char json[256];
@@ -297,6 +297,9 @@ static void test_moe(void) {
         CHECK(ok, "moe case %zu (%s): status %d, message '%s'", i, cases[i].moe, (int)st,
               zero_last_error());
     }
+    /* ep_size dividing both the experts and the world */
+    CHECK(parse_check(&c, "{\"model\": {\"moe\": {\"experts\": 4, \"ep_size\": 2}}}", 4) == ZERO_OK,
+          "4 experts, ep_size 2 on 4 ranks: %s", zero_last_error());
 }
 
 /* DeepSpeed's rule: any two of the batch-size triple determine the third. */
