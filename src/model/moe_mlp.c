@@ -70,7 +70,7 @@ struct zero_moe_mlp {
     int32_t *scounts;   /* (ep, El + 1) counts message */
     void *sbuf, *rbuf;  /* packed all-to-allv buffers, E cap C fp32 elements each */
     size_t *a2a;        /* send counts, send displs, recv counts, recv displs (ep each, bytes) */
-    uint64_t theory;    /* bytes sent to peers by the counts (zero__moe_mlp_traffic) */
+    uint64_t theory;    /* bytes sent to peers, from the counts (zero__moe_mlp_traffic) */
     uint64_t base_sent; /* the communicator's sent bytes at the last reset */
 };
 
