@@ -22,6 +22,7 @@ int zero__cli_dispatch(const char *prog, const char *what, const char *footer,
 
 int zero__cli_bench(int argc, char **argv);
 int zero__cli_convert(int argc, char **argv);
+int zero__cli_plan(int argc, char **argv);
 int zero__cli_train(int argc, char **argv);
 
 #endif /* ZERO_CLI_H */

@@ -10,6 +10,8 @@ static const zero__cli_command_t commands[] = {
     {"train", zero__cli_train, "train a model (threads or MPI ranks, ZeRO stages 0-3)"},
     {"bench", zero__cli_bench,
      "benchmarks: `zero bench comm` (collectives), `zero bench io` (swap files)"},
+    {"plan", zero__cli_plan,
+     "every way to run a config on a machine: memory, disk, traffic, step time; what fits"},
     {"convert", zero__cli_convert, "export a checkpoint to safetensors (Hugging Face GPT-2 names)"},
 };
 

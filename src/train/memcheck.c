@@ -25,9 +25,13 @@
 #include <sys/statvfs.h>
 
 /* The program itself (code, libraries, their data), measured: `zero train` of a 1-layer model on
- * one rank peaks at 15 MiB of resident memory; under mpirun the MPI library adds its own. */
-#define PROCESS_BASE_BYTES (24ull << 20)
-#define MPI_PROCESS_BYTES (64ull << 20)
+ * one rank peaks at 22 MiB of resident memory, of which 3 MiB are accounted and 5 MiB the
+ * built-in corpus and its tokens. Under mpirun the MPI library adds its own: 8 MiB per process
+ * for that model on 2 ranks, up to 16 MiB for the 85M model on 2-4 ranks (docs/benchmarks.md,
+ * "zero plan"). Predictions, not bounds: `zero plan` compares them with measured peaks
+ * (tests/plan/test_plan_rss.py, bench/bench_plan.sh). */
+#define PROCESS_BASE_BYTES (16ull << 20)
+#define MPI_PROCESS_BYTES (16ull << 20)
 /* Each thread rank beyond its accounted memory: its thread and its two communicators' progress
  * threads (stacks, thread-local caches), the kernels' per-thread state, malloc's headers.
  * Measured (docs/benchmarks.md, "Many thread ranks"): peak RSS minus the accounted memory is
@@ -42,12 +46,7 @@ typedef struct shape {
     zero_dtype_t dtype;
 } shape_t;
 
-typedef struct estimate {
-    zero_memory_estimate_t rank; /* one rank: engine + activations */
-    uint64_t per_rank;           /* rank + batch buffers + overhead */
-    uint64_t process;            /* local x per_rank + data + base */
-    uint64_t data;
-} estimate_t;
+typedef zero_train_process_estimate_t estimate_t;
 
 static uint64_t data_bytes(const zero_train_config_t *cfg) {
     /* At most one token per byte of the file, held as int32, beside the file's bytes while it
@@ -77,8 +76,8 @@ static zero_status_t estimate(const zero_train_config_t *cfg, const shape_t *s, 
     const uint64_t batch = 2ull * (uint64_t)s->micro * (uint64_t)cfg->model.seq * sizeof(int32_t);
     e->per_rank = e->rank.total_bytes + batch + RANK_OVERHEAD_BYTES;
     e->data = data_bytes(cfg);
-    e->process = (uint64_t)s->local * e->per_rank + e->data + PROCESS_BASE_BYTES +
-                 (mpi ? MPI_PROCESS_BYTES : 0);
+    e->program = PROCESS_BASE_BYTES + (mpi ? MPI_PROCESS_BYTES : 0);
+    e->process = (uint64_t)s->local * e->per_rank + e->data + e->program;
     return ZERO_OK;
 }
 
@@ -219,8 +218,7 @@ static void describe(char *buf, size_t n, const estimate_t *e, int local) {
         r->bytes[ZERO_MEM_OFFLOAD] ? " (staging of the swap files)" : "",
         human(t[5], 32, r->bytes[ZERO_MEM_ACTIVATIONS]), human(t[6], 32, r->bytes[ZERO_MEM_COMM]),
         human(t[7], 32, e->per_rank - r->total_bytes + r->bytes[ZERO_MEM_OTHER]),
-        human(t[8], 32, e->data),
-        human(t[9], 32, e->process - e->data - (uint64_t)local * e->per_rank));
+        human(t[8], 32, e->data), human(t[9], 32, e->program));
 }
 
 /* Append "name (X GiB)" for a changed shape when it fits. */
@@ -409,4 +407,16 @@ zero_status_t zero__train_memory_estimate(const zero_train_config_t *cfg, int wo
     zero_status_t st = estimate(cfg, &s, threads, 0, &e);
     if (!st) *out = e.rank;
     return st;
+}
+
+zero_status_t zero__train_process_estimate(const zero_train_config_t *cfg, int world, int local,
+                                           int threads, int mpi,
+                                           zero_train_process_estimate_t *out) {
+    const shape_t s = {cfg->stage,
+                       cfg->checkpointing,
+                       cfg->micro_batch,
+                       world,
+                       local,
+                       zero__train_config_compute_dtype(cfg)};
+    return estimate(cfg, &s, threads, mpi, out);
 }

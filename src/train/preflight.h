@@ -42,4 +42,21 @@ zero_status_t zero__train_memory_check(const zero_train_config_t *cfg, int world
 zero_status_t zero__train_memory_estimate(const zero_train_config_t *cfg, int world, int threads,
                                           zero_memory_estimate_t *out);
 
+/* What one process of a run needs, the memory check's figures: its ranks' engine and
+ * activations, batch buffers and fixed overhead, the data and the program itself. */
+typedef struct zero_train_process_estimate {
+    zero_memory_estimate_t rank; /* one rank: engine + activations */
+    uint64_t per_rank;           /* rank + batch buffers + per-rank overhead */
+    uint64_t data;               /* the data set as loaded (shared by the process's ranks) */
+    uint64_t program;            /* code, libraries (and the MPI library's own, mpi != 0) */
+    uint64_t process;            /* local x per_rank + data + program: the peak RSS expected */
+} zero_train_process_estimate_t;
+
+/* That estimate for cfg (checked) over `world` ranks, `local` of them in this process, as
+ * zero__train_memory_check computes it (mpi != 0: one process per rank under an MPI library).
+ * For planning (src/plan) and tests. */
+zero_status_t zero__train_process_estimate(const zero_train_config_t *cfg, int world, int local,
+                                           int threads, int mpi,
+                                           zero_train_process_estimate_t *out);
+
 #endif /* ZERO_TRAIN_PREFLIGHT_H */
