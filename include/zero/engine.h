@@ -311,15 +311,20 @@ ZERO_API zero_status_t zero_engine_add_unit(zero_engine_t *eng, const char *name
 ZERO_API zero_status_t zero_engine_add_group(zero_engine_t *eng, int color, int *group_out);
 
 /* zero_engine_add_unit over partition group `group` (zero_engine_add_group; 0: the world, the
- * same as zero_engine_add_unit). The unit is stacked: its tensors, of shape (shape[0], ...), on a
- * rank whose group has copy index c are the c-th of `copies` equal slices along dimension 0 of
- * the unit's logical tensors, of shape (copies * shape[0], ...) (an MoE layer's experts: E / ep
- * experts of E on each rank). The unit is sharded over the group's ranks (padded to a multiple
- * of group size x 16), which hold the same copy; ranks of other groups hold other copies. So:
+ * same as zero_engine_add_unit but for the norm's exact sum below). The unit is stacked: its
+ * tensors, of shape (shape[0], ...), on a rank whose group has copy index c are the c-th of
+ * `copies` equal slices along dimension 0 of the unit's logical tensors, of shape (copies *
+ * shape[0], ...) (an MoE layer's experts: E / ep experts of E on each rank). The unit is sharded
+ * over the group's ranks (padded to a multiple of group size x 16), which hold the same copy; ranks
+ * of other groups hold other copies. So:
  *  - initial values are those of the logical tensors (element c * numel + i of the logical tensor
  *    for element i of copy c), the same however the logical tensors are cut;
  *  - gradients: the step scales the group's summed gradient like every unit's, by 1 / (world x
- *    grad_accum_steps), and counts it in the global norm with weight 1. That is the world's mean
+ *    grad_accum_steps), and counts it in the global norm with weight 1, its squares summed
+ *    exactly (integers, rounded to a double once over all ranks; every unit of
+ *    zero_engine_add_unit_in, in any group, world included, whereas zero_engine_add_unit's
+ *    units sum theirs in float64), so the norm does not depend on how the unit is cut: the same
+ *    bits at every number of copies, which a clipped step needs. That is the world's mean
  *    when the model's gradient on each rank already holds every token that reached the copy
  *    (expert parallelism: the all-to-all brings each token of the ep block to its expert's rank),
  *    so the group's sum is a sum over the world's tokens: the same update and norm as a world unit
@@ -347,19 +352,19 @@ ZERO_API zero_status_t zero_engine_add_unit_in(zero_engine_t *eng, int group, co
  * feeds p_w. Everything after is any unit's (the world mean's scale, micro-step accumulation,
  * norm, step, stage 0's gather, stage 3). So ep = 1 (world units), ep = W and any ep between
  * train to the same weights (zero_engine_fingerprint), at every stage and accumulation, for the
- * threads and MPI backends alike; the global norm agrees to float64 rounding (its per-rank
- * partials cover other shards). The reduction is one all-to-all of S_u-element blocks per slot
- * inside the group, synchronous, (n - 1) x slots x S_u x c bytes sent per micro-step (c = bytes
- * per compute element), and a receive buffer of slots x P_u compute elements lent by the
- * gradient pool (ZERO_MEM_GRADS); a group of one rank (ep = world) sums its slots in place and
- * sends nothing. Never packed into a bucket. Memory: the working buffer is slots x P_u elements
- * (stages 0-1 keep it; the report's theory and zero_engine_estimate_memory count it). slots must
- * be 1 or the unit's copies (ZERO_ERR_INVALID_ARG naming the unit and both values; a unit of the
- * world or of a one-copy group takes 1); set it after zero_engine_add_unit_in and before the first
- * fetch (ZERO_ERR_INVALID_ARG after). Compatible with every stage, dtype, overlap_comm, the
- * offloads and overlap_step; ZeRO++ qgZ and LoCo apply to units of the world only, so never to
- * these. Not collective (every rank sets the same). zero_engine_unit_slots: unit u's slots (1
- * unless set; 0 for a bad unit). */
+ * threads and MPI backends alike, and with gradient clipping: the global norm is the same bits
+ * (the unit's squares are summed exactly, zero_engine_add_unit_in). The reduction is one all-to-all
+ * of S_u-element blocks per slot inside the group, synchronous, (n - 1) x slots x S_u x c bytes
+ * sent per micro-step (c = bytes per compute element), and a receive buffer of slots x P_u compute
+ * elements lent by the gradient pool (ZERO_MEM_GRADS); a group of one rank (ep = world) sums its
+ * slots in place and sends nothing. Never packed into a bucket. Memory: the working buffer is slots
+ * x P_u elements (stages 0-1 keep it; the report's theory and zero_engine_estimate_memory count
+ * it). slots must be 1 or the unit's copies (ZERO_ERR_INVALID_ARG naming the unit and both values;
+ * a unit of the world or of a one-copy group takes 1); set it after zero_engine_add_unit_in and
+ * before the first fetch (ZERO_ERR_INVALID_ARG after). Compatible with every stage, dtype,
+ * overlap_comm, the offloads and overlap_step; ZeRO++ qgZ and LoCo apply to units of the world
+ * only, so never to these. Not collective (every rank sets the same). zero_engine_unit_slots: unit
+ * u's slots (1 unless set; 0 for a bad unit). */
 ZERO_API zero_status_t zero_engine_set_unit_slots(zero_engine_t *eng, int u, int slots);
 ZERO_API int zero_engine_unit_slots(const zero_engine_t *eng, int u);
 
@@ -605,10 +610,11 @@ ZERO_API zero_status_t zero_engine_check_replicas(zero_engine_t *eng);
  * (N-1)(S_u + 4 ceil(S_u / 256)) instead: the int8 shard and its fp32 scales. With
  * hpz_partition_size h > 1 only the first window of u after a step does so; every later one sends
  * (h-1) c P_u / h inside the group of h ranks control  (N-1) x 32 (one record per rank per step:
- * norm partial, schedule hash, inf/NaN flag) Prefetch changes when a window's gather is posted, not
- * how many (if a prefetched gather is ever dropped unused, the engine logs a warning and the step
- * sends that much more). Before the first step the theory assumes M = grad_accum_steps and two
- * windows per micro-step. */
+ * norm partial, schedule hash, inf/NaN flag; (N-1) x 120 with units of zero_engine_add_unit_in,
+ * the record carrying the rank's exact sum of squares) Prefetch changes when a window's gather is
+ * posted, not how many (if a prefetched gather is ever dropped unused, the engine logs a warning
+ * and the step sends that much more). Before the first step the theory assumes M = grad_accum_steps
+ * and two windows per micro-step. */
 typedef enum zero_xfer_kind {
     ZERO_XFER_PARAMS,  /* parameter all-gathers */
     ZERO_XFER_GRADS,   /* gradient reductions */

@@ -378,12 +378,14 @@ static void print_tables(const run_t *r, const zero_train_rank_report_t *all) {
 }
 
 /* One record; a write error (a full disk) fails the run, naming the file. tokens, elapsed_s and
- * skipped_steps count from the run's start, earlier invocations of a resumed run included. */
+ * skipped_steps count from the run's start, earlier invocations of a resumed run included.
+ * grad_norm has 17 digits: the float64 norm read back bitwise (the norms of layouts that must
+ * agree exactly are compared from the log). */
 static zero_status_t metrics_line(run_t *r, int step, float loss, const zero_step_stats_t *ss,
                                   double tokens, double tok_s, double step_s, float val_loss) {
     if (!r->metrics) return ZERO_OK;
     fprintf(r->metrics,
-            "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"clipped\": %s, "
+            "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.17g, \"clipped\": %s, "
             "\"skipped\": %s, \"tokens\": %.0f, \"tokens_per_s\": %.6g, \"step_s\": %.6g, "
             "\"elapsed_s\": %.6g, \"optimizer_step_s\": %.6g, \"compute_dtype\": \"%s\", "
             "\"loss_scale\": %.9g, \"skipped_steps\": %lld, \"units_in_backward\": %d",

@@ -34,6 +34,7 @@
 
 #include "core/core_internal.h"
 #include "io/aio.h"
+#include "kernels/sumsq_exact.h"
 #include "optim/adamw.h"
 #include "qgz.h"
 
@@ -48,6 +49,8 @@
 #define ZERO__GSWAP_SLOTS 2
 /* The step's control record (step.c), sent by every rank to every other once per step. */
 #define ZERO__CONTROL_BYTES 32u
+/* With exact units (zero__unit_t.exact), the record's exact sum of squares follows it. */
+#define ZERO__CONTROL_EXACT_BYTES 88u
 
 /* A partition group: the ranks a unit is sharded over (and its gradient reduced over). Group 0
  * is the engine's world; others are splits of it chosen when a unit is declared (an expert's
@@ -121,6 +124,7 @@ typedef struct zero__unit {
      * (else it is zero); acc_sumsq: its sum of squares then (the step's norm). */
     int goff, acc_on_disk;
     double acc_sumsq;
+    zero__xsum_t acc_xsum; /* the same for an exact unit */
     /* One rank, stages 0-1, accumulator dtype != compute dtype: the step's only gradient so far
      * is still in work, acc is zero. The step reads work directly; a further micro-step first
      * widens it into acc (zero__flush_pending). */
@@ -134,6 +138,12 @@ typedef struct zero__unit {
      * its accumulator's sum of squares, taken before the update zeroed it). */
     int done_count, landed_count, early;
     double early_sumsq;
+    zero__xsum_t early_xsum; /* the same for an exact unit */
+
+    /* Declared by zero_engine_add_unit_in: its share of the global norm is summed exactly
+     * (kernels/sumsq_exact.h) instead of in float64, so that it does not depend on how the
+     * unit is cut over ranks (step.c). */
+    int exact;
 } zero__unit_t;
 
 /* One buffer of a pool (pool.c): kept for reuse by any unit of the same padded size, so
@@ -266,6 +276,7 @@ struct zero_engine {
 
     zero__unit_t *units;
     int unit_count, unit_cap;
+    int exact_units; /* units with exact set: the control record carries an exact sum */
     int64_t step;
 
     /* Buckets (buckets.c): slots used round-robin so that completions (and so accumulations)

@@ -268,9 +268,13 @@ fail:
                        u->name, u->param_count, P, eng->params.stage);
 }
 
+static zero_status_t add_unit(zero_engine_t *eng, int group, const char *name,
+                              const zero_tensor_desc_t *tensors, int count, int exact,
+                              int *unit_out);
+
 zero_status_t zero_engine_add_unit(zero_engine_t *eng, const char *name,
                                    const zero_tensor_desc_t *tensors, int count, int *unit_out) {
-    return zero_engine_add_unit_in(eng, 0, name, tensors, count, unit_out);
+    return add_unit(eng, 0, name, tensors, count, 0, unit_out);
 }
 
 zero_status_t zero_engine_add_group(zero_engine_t *eng, int color, int *group_out) {
@@ -329,8 +333,17 @@ int zero_engine_unit_slots(const zero_engine_t *eng, int u) {
     return un ? un->slots : 0;
 }
 
+/* A unit declared through zero_engine_add_unit_in, in any group, world included, sums its norm
+ * exactly (engine.h): at ep 1 an MoE model's experts are such a unit of the world, and their
+ * share must be the one they have as a stacked unit at any other ep. */
 zero_status_t zero_engine_add_unit_in(zero_engine_t *eng, int group, const char *name,
                                       const zero_tensor_desc_t *tensors, int count, int *unit_out) {
+    return add_unit(eng, group, name, tensors, count, 1, unit_out);
+}
+
+static zero_status_t add_unit(zero_engine_t *eng, int group, const char *name,
+                              const zero_tensor_desc_t *tensors, int count, int exact,
+                              int *unit_out) {
     if (eng && (group < 0 || group >= eng->group_count))
         return zero__error(ZERO_ERR_INVALID_ARG,
                            "unit '%s': partition group %d does not exist (the engine has %d)",
@@ -384,6 +397,7 @@ zero_status_t zero_engine_add_unit_in(zero_engine_t *eng, int group, const char 
     /* Layout rule of ARCHITECTURE.md section 3, over the unit's partition group. */
     u.grp = &eng->groups[group];
     u.slots = 1;
+    u.exact = exact;
     u.padded_count = zero__padded_count(off, u.grp->size);
     u.shard_count = u.padded_count / (size_t)u.grp->size;
     /* Allocated in its slot (not counted yet): the initial fill of a 16-bit master reaches it
@@ -398,6 +412,7 @@ zero_status_t zero_engine_add_unit_in(zero_engine_t *eng, int group, const char 
         return st;
     }
     eng->unit_count++;
+    eng->exact_units += exact;
     if (unit_out) *unit_out = index;
     return ZERO_OK;
 }

@@ -5,7 +5,11 @@
  * Not here: bucket mechanics (buckets.c), fetch (fetch.c).
  * Invariants: the norm is the same computation on every stage: float64 sum of squares of each
  * unit's accumulator shard (units in order), per-rank partials combined in rank order after an
- * all-gather. AdamW is elementwise, so updating a shard or the full buffer gives the same bits;
+ * all-gather; the units of zero_engine_add_unit_in add their squares exactly instead
+ * (kernels/sumsq_exact.h): the ranks' exact sums travel in the same all-gather, are merged as
+ * integers and rounded once, and that double is added to the float64 part, the same bits however
+ * those units are cut over the ranks (expert parallelism).
+ * AdamW is elementwise, so updating a shard or the full buffer gives the same bits;
  * parameters are only ever updated by their owner and then copied.
  * Overflow: each rank's float64 sum of squares is non-finite iff one of its accumulator
  * elements is inf or NaN (argued where it is computed), so that one read-only pass is also the
@@ -38,6 +42,7 @@ typedef struct step_record {
     uint64_t step;
 } step_record_t;
 _Static_assert(sizeof(step_record_t) == ZERO__CONTROL_BYTES, "the comm theory's control record");
+_Static_assert(sizeof(zero__xsum_t) == ZERO__CONTROL_EXACT_BYTES, "the exact sum in the record");
 
 static void describe_event(const zero_engine_t *eng, int32_t ev, char *buf, size_t n) {
     if (ev == INT32_MIN) {
@@ -289,18 +294,37 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
     return ZERO_OK;
 }
 
-/* This rank's share of the step's sum of squares from unit u's reduced gradient (before its
- * update, which zeroes it). A unit of a smaller group counts with weight 1, like every unit: its
- * group's sum, scaled as the world's mean, is its gradient (zero_engine_add_unit_in). */
-static double unit_sumsq(zero_engine_t *eng, const zero__unit_t *u) {
+/* Unit u's share of this rank's sum of squares from its reduced gradient (before its update,
+ * which zeroes it): a float64 unit's added to *f, an exact unit's (zero__unit_t.exact) to *x. A
+ * unit of a smaller group counts with weight 1, like every unit: its group's sum, scaled as the
+ * world's mean, is its gradient (zero_engine_add_unit_in). */
+static void unit_sumsq(zero_engine_t *eng, const zero__unit_t *u, double *f, zero__xsum_t *x) {
     const zero_engine_params_t *p = &eng->params;
+    if (u->early == 2) { /* updated in backward, its share taken then */
+        if (u->exact)
+            zero__xsum_merge(x, &u->early_xsum);
+        else
+            *f += u->early_sumsq;
+        return;
+    }
     /* pending: the accumulator would hold exactly the widened working buffer, and the sum over
-     * one chunk of all of it is zero__sumsq of the widened values, same bits */
-    double part = u->pending ? zero__sumsq_lp(u->work, p->compute_dtype, u->shard_count,
-                                              ZERO_MAX(u->shard_count, (size_t)1), p->threads)
-                  : u->goff  ? (u->acc_on_disk ? u->acc_sumsq : 0.0) /* taken when written */
-                             : zero__sumsq_dt(eng, u->acc, u->shard_count, p->grad_accum_dtype);
-    return part;
+     * one chunk of all of it is zero__sumsq of the widened values, same bits (exact: the same
+     * values, the same sum) */
+    const void *g = u->pending ? u->work : u->acc;
+    const zero_dtype_t dt = u->pending ? p->compute_dtype : p->grad_accum_dtype;
+    if (u->goff && !u->pending) { /* taken when written; zero if never written */
+        if (!u->acc_on_disk) return;
+        if (u->exact)
+            zero__xsum_merge(x, &u->acc_xsum);
+        else
+            *f += u->acc_sumsq;
+    } else if (u->exact) {
+        zero__xsum_add_squares(x, g, u->shard_count, dt, p->threads);
+    } else {
+        *f += u->pending ? zero__sumsq_lp(g, dt, u->shard_count,
+                                          ZERO_MAX(u->shard_count, (size_t)1), p->threads)
+                         : zero__sumsq_dt(eng, g, u->shard_count, dt);
+    }
 }
 
 /* ------------------------------------------------------------------------------ overlap_step
@@ -371,12 +395,17 @@ void zero__overlap_run(zero_engine_t *eng) {
         } else if (!zero__swap_ready(eng, i)) {
             continue;
         }
-        const double part = unit_sumsq(eng, u);
-        if (!isfinite(part)) { /* the step fails (or skips, if no rank updated anything) */
+        double part = 0.0;
+        zero__xsum_t xpart;
+        memset(&xpart, 0, sizeof xpart);
+        unit_sumsq(eng, u, &part, &xpart);
+        if (!isfinite(part) || xpart.nonfinite) { /* the step fails (or skips, if no rank
+                                                     updated anything) */
             eng->early_stop = 1;
             return;
         }
         u->early_sumsq = part;
+        u->early_xsum = xpart;
         u->early = 2;
         eng->early_ready--;
         eng->early_done++;
@@ -478,13 +507,13 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
     if (eng->pol.shard_params && (st = zero__fetch_drop_all(eng))) return st;
 
     /* This rank's partial sum of squares over its shards (units in order; a unit updated in
-     * backward gave its part then), and its inf/NaN flag. */
+     * backward gave its part then), and its inf/NaN flag: float64 over the units of
+     * zero_engine_add_unit, exact over those of zero_engine_add_unit_in. */
     double mine = 0.0;
+    zero__xsum_t xmine, xall;
+    memset(&xmine, 0, sizeof xmine);
+    for (int i = 0; i < eng->unit_count; i++) unit_sumsq(eng, &eng->units[i], &mine, &xmine);
     int overflow = 0;
-    for (int i = 0; i < eng->unit_count; i++) {
-        zero__unit_t *u = &eng->units[i];
-        mine += u->early == 2 ? u->early_sumsq : unit_sumsq(eng, u);
-    }
     /* The sum of squares is the non-finite check too, with no pass of its own. A finite fp32,
      * bf16 or fp16 value squares to at most 3.4e38^2 = 1.2e77 in float64, so a float64 sum of
      * any number of them that this machine can hold (< 2^64 terms: < 2.1e96) is finite: every
@@ -492,12 +521,21 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
      * element squares to +inf and a NaN to NaN, and adding non-negative finite terms (squares
      * are never negative, so never inf - inf) keeps +inf or NaN. So mine is non-finite iff some
      * element of this rank's shards is inf or NaN — what zero__has_nonfinite answered. */
-    overflow = !isfinite(mine);
+    overflow = !isfinite(mine) || xmine.nonfinite;
     int early_any = eng->early_done > 0; /* some rank updated units in backward */
     double sumsq = mine;
+    xall = xmine;
     if (eng->world > 1) {
+        /* the record, then with exact units this rank's exact sum */
+        const size_t rb = ZERO__CONTROL_BYTES + (eng->exact_units ? ZERO__CONTROL_EXACT_BYTES : 0);
         step_record_t rec, *all = malloc((size_t)eng->world * sizeof *all);
-        if (!all) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "engine: out of memory (step)");
+        unsigned char *out = malloc(rb), *in = malloc((size_t)eng->world * rb);
+        if (!all || !out || !in) {
+            free(all);
+            free(out);
+            free(in);
+            return zero__error(ZERO_ERR_OUT_OF_MEMORY, "engine: out of memory (step)");
+        }
         memset(&rec, 0, sizeof rec);
         rec.sumsq = mine;
         rec.schedule_hash = eng->event_count ? eng->event_hash : 0;
@@ -505,8 +543,21 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
         rec.overflow = (int16_t)(overflow | (early_any ? 2 : 0));
         rec.fetch_failure = (int16_t)eng->fetch_failure;
         rec.step = (uint64_t)eng->step;
-        st = zero__xfer_gather(eng, &eng->groups[0], ZERO_XFER_CONTROL, &rec, all, sizeof rec,
+        memcpy(out, &rec, sizeof rec);
+        if (eng->exact_units) memcpy(out + sizeof rec, &xmine, sizeof xmine);
+        st = zero__xfer_gather(eng, &eng->groups[0], ZERO_XFER_CONTROL, out, in, rb,
                                ZERO_DTYPE_UINT8, NULL);
+        /* the ranks' exact sums merged: integers, so in any order */
+        memset(&xall, 0, sizeof xall);
+        for (int r = 0; !st && r < eng->world; r++) {
+            memcpy(&all[r], in + (size_t)r * rb, sizeof *all);
+            if (!eng->exact_units) continue;
+            zero__xsum_t xr;
+            memcpy(&xr, in + (size_t)r * rb + sizeof *all, sizeof xr);
+            zero__xsum_merge(&xall, &xr);
+        }
+        free(out);
+        free(in);
         if (st) {
             free(all);
             return comm_fail(eng, st, "the gradient-norm and schedule all-gather");
@@ -537,6 +588,9 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
         }
         free(all);
     }
+    /* The exact units' share, rounded once: the same double whatever cut the ranks summed (so
+     * across ep). A model without such units adds 0.0, leaving the float64 sum's bits. */
+    sumsq += zero__xsum_value(&xall);
     /* A finite shard cannot give a non-finite float64 sum of squares; belt and braces, and the
      * same on every rank since sumsq is. */
     if (!isfinite(sumsq)) overflow = 1;

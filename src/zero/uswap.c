@@ -459,7 +459,13 @@ zero_status_t zero__acc_unmap(zero_engine_t *eng, zero__unit_t *un, int written)
         /* the step's norm takes each unit's sum as it stands after the last write: the same
          * computation over the same values as the step's own pass over un->acc */
         void *acc = find(eng->gswap, u)->buf;
-        un->acc_sumsq = zero__sumsq_dt(eng, acc, un->shard_count, eng->params.grad_accum_dtype);
+        const zero_dtype_t adt = eng->params.grad_accum_dtype;
+        if (un->exact) {
+            memset(&un->acc_xsum, 0, sizeof un->acc_xsum);
+            zero__xsum_add_squares(&un->acc_xsum, acc, un->shard_count, adt, eng->params.threads);
+        } else {
+            un->acc_sumsq = zero__sumsq_dt(eng, acc, un->shard_count, adt);
+        }
         un->acc_on_disk = 1;
     }
     if (hold) {

@@ -343,8 +343,11 @@ void zero__xfer_end_step(zero_engine_t *eng) {
 }
 
 /* The control record of step.c: norm partial, schedule hash and length, overflow flag, the
- * status of a parameter shard lost at a fetch, step. */
-#define CONTROL_BYTES 32u
+ * status of a parameter shard lost at a fetch, step; with exact units (zero_engine_add_unit_in)
+ * the rank's exact sum of squares after it. */
+static uint64_t control_bytes(const zero_engine_t *eng) {
+    return ZERO__CONTROL_BYTES + (eng->exact_units ? ZERO__CONTROL_EXACT_BYTES : 0);
+}
 
 /* What the last completed step should have sent, per kind (bytes from this rank). Each unit u
  * of group g_u, shard S_u, with RS(g, S, dtype) and AG(g, S, dtype) the bytes this rank sends in
@@ -364,15 +367,16 @@ void zero__xfer_end_step(zero_engine_t *eng) {
  *            AG(g_u, S_u, c) for each unit gathered after the step (stages 1-2: every unit;
  *            stage 3: the persistent ones, never quantized); with hpZ (group H of h ranks) a
  *            unit's first window of the step as above and every later one AG(H, P_u / h, c)
- *   control  AG(world, 32 bytes) (one record per rank per step), + AG(world, 4 bytes) with the
- *            optimizer's states on NVMe (every rank's I/O status)
- * Bucketing packs several units' shards into one reduce-scatter; the bytes are linear in the
- * count, so the sum over units is the buckets' bytes. Prefetch changes when a window's gather is
- * posted, not how many: it follows a confirmed fetch sequence only while the calls match it, so
- * no gather is dropped unused (if one ever is, fetch.c logs a warning and the step sends that much
- * more than this). The windows and micro-steps are the last step's (counted as they happen);
- * before the first step, M = grad_accum_steps micro-steps and 2M windows per unit. The same
- * with only the bytes to other nodes when inter is set. */
+ *   control  AG(world, 32 bytes) (one record per rank per step; 120 with units of
+ *            zero_engine_add_unit_in, whose exact sum of squares it carries), + AG(world, 4 bytes)
+ * with the optimizer's states on NVMe (every rank's I/O status) Bucketing packs several units'
+ * shards into one reduce-scatter; the bytes are linear in the count, so the sum over units is the
+ * buckets' bytes. Prefetch changes when a window's gather is posted, not how many: it follows a
+ * confirmed fetch sequence only while the calls match it, so no gather is dropped unused (if one
+ * ever is, fetch.c logs a warning and the step sends that much more than this). The windows and
+ * micro-steps are the last step's (counted as they happen); before the first step, M =
+ * grad_accum_steps micro-steps and 2M windows per unit. The same with only the bytes to other nodes
+ * when inter is set. */
 static void theory(const zero_engine_t *eng, int inter, uint64_t out[ZERO_XFER_KIND_COUNT]) {
     const zero__stage_policy_t pol = eng->pol;
     const zero_dtype_t c = eng->params.compute_dtype, a = eng->params.grad_accum_dtype;
@@ -405,7 +409,7 @@ static void theory(const zero_engine_t *eng, int inter, uint64_t out[ZERO_XFER_K
     /* + with swapped optimizer states, the step's 4-byte I/O agreement (step.c) */
     const zero__group_t *w = &eng->groups[0];
     out[ZERO_XFER_CONTROL] =
-        zero__xfer_bytes(w, ZERO_COLL_ALL_GATHER, CONTROL_BYTES, ZERO_DTYPE_UINT8, inter) +
+        zero__xfer_bytes(w, ZERO_COLL_ALL_GATHER, control_bytes(eng), ZERO_DTYPE_UINT8, inter) +
         (eng->swap
              ? zero__xfer_bytes(w, ZERO_COLL_ALL_GATHER, sizeof(int32_t), ZERO_DTYPE_UINT8, inter)
              : 0);

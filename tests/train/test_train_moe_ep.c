@@ -1,15 +1,17 @@
 /* test_train_moe_ep.c — expert parallelism (model.moe.ep_size) through the trainer: the MoE-GPT of
- * moe_setup.h on 4 thread ranks, gradient clipping off (its factor would carry the global norm's
- * float64 rounding, which depends on the shards each rank sums).
+ * moe_setup.h on 4 thread ranks.
  *
  * Oracles:
- * (1) expert parallelism only moves tokens and weights, never changes a sum's order: ep 1, 2 and
- *     4 at stages 0-3 give the ep-1 stage-0 weights fingerprint, at accumulation 1 and 3 in fp32,
- *     in bf16 at stages 0 and 3, and with activation checkpointing (which exchanges the tokens
- *     again); the per-expert token counts of the report are the same global figures at every ep;
+ * (1) expert parallelism only moves tokens and weights, never changes a sum's order: with
+ *     gradient clipping at 1, below every step's norm (every step clipped, checked), ep 1, 2 and
+ *     4 at stages 0-3 give the ep-1 stage-0 weights fingerprint and its gradient norms bitwise
+ *     (the metrics log's 17 digits: the experts' share of the norm is summed exactly, so the
+ *     shards each rank holds do not matter), at accumulation 1 and 3 in fp32, in bf16 at stages
+ *     0 and 3, and with activation checkpointing (which exchanges the tokens again); the
+ *     per-expert token counts of the report are the same global figures at every ep;
  * (2) the expert gradients are not off by a factor of ep (DeepSpeed's bug, twice): the global
- *     gradient norm of every step, from the metrics log (9 significant digits), equals ep 1's at
- *     ep 2 and 4 (doubling one expert weight's gradient moves it by 5%);
+ *     gradient norm of every step, from the metrics log, equals ep 1's at ep 2 and 4 without
+ *     clipping too (doubling one expert weight's gradient moves it by 5%);
  * (3) all-to-all bytes: every rank's measured bytes per step equal the report's theory, and in a
  *     layout where every token reaches every expert (2 experts, top-2, no dropping, ep 2) both
  *     equal the closed form per micro-step (ep - 1)(E/ep + 1) x 4 + B T C (c + 4) x 2 (counts,
@@ -21,7 +23,7 @@
  * (5) bad input (ep_size not dividing the experts or the world) fails before training, naming
  *     the key and the value.
  * (6) checkpoints hold the logical expert tensors: 2 steps saved at ep 2 and resumed for 2 more
- *     at ep 4 end on the weights of 4 uninterrupted steps at ep 1.
+ *     at ep 4 end on the weights of 4 uninterrupted steps at ep 1, with clipping.
  */
 #include "check.h"
 #include "moe_setup.h"
@@ -35,11 +37,13 @@
 
 #define WORLD 4
 #define STEPS 2
+#define CLIP "1" /* gradient_clipping below every step's norm (2.6 and 2.2 here) */
 
 typedef struct run_opts {
     int ep, stage, bf16, checkpointing;
     const char *ga;
     const char *const *extra; /* more key/value pairs, NULL-terminated (may be NULL) */
+    const char *clip;         /* gradient_clipping (NULL: 0) */
 } run_opts_t;
 
 /* One run on 4 ranks with the options; io may be NULL (silent). */
@@ -50,7 +54,7 @@ static zero_status_t run(const run_opts_t *o, const zero_train_io_t *io, zero_tr
     const char *sets[64] = {"train.ranks",
                             "4",
                             "gradient_clipping",
-                            "0",
+                            o->clip ? o->clip : "0",
                             "model.moe.ep_size",
                             ep,
                             "zero_optimization.stage",
@@ -68,9 +72,40 @@ static zero_status_t run(const run_opts_t *o, const zero_train_io_t *io, zero_tr
     return train_io(sets, io ? io : &quiet, rep);
 }
 
+/* The grad_norm of each step from a metrics log, and in *clipped (may be NULL) how many steps
+ * were clipped. */
+static int read_norms(const char *path, double *norms, int max, int *clipped) {
+    FILE *f = fopen(path, "r");
+    char line[4096];
+    int n = 0;
+    if (clipped) *clipped = 0;
+    while (f && n < max && fgets(line, sizeof line, f)) {
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *g = cJSON_GetObjectItemCaseSensitive(o, "grad_norm");
+        if (cJSON_IsNumber(g)) norms[n++] = g->valuedouble;
+        if (clipped && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "clipped"))) (*clipped)++;
+        cJSON_Delete(o);
+    }
+    if (f) fclose(f);
+    return n;
+}
+
+/* A temporary file's name in path (a template ending in XXXXXX); 0 on failure. */
+static int temp_file(char *path) {
+    int fd = mkstemp(path);
+    CHECK(fd >= 0, "mkstemp");
+    if (fd < 0) return 0;
+    close(fd);
+    return 1;
+}
+
 /* (1) One fingerprint over ep, stage (and checkpointing) for a dtype and accumulation; the
  * routing figures are the same global counts at every ep. */
 static void check_fingerprints(int bf16, const char *ga, int all_stages) {
+    char path[] = "/tmp/zero-moe-ep-XXXXXX";
+    if (!temp_file(path)) return;
+    zero_train_io_t io = {.metrics_path = path};
+    double norms0[STEPS] = {0};
     uint64_t fp0 = 0;
     double stats0[ZERO_GPT_MOE_STATS(E)] = {0};
     const int eps[] = {1, 2, 4};
@@ -78,14 +113,26 @@ static void check_fingerprints(int bf16, const char *ga, int all_stages) {
         for (int s = 0; s <= 4; s++) { /* 4: stage 0 with activation checkpointing */
             if (!all_stages && s != 0 && s != 3) continue;
             if (s == 4 && (eps[i] != 2 || bf16)) continue;
-            run_opts_t o = {eps[i], s == 4 ? 0 : s, bf16, s == 4, ga, NULL};
+            run_opts_t o = {eps[i], s == 4 ? 0 : s, bf16, s == 4, ga, NULL, CLIP};
             zero_train_report_t rep;
-            zero_status_t st = run(&o, NULL, &rep);
+            zero_status_t st = run(&o, &io, &rep);
             CHECK(st == ZERO_OK, "%s accumulation %s ep %d stage %d: %s", bf16 ? "bf16" : "fp32",
                   ga, o.ep, o.stage, zero_last_error());
             if (st) continue;
             const int first = i == 0 && s == 0;
-            if (first) fp0 = rep.weights_fingerprint;
+            double norms[STEPS] = {0};
+            int clipped = 0;
+            CHECK(read_norms(path, norms, STEPS, &clipped) == STEPS && clipped == STEPS,
+                  "ep %d stage %d: %d of %d steps clipped", o.ep, o.stage, clipped, STEPS);
+            if (first) {
+                fp0 = rep.weights_fingerprint;
+                memcpy(norms0, norms, sizeof norms0);
+            }
+            for (int k = 0; k < STEPS; k++)
+                CHECK(norms[k] == norms0[k],
+                      "%s accumulation %s ep %d stage %d step %d: gradient "
+                      "norm %.17g, ep 1 stage 0 %.17g",
+                      bf16 ? "bf16" : "fp32", ga, o.ep, o.stage, k + 1, norms[k], norms0[k]);
             CHECK(rep.weights_fingerprint == fp0,
                   "%s accumulation %s ep %d stage %d%s: fingerprint %016llx, ep 1 stage 0 %016llx",
                   bf16 ? "bf16" : "fp32", ga, o.ep, o.stage, s == 4 ? " checkpointing" : "",
@@ -101,23 +148,11 @@ static void check_fingerprints(int bf16, const char *ga, int all_stages) {
             }
             zero__train_report_free(&rep);
         }
-    printf("%s, accumulation %s: ep 1, 2, 4 x stages %s give %016llx\n", bf16 ? "bf16" : "fp32", ga,
-           all_stages ? "0-3 (and checkpointing at ep 2)" : "0 and 3", (unsigned long long)fp0);
-}
-
-/* The grad_norm of each step from a metrics log. */
-static int read_norms(const char *path, double *norms, int max) {
-    FILE *f = fopen(path, "r");
-    char line[4096];
-    int n = 0;
-    while (f && n < max && fgets(line, sizeof line, f)) {
-        cJSON *o = cJSON_Parse(line);
-        const cJSON *g = cJSON_GetObjectItemCaseSensitive(o, "grad_norm");
-        if (cJSON_IsNumber(g)) norms[n++] = g->valuedouble;
-        cJSON_Delete(o);
-    }
-    if (f) fclose(f);
-    return n;
+    unlink(path);
+    printf(
+        "%s, accumulation %s, clipped: ep 1, 2, 4 x stages %s give %016llx, norms %.17g, %.17g\n",
+        bf16 ? "bf16" : "fp32", ga, all_stages ? "0-3 (and checkpointing at ep 2)" : "0 and 3",
+        (unsigned long long)fp0, norms0[0], norms0[1]);
 }
 
 /* (2) The expert-gradient guard: the global gradient norm (dense and expert units) of each step
@@ -125,22 +160,19 @@ static int read_norms(const char *path, double *norms, int max) {
  * units hold a third of this model's parameters). */
 static void check_grad_norms(void) {
     char path[] = "/tmp/zero-moe-ep-XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0, "mkstemp");
-    if (fd < 0) return;
-    close(fd);
+    if (!temp_file(path)) return;
     double norms[3][STEPS] = {{0}};
     const int eps[] = {1, 2, 4};
     for (int i = 0; i < 3; i++) {
-        run_opts_t o = {eps[i], 2, 0, 0, "3", NULL};
+        run_opts_t o = {eps[i], 2, 0, 0, "3", NULL, NULL};
         zero_train_io_t io = {.metrics_path = path};
         zero_train_report_t rep;
         zero_status_t st = run(&o, &io, &rep);
         CHECK(st == ZERO_OK, "ep %d: %s", eps[i], zero_last_error());
         if (st) continue;
         zero__train_report_free(&rep);
-        CHECK(read_norms(path, norms[i], STEPS) == STEPS, "ep %d: %d steps in the metrics log",
-              eps[i], STEPS);
+        CHECK(read_norms(path, norms[i], STEPS, NULL) == STEPS,
+              "ep %d: %d steps in the metrics log", eps[i], STEPS);
         for (int s = 0; s < STEPS; s++)
             CHECK(norms[i][s] > 0 && fabs(norms[i][s] - norms[0][s]) <= 1e-8 * norms[0][s],
                   "ep %d step %d: gradient norm %.17g, at ep 1 %.17g", eps[i], s + 1, norms[i][s],
@@ -156,7 +188,7 @@ static void check_bytes(void) {
     for (int bf16 = 0; bf16 <= 1; bf16++) {
         const char *const every[] = {"model.moe.experts", "2", "model.moe.drop_tokens", "false",
                                      NULL};
-        run_opts_t o = {2, 1, bf16, 0, "3", every};
+        run_opts_t o = {2, 1, bf16, 0, "3", every, NULL};
         zero_train_report_t rep;
         zero_status_t st = run(&o, NULL, &rep);
         CHECK(st == ZERO_OK && rep.ranks, "every token to every expert, bf16 %d: %s", bf16,
@@ -181,7 +213,7 @@ static void check_bytes(void) {
         size_t len = 0;
         FILE *out = open_memstream(&text, &len);
         zero_train_io_t io = {.out = out};
-        run_opts_t o = {eps[i], 3, 0, 0, "3", NULL};
+        run_opts_t o = {eps[i], 3, 0, 0, "3", NULL, NULL};
         zero_train_report_t rep;
         zero_status_t st = run(&o, &io, &rep);
         fclose(out);
@@ -214,7 +246,7 @@ static void check_memory(void) {
             /* stage 3: no unit is small enough to stay gathered */
             const char *const shard[] = {"zero_optimization.stage3_param_persistence_threshold",
                                          "0", NULL};
-            run_opts_t o = {i ? 1 : 4, stage, 0, 0, "1", shard};
+            run_opts_t o = {i ? 1 : 4, stage, 0, 0, "1", shard, NULL};
             zero_train_report_t rep;
             zero_status_t st = run(&o, NULL, &rep);
             CHECK(st == ZERO_OK && rep.ranks, "stage %d ep %d: %s", stage, o.ep, zero_last_error());
@@ -288,8 +320,9 @@ static void check_resume(void) {
     const char *const save[] = {"train.steps", "2", "train.save_dir", dir, NULL};
     const char *const resume[] = {"train.steps", "4", "train.save_dir", dir, "train.resume",
                                   "latest",      NULL};
-    const run_opts_t runs[] = {
-        {1, 1, 0, 0, "1", four}, {2, 1, 0, 0, "1", save}, {4, 1, 0, 0, "1", resume}};
+    const run_opts_t runs[] = {{1, 1, 0, 0, "1", four, CLIP},
+                               {2, 1, 0, 0, "1", save, CLIP},
+                               {4, 1, 0, 0, "1", resume, CLIP}};
     uint64_t fp[3] = {0};
     for (int i = 0; i < 3; i++) {
         zero_train_report_t rep;

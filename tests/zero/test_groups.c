@@ -237,12 +237,13 @@ static void run_stage(int stage) {
          * for the gradient all-gather); parameters at stages 1-2 (N_u - 1) x 4 S_u after the
          * step, at stage 3 once per micro-step (this test holds each unit fetched from its
          * forward use through its gradient: one fetch window per micro-step); control
-         * 3 x 32. Padded sizes: dense 300 -> 320 over 4 (S 80); experts over 2: 1000 -> 1024 (S
-         * 512), 40 -> 64 (S 32). */
+         * 3 x (32 + 88): the record and, the units being declared by zero_engine_add_unit_in,
+         * the rank's exact sum of squares (10 limbs and the inf/NaN flags). Padded sizes: dense 300
+         * -> 320 over 4 (S 80); experts over 2: 1000 -> 1024 (S 512), 40 -> 64 (S 32). */
         const double peers = 3.0 * 4 * 80 + 1.0 * 4 * (512 + 32);
         const double grads = peers * MICRO + (stage == 0 ? peers : 0);
         const double params = stage == 0 ? 0 : stage < 3 ? peers : peers * MICRO;
-        const double want[ZERO_XFER_KIND_COUNT] = {params, grads, 3 * 32.0};
+        const double want[ZERO_XFER_KIND_COUNT] = {params, grads, 3 * (32.0 + 88.0)};
         for (int x = 0; x < ZERO_XFER_KIND_COUNT; x++)
             CHECK(g->sent[x] == want[x] && g->theory[x] == want[x],
                   "stage %d rank %d %s: sent %llu, theory %llu, closed form %.0f", stage, r,

@@ -12,8 +12,11 @@
  *    p_{g ep + s} restricted to its copy's slice.
  * Checks, W = 4 (ep 1, 2, 4) and W = 2 (ep 1, 2), stages 0-3, accumulation 1 and 3, fp32 and
  * bf16:
- *  - the weights fingerprint (logical tensors) is the same for every ep and stage of one (W,
- *    dtype, accumulation), on every rank;
+ *  - with gradient clipping active (every step clipped, checked), the weights fingerprint
+ *    (logical tensors) is the same for every ep and stage of one (W, dtype, accumulation), on
+ *    every rank, and so is the gradient norm, bitwise: the dense unit (zero_engine_add_unit)
+ *    sums its squares in float64 over the same shards at every ep, the experts units
+ *    (zero_engine_add_unit_in) exactly, whatever their cut;
  *  - the gradient norm equals, to float64 rounding, a closed form from the partials (rank-order
  *    sums in fp32, 16-bit ones rounded once; micro-steps accumulated in fp32), at every ep;
  *  - bytes sent per kind equal the engine's theory and a closed form per unit: a slotted unit
@@ -22,9 +25,11 @@
  *    accumulator) against the closed form, live gradients equal to the theory, and
  *    zero_engine_estimate_memory with the slots giving the same model states and at least the
  *    measured peak of gradient memory;
- *  - stage 3 with both offloads at nvme (overlap_step updating units in backward) gives the
- *    same fingerprint, and so do two simulated nodes of two ranks (hierarchical reduce-scatters),
- *    with bytes in all and to the other node equal to their theory;
+ *  - stage 3 with both offloads at nvme gives the RAM runs' fingerprint and norms, without
+ *    clipping (overlap_step updating units in backward, their share of the norm taken then) and
+ *    with it (the accumulators' shares taken as they are written to their files), and so do two
+ * simulated nodes of two ranks (hierarchical reduce-scatters), with bytes in all and to the other
+ * node equal to their theory;
  *  - bad slots (0, not the copies, on a world unit, after training started; the estimate's) are
  *    named errors.
  * Built with SLOTS_MPI: under mpirun -np 4, MPI ranks (ep 2 and 4, stages 0 and 3, fp32 and
@@ -46,6 +51,9 @@
 
 #define E 4 /* logical experts per experts unit */
 #define STEPS 2
+/* gradient_clipping: below every step's norm (the means of partials of magnitude up to 2^8 over
+ * 1340 elements), so that every step is clipped (checked) */
+#define CLIP 0.5f
 #define MAX_WORLD 4
 enum { DENSE, BIG, SMALL, UNITS };
 /* dense: its elements; experts units: elements per expert */
@@ -56,11 +64,13 @@ typedef struct case_arg {
     zero_dtype_t dtype;
     const char *nvme;   /* both offloads at nvme under this directory, or NULL */
     int ranks_per_node; /* simulated nodes of this many ranks (0: one node) */
+    float clip;         /* gradient_clipping */
     zero_status_t st;
     char error[1024];
     uint64_t fp;
     double norm[STEPS];
     int in_backward; /* units updated in backward over the run (overlap_step) */
+    int clipped;     /* steps clipped */
     zero_engine_report_t rep;
 } case_arg_t;
 
@@ -106,16 +116,15 @@ static void feed(const case_arg_t *a, zero_engine_t *eng, int rank, int u, int s
 }
 
 static case_arg_t case_of(int world, int ep, int stage, int accum, zero_dtype_t dt) {
-    return (case_arg_t){.world = world, .ep = ep, .stage = stage, .accum = accum, .dtype = dt};
+    return (case_arg_t){
+        .world = world, .ep = ep, .stage = stage, .accum = accum, .dtype = dt, .clip = CLIP};
 }
 
 static zero_engine_params_t params_of(const case_arg_t *a, zero_comm_t *comm) {
     zero_engine_params_t p = zero_engine_params_default();
     p.stage = a->stage;
     p.comm = comm;
-    /* no clipping: its factor would carry the norm's float64 rounding, which depends on the
-     * shards each rank sums */
-    p.grad_clip = 0.0f;
+    p.grad_clip = a->clip;
     p.grad_accum_steps = a->accum;
     p.persistence_threshold_elems = 0;
     p.reduce_bucket_bytes = 1400 * 4; /* the ep-1 experts: one direct, one packed */
@@ -140,7 +149,8 @@ static zero_status_t build(const case_arg_t *a, zero_comm_t *comm, zero_engine_t
         zero_tensor_desc_t t = {"w", 1, {declared(u, a->ep)}, 0, ZERO_INIT_NORMAL, 0.1f};
         char name[16];
         snprintf(name, sizeof name, "u%d", u);
-        st = zero_engine_add_unit_in(*out, u == DENSE ? 0 : group, name, &t, 1, NULL);
+        st = u == DENSE ? zero_engine_add_unit(*out, name, &t, 1, NULL)
+                        : zero_engine_add_unit_in(*out, group, name, &t, 1, NULL);
         if (!st && u != DENSE && a->ep > 1) st = zero_engine_set_unit_slots(*out, u, a->ep);
     }
     return st;
@@ -165,6 +175,7 @@ static zero_status_t train(zero_engine_t *eng, case_arg_t *a, int rank) {
         if (st) return st;
         a->norm[s] = ss.grad_norm;
         a->in_backward += ss.units_in_backward;
+        a->clipped += ss.clipped;
     }
     return ZERO_OK;
 }
@@ -238,7 +249,8 @@ static void layout(const case_arg_t *a, int u, size_t *n, size_t *P, size_t *k) 
  * reduce-scatter (n - 1) S c, or a slotted unit's all-to-alls (n - 1) k S c; stage 0 gathers
  * the reduced gradient ((n - 1) S a), stages 1-2 the parameters after the step, stage 3 once per
  * micro-step (each unit is held from its fetch through its gradient: one window); the control
- * record (W - 1) x 32. */
+ * record (W - 1) x (32 + 88), the units of zero_engine_add_unit_in adding the rank's exact sum
+ * of squares (10 64-bit limbs and the inf/NaN flags). */
 static void closed_bytes(const case_arg_t *a, double out[ZERO_XFER_KIND_COUNT]) {
     const double c = a->dtype == ZERO_DTYPE_BF16 ? 2 : 4, acc = 4, M = a->accum;
     out[0] = out[1] = 0;
@@ -249,7 +261,7 @@ static void closed_bytes(const case_arg_t *a, double out[ZERO_XFER_KIND_COUNT]) 
         out[1] += M * peers * (double)k * c + (a->stage == 0 ? peers * acc : 0);
         out[0] += a->stage == 0 ? 0 : a->stage < 3 ? peers * c : M * peers * c;
     }
-    out[2] = (a->world - 1) * 32.0;
+    out[2] = (a->world - 1) * (32.0 + 88.0);
 }
 
 /* The stacked units' gradient state: stages 0-1 the slots' working buffer k P c and the
@@ -294,12 +306,16 @@ static void check_estimate(const case_arg_t *a) {
 static void run_world(int world, zero_dtype_t dt, int accum) {
     static case_arg_t runs[MAX_WORLD];
     uint64_t ref = 0;
+    double ref_norm[STEPS] = {0};
     for (int ep = 1; ep <= world; ep *= 2)
         for (int stage = 0; stage <= 3; stage++) {
             memset(runs, 0, sizeof runs);
             runs[0] = case_of(world, ep, stage, accum, dt);
             run(runs);
-            if (ep == 1 && stage == 0) ref = runs[0].fp;
+            if (ep == 1 && stage == 0) {
+                ref = runs[0].fp;
+                memcpy(ref_norm, runs[0].norm, sizeof ref_norm);
+            }
             const char *dn = zero_dtype_name(dt);
             double bytes[ZERO_XFER_KIND_COUNT];
             closed_bytes(&runs[0], bytes);
@@ -310,7 +326,15 @@ static void run_world(int world, zero_dtype_t dt, int accum) {
                       "ep 1 stage 0 %016llx",
                       world, dn, accum, ep, stage, r, (unsigned long long)a->fp,
                       (unsigned long long)ref);
+                CHECK(a->clipped == STEPS,
+                      "W %d %s accum %d ep %d stage %d rank %d: %d of %d "
+                      "steps clipped",
+                      world, dn, accum, ep, stage, r, a->clipped, STEPS);
                 for (int s = 0; s < STEPS; s++) {
+                    CHECK(a->norm[s] == ref_norm[s],
+                          "W %d %s accum %d ep %d stage %d rank %d step %d: norm %.17g, ep 1 "
+                          "stage 0 %.17g",
+                          world, dn, accum, ep, stage, r, s + 1, a->norm[s], ref_norm[s]);
                     const double want = closed_norm(a, s);
                     CHECK(fabs(a->norm[s] - want) <= 1e-12 * want,
                           "W %d %s accum %d ep %d stage %d rank %d step %d: norm %.17g, closed "
@@ -356,24 +380,29 @@ static void check_order_matters(void) {
           (size_t)(E * esize[BIG]));
 }
 
-/* Stage 3 with both offloads at nvme (the accumulators in swap files, overlap_step's updates in
- * backward): the RAM runs' fingerprint. */
+/* Stage 3 with both offloads at nvme (the accumulators in swap files): the RAM runs'
+ * fingerprint and norms, without clipping (overlap_step's updates in backward) and with it (no
+ * update in backward: clipping needs the norm first). */
 static void run_nvme(const char *dir) {
     static case_arg_t ram[MAX_WORLD], disk[MAX_WORLD];
-    for (int ep = 2; ep <= 4; ep *= 2) {
+    for (int c = 0; c < 4; c++) {
+        const int ep = c & 1 ? 4 : 2, clip = c >= 2;
         memset(ram, 0, sizeof ram);
         memset(disk, 0, sizeof disk);
         ram[0] = case_of(4, ep, 3, 3, ZERO_DTYPE_FP32);
+        ram[0].clip = clip ? CLIP : 0.0f;
         disk[0] = ram[0];
         disk[0].nvme = dir;
         run(ram);
         run(disk);
         for (int r = 0; r < 4; r++)
-            CHECK(disk[r].fp == ram[0].fp && disk[r].in_backward > 0,
-                  "nvme ep %d rank %d: fingerprint %016llx, RAM %016llx; %d units updated in "
-                  "backward",
-                  ep, r, (unsigned long long)disk[r].fp, (unsigned long long)ram[0].fp,
-                  disk[r].in_backward);
+            CHECK(disk[r].fp == ram[0].fp &&
+                      !memcmp(disk[r].norm, ram[0].norm, sizeof ram[0].norm) &&
+                      (disk[r].in_backward > 0) == !clip && disk[r].clipped == (clip ? STEPS : 0),
+                  "nvme ep %d clip %d rank %d: fingerprint %016llx, RAM %016llx; norm %.17g, RAM "
+                  "%.17g; %d units updated in backward, %d steps clipped",
+                  ep, clip, r, (unsigned long long)disk[r].fp, (unsigned long long)ram[0].fp,
+                  disk[r].norm[0], ram[0].norm[0], disk[r].in_backward, disk[r].clipped);
     }
 }
 
