@@ -365,7 +365,7 @@ static void print_tables(const run_t *r, const zero_train_rank_report_t *all) {
             }
         say(r, ")\n");
     }
-    if (r->cfg->model.moe.experts > 0 && r->cfg->model.moe.ep_size > 1) {
+    if (r->cfg->model.moe.experts > 0 && r->cfg->model.moe.ep_size > 1 && r->end_step > r->start) {
         say(r,
             "report: expert parallelism (ep_size %d): MoE all-to-all per rank per step in MiB, "
             "measured / theory from the routed counts\n",
@@ -717,10 +717,12 @@ static zero_status_t rank_loop(run_t *r, zero_train_report_t *rep) {
 }
 
 /* The last step's routing statistics summed over the ranks (collective: every rank calls it)
- * into rep->moe_stats; nothing for a dense model. */
+ * into rep->moe_stats; nothing for a dense model, nor when this invocation trained no step (an
+ * evaluation or sampling run, --steps 0 or a resume at its last step: every figure would be 0;
+ * the report says so instead). Every rank has the same rep->steps. */
 static zero_status_t moe_stats(run_t *r, zero_train_report_t *rep) {
     size_t n = zero__gpt_moe_stats(r->gpt, NULL);
-    if (n == 0) return ZERO_OK;
+    if (n == 0 || rep->steps == 0) return ZERO_OK;
     rep->moe_stats = malloc(n * sizeof *rep->moe_stats);
     if (!rep->moe_stats) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "moe statistics");
     rep->moe_stats_count = n;
@@ -728,11 +730,13 @@ static zero_status_t moe_stats(run_t *r, zero_train_report_t *rep) {
     return sum_ranks(r, rep->moe_stats, n);
 }
 
-/* One line per MoE layer: tokens per expert, drops, mean aux and z losses of the last step. */
+/* One line per MoE layer: tokens per expert, drops, mean aux and z losses of the last step; one
+ * line saying there is none when no step was trained. */
 static void print_moe(const run_t *r, const zero_train_report_t *rep) {
     const zero_moe_config_t *m = &r->cfg->model.moe;
     const size_t E = (size_t)m->experts, w = ZERO_GPT_MOE_STATS(E);
     size_t i = 0;
+    if (E > 0 && rep->steps == 0) say(r, "report: moe routing: no training step in this run\n");
     for (int l = 0; l < r->cfg->model.layers && rep->moe_stats; l++) {
         if (!zero__moe_is_layer(m, l)) continue;
         const double *v = rep->moe_stats + i++ * w;

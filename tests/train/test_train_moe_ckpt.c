@@ -17,7 +17,8 @@
  * `zero convert`: the safetensors file holds the closed-form list of names and shapes (experts
  * stacked (E, ...), GPT-2 names for the rest, no dense MLP in the MoE layer), imports back through
  * --init-from to the same fingerprint at stages 0 and 3, evaluates to the saving run's validation
- * loss bitwise, samples, and into a model with 8 experts fails naming h.1.moe.router.weight.
+ * loss bitwise, samples (its report: no routing lines of zeros, "no training step" instead), and
+ * into a model with 8 experts fails naming h.1.moe.router.weight.
  *
  * The ep column of the tables is model.moe.ep_size: 1 until expert parallelism lands; its cases
  * are more rows then.
@@ -342,6 +343,12 @@ static void test_convert(void) {
     fclose(out);
     CHECK(st == ZERO_OK && text && strstr(text, "samples ("), "sampling an exported model: %s",
           st ? zero_last_error() : "no samples printed");
+    /* no training step: no routing lines of zeros, one line saying so, no figures in the report */
+    CHECK(st == ZERO_OK && text && !strstr(text, "tokens per expert") &&
+              strstr(text, "report: moe routing: no training step in this run") &&
+              rep.moe_stats_count == 0 && !rep.moe_stats,
+          "--steps 0: the routing report (%zu figures):\n%s", st ? 0 : rep.moe_stats_count,
+          text ? text : "");
     if (!st) zero__train_report_free(&rep);
     free(text);
 
