@@ -114,7 +114,7 @@ void zero__xsum_add_squares(zero__xsum_t *s, const void *x, size_t n, zero_dtype
     const size_t blocks = (n + XSUM_BLOCK - 1) / XSUM_BLOCK;
     int nt = kthreads(n, threads);
     if ((size_t)nt > blocks) nt = (int)ZERO_MAX(blocks, (size_t)1);
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(nt) if (nt > 1)
     {
         int id, team;
         kteam(&id, &team);

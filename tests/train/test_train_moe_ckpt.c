@@ -5,23 +5,27 @@
  *
  * Oracles: (1) exact resume: N + M steps with a save at N and a resume from it give the
  * uninterrupted run's weights fingerprint and last-step loss, bitwise (fp32 and bf16, stages 1 and
- * 3); a resume that restored less (an expert's moments, the step, the data position) would differ.
- * (2) Reshard: the 2-rank stage-3 checkpoint loaded at world 1 (stage 0) and world 4 (stage 1)
- * with no step left holds the saving run's fingerprint; continued with the same global batches
- * (micro x accumulation x world = 4 sequences drawn in the same order; no dropping and no aux loss,
- * so that the micro-batch grouping changes nothing but the summation order) its validation and
- * last-step losses equal the uninterrupted run's to 1e-5 relative (other summation orders over 3
- * steps; measured: 0 at world 1, 1e-7 at world 4). (3) A checkpoint of another model fails before
- * training with ZERO_ERR_MISMATCH naming the key: another expert count, hidden width, shared expert
- * count or MoE interval, a dense checkpoint into an MoE run and back; another top_k resumes. (4)
- * `zero convert`: the safetensors file holds the closed-form list of names and shapes (experts
- * stacked (E, ...), GPT-2 names for the rest, no dense MLP in the MoE layer), imports back through
+ * 3 on 2 ranks; fp32 stages 1 and 3 at ep 2 on 4 ranks); a resume that restored less (an expert's
+ * moments, the step, the data position) would differ. (2) Reshard: the 2-rank stage-3 checkpoint
+ * loaded at world 1 (stage 0) and world 4 (stage 1) with no step left holds the saving run's
+ * fingerprint; continued with the same global batches (micro x accumulation x world = 4 sequences
+ * drawn in the same order; no dropping and no aux loss, so that the micro-batch grouping changes
+ * nothing but the summation order) its validation and last-step losses equal the uninterrupted
+ * run's to 1e-5 relative (other summation orders over 3 steps; measured: 0 at world 1, 1e-7 at
+ * world 4). (2b) Across ep (gradient clipping on): a 4-rank ep-2 stage-3 checkpoint loaded at ep 1
+ * (stage 1) and ep 4 (stage 3) on 4 ranks holds the saving run's fingerprint and continues to the
+ * uninterrupted run's weights and loss bitwise (the same batch layout, and every ep gives the same
+ * bits); at 2 ranks with ep 2 and ep 1 (micro 2: the same global batch) to 1e-5 as in (2). (3) A
+ * checkpoint of another model fails before training with ZERO_ERR_MISMATCH naming the key: another
+ * expert count, hidden width, shared expert count or MoE interval, a dense checkpoint into an MoE
+ * run and back; another top_k resumes. (4) `zero convert`: the safetensors file holds the
+ * closed-form list of names and shapes (experts stacked (E, ...), GPT-2 names for the rest, no
+ * dense MLP in the MoE layer), imports back through
  * --init-from to the same fingerprint at stages 0 and 3, evaluates to the saving run's validation
  * loss bitwise, samples (its report: no routing lines of zeros, "no training step" instead), and
  * into a model with 8 experts fails naming h.1.moe.router.weight.
  *
- * The ep column of the tables is model.moe.ep_size: 1 until expert parallelism lands; its cases
- * are more rows then.
+ * The ep column of the tables is model.moe.ep_size.
  */
 #include "check.h"
 #include "cli/cli.h"
@@ -114,10 +118,10 @@ static const struct {
     int ranks, stage, ep;
     const char *dtype;
 } exact_cases[] = {
-    {2, 3, 1, "fp32"},
-    {2, 1, 1, "fp32"},
-    {2, 3, 1, "bf16"},
-    {2, 1, 1, "bf16"},
+    {2, 3, 1, "fp32"}, {2, 1, 1, "fp32"}, {2, 3, 1, "bf16"},
+    {2, 1, 1, "bf16"}, {4, 3, 2, "fp32"}, /* expert parallelism: stacked experts in the checkpoint
+                                             and the resume */
+    {4, 1, 2, "fp32"},
 };
 
 static void test_exact(int ranks, int stage, int ep, const char *dtype) {
@@ -201,6 +205,74 @@ static void test_reshard(void) {
               "%d ranks: losses %.7f / %.7f after the resume, uninterrupted %.7f / %.7f", l.ranks,
               (double)rep.final_val_loss, (double)rep.last_step_loss, (double)ref_val,
               (double)ref_loss);
+        zero__train_report_free(&rep);
+    }
+}
+
+/* (2b) Across ep: saved by 4 ranks at ep 2 (stage 3, micro 1); loaded at ep 1 and 4 on 4 ranks,
+ * the same batch layout, so the 6 uninterrupted steps' weights and loss bitwise (with gradient
+ * clipping on: the norm is the same bits at every ep); at 2 ranks (ep 2 and 1, micro 2: the same
+ * global batch) to rounding, as (2). */
+static const struct {
+    int ranks, stage, ep, micro;
+} reshard_ep_cases[] = {
+    {4, 1, 1, 1},
+    {4, 3, 4, 1},
+    {2, 3, 2, 2},
+    {2, 1, 1, 2},
+};
+
+static void test_reshard_ep(void) {
+    char save[512];
+    path(save, sizeof save, "reshard-ep");
+    zero_train_report_t rep;
+    run_t r = {.ranks = 4, .stage = 3, .ep = 2, .micro = 1, .steps = 6, .sets = separable};
+    zero_status_t st = train(&r, &rep);
+    CHECK(st == ZERO_OK, "reshard ep: uninterrupted run: %s", zero_last_error());
+    if (st) return;
+    const uint64_t ref = rep.weights_fingerprint;
+    const float ref_val = rep.final_val_loss, ref_loss = rep.last_step_loss;
+    zero__train_report_free(&rep);
+    uint64_t saved = 0;
+    r.steps = 3;
+    r.save_dir = save;
+    CHECK(train_fp(&r, &saved, NULL) == ZERO_OK, "reshard ep: save: %s", zero_last_error());
+    for (size_t i = 0; i < sizeof reshard_ep_cases / sizeof *reshard_ep_cases; i++) {
+        run_t l = {.ranks = reshard_ep_cases[i].ranks,
+                   .stage = reshard_ep_cases[i].stage,
+                   .ep = reshard_ep_cases[i].ep,
+                   .micro = reshard_ep_cases[i].micro,
+                   .steps = 3,
+                   .resume = save,
+                   .sets = separable};
+        uint64_t loaded = 0;
+        CHECK(train_fp(&l, &loaded, NULL) == ZERO_OK && loaded == saved,
+              "4 ranks ep 2 stage 3 -> %d ranks ep %d stage %d: loaded %016llx, saved %016llx (%s)",
+              l.ranks, l.ep, l.stage, (unsigned long long)loaded, (unsigned long long)saved,
+              zero_last_error());
+        l.steps = 6;
+        st = train(&l, &rep);
+        CHECK(st == ZERO_OK, "continue at %d ranks ep %d: %s", l.ranks, l.ep, zero_last_error());
+        if (st) continue;
+        const double dv = fabs(rep.final_val_loss - ref_val) / ref_val;
+        const double dl = fabs(rep.last_step_loss - ref_loss) / ref_loss;
+        printf("reshard 4/ep 2/stage 3 -> %d/ep %d/stage %d: %016llx (uninterrupted %016llx), "
+               "validation %.7f (%.7f, rel %.2g), last step %.7f (%.7f, rel %.2g)\n",
+               l.ranks, l.ep, l.stage, (unsigned long long)rep.weights_fingerprint,
+               (unsigned long long)ref, (double)rep.final_val_loss, (double)ref_val, dv,
+               (double)rep.last_step_loss, (double)ref_loss, dl);
+        if (l.ranks == 4)
+            CHECK(rep.weights_fingerprint == ref && rep.last_step_loss == ref_loss,
+                  "4 ranks ep 2 -> ep %d stage %d: %016llx loss %.9g, uninterrupted %016llx "
+                  "loss %.9g",
+                  l.ep, l.stage, (unsigned long long)rep.weights_fingerprint,
+                  (double)rep.last_step_loss, (unsigned long long)ref, (double)ref_loss);
+        else
+            CHECK(dv <= 1e-5 && dl <= 1e-5,
+                  "4 ranks ep 2 -> %d ranks ep %d: losses %.7f / %.7f after the resume, "
+                  "uninterrupted %.7f / %.7f",
+                  l.ranks, l.ep, (double)rep.final_val_loss, (double)rep.last_step_loss,
+                  (double)ref_val, (double)ref_loss);
         zero__train_report_free(&rep);
     }
 }
@@ -371,6 +443,7 @@ int main(void) {
         test_exact(exact_cases[i].ranks, exact_cases[i].stage, exact_cases[i].ep,
                    exact_cases[i].dtype);
     test_reshard();
+    test_reshard_ep();
     test_mismatch();
     test_convert();
     char cmd[512];

@@ -2,7 +2,10 @@
  * stage 0-3, 3 steps saved then resumed to 6 under MPI give the weights_fingerprint of an
  * uninterrupted 6-step run on 2 threads (the reference: both backends sum in rank order, so the
  * weights are bitwise equal); the stage-3 checkpoint written by MPI loads on 3 threads at stage 1
- * with the fingerprint the saving run reported. Output errors that only rank 0 sees (a metrics log
+ * with the fingerprint the saving run reported. An MoE run (4 experts in layer 1) saved by MPI at
+ * ep 2, stage 3, and resumed by MPI at ep 1, stage 1, ends on the weights of the uninterrupted
+ * ep-1 run on 2 threads (the checkpoint holds the logical experts, every ep gives the same bits,
+ * gradient clipping included). Output errors that only rank 0 sees (a metrics log
  * on /dev/full, a fresh run into a used save directory) fail both processes within a minute.
  *
  * Arguments: the `zero` program and the MPI launcher (CTest passes both); runs them as child
@@ -125,6 +128,24 @@ int main(int argc, char **argv) {
         free(mid);
         free(resumed);
     }
+    /* MoE: ep 2 stage 3 saved, ep 1 stage 1 resumed, both under MPI */
+    const char *moe = "--set model.moe.experts=4 --set model.moe.every=2";
+    snprintf(save, sizeof save, "%s/ckpt-moe", dir);
+    snprintf(extra, sizeof extra, "--ranks 2 --stage 1 --ep-size 1 %s", moe);
+    char *ref = train(0, extra);
+    snprintf(extra, sizeof extra, "--stage 3 --ep-size 2 --steps 3 --save-dir %s %s", save, moe);
+    char *mid = train(1, extra);
+    snprintf(extra, sizeof extra, "--stage 1 --ep-size 1 --save-dir %s --resume latest %s", save,
+             moe);
+    char *resumed = train(1, extra);
+    printf("MoE: threads ep 1 uninterrupted %s, MPI ep 2 resumed at 3 by ep 1 %s\n",
+           ref ? ref : "-", resumed ? resumed : "-");
+    CHECK(same(ref, resumed) && mid && !same(mid, ref),
+          "MoE: MPI ep 2 -> ep 1 resumed %s, uninterrupted ep 1 %s (saved at 3: %s)",
+          resumed ? resumed : "-", ref ? ref : "-", mid ? mid : "-");
+    free(ref);
+    free(mid);
+    free(resumed);
     /* Output errors of rank 0 fail rank 1 too: a metrics log on a full device, a fresh run into
      * a save directory holding another run's checkpoints. */
     train_fails("--metrics /dev/full", "No space left");
