@@ -3,12 +3,12 @@
  * How: an fp32 value with exponent field e and fraction f is m 2^(e' - 150), m = f + 2^23 and
  * e' = e for a normal value, m = f and e' = 1 for a subnormal one; its square is m^2
  * 2^(2 e' - 300) = m^2 2^(2 e' - 2) units of 2^-298, m^2 < 2^48 an integer. The squares of a
- * block of at most 2^16 elements are added into one uint64 bin per e' (so a bin stays below
- * 2^64), in XSUM_WAYS sets of bins taken in turn so that consecutive elements of one exponent do
- * not wait on each other's add. At the block's end every bin is added into the 640-bit sum at
- * bit 2 e' - 2. Threads sum blocks into their own sums, merged at the end: integer additions,
- * so who summed what does not matter. The one rounding to double takes the leading 53 bits of
- * the integer, rounds to nearest even on the rest and scales by ldexp.
+ * block of at most 2^16 elements are added into one uint64 bin per exponent field e (so a bin
+ * stays below 2^64), in XSUM_WAYS sets of bins taken in turn so that consecutive elements of one
+ * exponent do not wait on each other's add. At the block's end every bin is added into the
+ * 640-bit sum at bit 2 e' - 2. Threads sum blocks into their own sums, merged at the end: integer
+ * additions, so who summed what does not matter. The one rounding to double takes the leading 53
+ * bits of the integer, rounds to nearest even on the rest and scales by ldexp.
  */
 #include "sumsq_exact.h"
 
@@ -23,7 +23,7 @@
 #endif
 
 #define XSUM_BINS 256    /* by the exponent field e: 0 (subnormal: e' = 1) .. 254, 255 unread */
-#define XSUM_WAYS 4      /* bin sets, element i into set i % XSUM_WAYS */
+#define XSUM_WAYS 4      /* bin sets, element i into set i % XSUM_WAYS (a ragged end into 0) */
 #define XSUM_BLOCK 65536 /* elements per block: 2^16 squares below 2^48 sum below 2^64 */
 #define XSUM_PIECE 1024  /* 16-bit values widened to fp32 bits this many at a time */
 
