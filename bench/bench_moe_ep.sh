@@ -17,40 +17,15 @@
 # $ZERO_SHARED_DIR/data/tinyshakespeare.txt or ../shared/data/tinyshakespeare.txt beside the
 # project), OUT (directory for the raw reports).
 set -u
-here=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$here/build}
-zero=$build/zero
-steps=${STEPS:-30}
-reps=${REPS:-2}
-out=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/bench_moe_ep.XXXXXX")}
-python=${PYTHON:-python3}
-data=${DATA:-${ZERO_SHARED_DIR:-$here/../shared}/data/tinyshakespeare.txt}
-
-[ -x "$zero" ] || { echo "bench_moe_ep: $zero not found (build first, or pass the build dir)" >&2; exit 2; }
-mkdir -p "$out"
-if [ -r "$data" ]; then
-    data_args=(--data "$data")
-    data_name="tinyshakespeare ($data)"
-else
-    data_args=()
-    data_name="built-in corpus (tinyshakespeare not found at $data)"
-fi
+name=bench_moe_ep default_steps=30
+# shellcheck source=bench/moe_common.sh
+source "$(dirname "$0")/moe_common.sh"
 common=(--config "$here/configs/main.json" --ranks 4 --steps "$steps" --no-peak -q
         --set train.eval_interval=0 --set train.eval_batches=4 --set train.samples=0
-        --set gradient_clipping=0 --set train.threads=1
-        --set model.moe.experts=8 --set model.moe.top_k=2 --set model.moe.every=2
-        --set model.moe.hidden=256 --set model.moe.capacity_factor=1.25
-        --set model.moe.eval_capacity_factor=2 --set model.moe.aux_loss_coef=0.01)
+        --set gradient_clipping=0 --set train.threads=1 "${moe[@]}")
 echo "# bench_moe_ep: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $steps steps, $reps rounds, load $(cut -d' ' -f1-3 /proc/loadavg), data: $data_name"
 echo "# $zero train ${common[*]} ${data_args[*]} --stage {1,3} --ep-size {1,4}"
 
-run() {
-    local tag=$1
-    shift
-    "$zero" train "${common[@]}" "${data_args[@]}" "$@" --json-report "$out/$tag.json" \
-        --metrics "$out/$tag.jsonl" >"$out/$tag.log" 2>&1 ||
-        { echo "bench_moe_ep: the $tag run failed (see $out/$tag.log)" >&2; exit 1; }
-}
 for stage in 1 3; do
     for ((r = 0; r < reps; r++)); do
         order="1 4"
