@@ -66,26 +66,16 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
     const uint64_t N = (uint64_t)world, f = sizeof(float), q = N * ZERO__ALIGN_ELEMS;
     int total_units = 0;
     for (int i = 0; i < unit_count; i++) total_units += units[i].repeat > 0 ? units[i].repeat : 1;
-    /* Padded sizes per unit (all, and the non-persistent ones of stage 3). */
-    uint64_t *padded = calloc((size_t)(total_units ? total_units : 1), sizeof *padded);
-    uint64_t *np = calloc((size_t)(total_units ? total_units : 1), sizeof *np);
-    uint64_t *shards = calloc((size_t)(total_units ? total_units : 1), sizeof *shards);
-    char *tied = calloc((size_t)(total_units ? total_units : 1), 1);
-    char *np_tied = calloc((size_t)(total_units ? total_units : 1), 1);
-    /* source slots: the working buffer's elements (k P_u), and the receive buffer of a slotted
-     * unit over more than one rank (k P_u, else 0) */
-    uint64_t *work = calloc((size_t)(total_units ? total_units : 1), sizeof *work);
-    uint64_t *srecv = calloc((size_t)(total_units ? total_units : 1), sizeof *srecv);
-    if (!padded || !np || !shards || !tied || !np_tied || !work || !srecv) {
-        free(work);
-        free(srecv);
-        free(padded);
-        free(np);
-        free(shards);
-        free(tied);
-        free(np_tied);
+    /* per unit, in one block: padded and its shard count, padded over the non-persistent units,
+     * source slots (the working buffer's elements k P_u, and the receive buffer of a slotted
+     * unit over more than one rank, k P_u, else 0), and two flags */
+    const size_t nu = total_units ? (size_t)total_units : 1;
+    uint64_t *block = calloc(5 * nu + (2 * nu + 7) / 8, sizeof *block);
+    if (!block)
         return zero__error(ZERO_ERR_OUT_OF_MEMORY, "zero_engine_estimate_memory: out of memory");
-    }
+    uint64_t *padded = block, *np = padded + nu, *shards = np + nu, *work = shards + nu,
+             *srecv = work + nu;
+    char *tied = (char *)(srecv + nu), *np_tied = tied + nu;
     int n = 0, n_np = 0;
     uint64_t P = 0, S = 0, params = 0, optim = 0, grads = 0, P_np = 0;
     /* offload_optimizer nvme: m and v (and the 16-bit compute's master) in swap files */
@@ -108,13 +98,7 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
         const int g = units[i].group_size > 0 ? units[i].group_size : world;
         const int k = units[i].slots > 0 ? units[i].slots : 1;
         if (g > world || world % g || (k != 1 && k != world / g)) {
-            free(work);
-            free(srecv);
-            free(padded);
-            free(np);
-            free(shards);
-            free(tied);
-            free(np_tied);
+            free(block);
             return zero__error(ZERO_ERR_INVALID_ARG,
                                "zero_engine_estimate_memory: unit %d has group_size %d and slots "
                                "%d (expected a divisor of the world size %d, or 0 for the world, "
@@ -275,13 +259,7 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
     /* zero_engine_fingerprint at the end of a run gathers each unit in fp32 when the fp32
      * weights are sharded (16-bit compute at stages 1-3 over N > 1 ranks), one at a time. */
     if (lowp && pol.shard_optim && N > 1) comm += f * sum_largest(padded, n, 1);
-    free(work);
-    free(srecv);
-    free(padded);
-    free(np);
-    free(shards);
-    free(tied);
-    free(np_tied);
+    free(block);
     out->bytes[ZERO_MEM_PARAMS] = (size_t)params;
     out->bytes[ZERO_MEM_GRADS] = (size_t)(grads + grad_pool);
     out->bytes[ZERO_MEM_OPTIM] = (size_t)optim;
