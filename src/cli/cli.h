@@ -24,5 +24,6 @@ int zero__cli_bench(int argc, char **argv);
 int zero__cli_convert(int argc, char **argv);
 int zero__cli_plan(int argc, char **argv);
 int zero__cli_train(int argc, char **argv);
+int zero__cli_tune(int argc, char **argv);
 
 #endif /* ZERO_CLI_H */

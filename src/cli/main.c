@@ -12,6 +12,8 @@ static const zero__cli_command_t commands[] = {
      "benchmarks: `zero bench comm` (collectives), `zero bench io` (swap files)"},
     {"plan", zero__cli_plan,
      "every way to run a config on a machine: memory, disk, traffic, step time; what fits"},
+    {"tune", zero__cli_tune,
+     "autotuning: run short trials of the ways to run a config that fit, keep the fastest"},
     {"convert", zero__cli_convert, "export a checkpoint to safetensors (Hugging Face GPT-2 names)"},
 };
 

@@ -197,8 +197,7 @@ static zero_status_t make_row(const ctx_t *x, int stage, int off, int zpp, int c
     return ZERO_OK;
 }
 
-/* The micro-batches tried: powers of two dividing the per-rank batch, and the batch itself. */
-static int micro_list(int per_rank, int *out, int max) {
+int zero__plan_micro_list(int per_rank, int *out, int max) {
     int n = 0;
     for (int mb = 1; mb < per_rank && n < max - 1; mb *= 2)
         if (per_rank % mb == 0) out[n++] = mb;
@@ -246,7 +245,7 @@ zero_status_t zero__plan_run(const zero_train_config_t *cfg, const zero_plan_mac
                            (long long)global, N, (long long)(global / N), 1 << 20);
     const ctx_t x = {cfg, m, cal, (int)(global / N)};
     int micros[32];
-    const int nm = micro_list(x.per_rank_batch, micros, 32);
+    const int nm = zero__plan_micro_list(x.per_rank_batch, micros, 32);
     const int cap = 4 * ZERO_PLAN_OFFLOAD_COUNT * 2 * 2 * nm;
     out->rows = calloc((size_t)cap, sizeof *out->rows);
     if (!out->rows) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "plan: out of memory");

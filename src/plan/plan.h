@@ -10,7 +10,7 @@
  * forms of this file's (docs/plan.md states each assumption). Nothing is allocated at model
  * size and nothing runs: a 10T-parameter model over thousands of ranks plans in milliseconds.
  *
- * Not here: running candidates (a tuner), the command line (src/cli/plan.c).
+ * Not here: running candidates (src/plan/tune.h), the command line (src/cli/plan.c).
  */
 #ifndef ZERO_PLAN_PLAN_H
 #define ZERO_PLAN_PLAN_H
@@ -121,6 +121,10 @@ typedef struct zero_plan {
 zero_status_t zero__plan_run(const zero_train_config_t *cfg, const zero_plan_machine_t *m,
                              const zero_plan_calibration_t *cal, zero_plan_t *out);
 void zero__plan_free(zero_plan_t *plan);
+
+/* The micro-batches a plan tries for a per-rank batch: the powers of two that divide it, and the
+ * batch itself, ascending; at most max of them. Returns how many. */
+int zero__plan_micro_list(int per_rank, int *out, int max);
 
 /* The time model's assumptions, one sentence each (NULL-terminated), printed with every plan. */
 extern const char *const zero__plan_assumptions[];

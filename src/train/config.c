@@ -317,6 +317,27 @@ static const cfg_key_t keys[] = {
     {"train.memory_check", K_BOOL, OFF(memory_check), 1, 0, 1, NULL, NULL, NULL,
      "refuse to start when the estimated memory exceeds what the machine (or the memory "
      "cgroup) has available, naming the changes that would fit (false: --ignore-memory-check)"},
+    {"autotuning.enabled", K_BOOL, OFF(tune_enabled), 0, 0, 1, NULL, NULL, NULL,
+     "DeepSpeed's switch; `zero tune` tunes either way and `zero train` does not tune"},
+    {"autotuning.metric", K_STR, OFF(tune_metric), 0, 0, 0, "throughput",
+     "throughput|latency|flops", NULL,
+     "what `zero tune` maximises: tokens/s, FLOP/s, or minus the step time (docs/tune.md)"},
+    {"autotuning.fast", K_BOOL, OFF(tune_fast), 1, 0, 1, NULL, NULL, NULL,
+     "`zero tune` varies only the stage and micro-batch (false: also offload, buckets, prefetch, "
+     "overlap_comm, threads, ranks per process)"},
+    {"autotuning.max_train_batch_size", K_INT, OFF(tune_max_batch), 0, 0, INT_MAX, NULL, NULL, NULL,
+     "the global batch `zero tune` keeps fixed (0: the config's train_batch_size)"},
+    {"autotuning.mp_size", K_INT, OFF(tune_mp_size), 1, 1, 1, NULL, NULL, NULL,
+     "model-parallel degree: zero is data parallel only, so 1"},
+    {"autotuning.num_tuning_micro_batch_sizes", K_INT, OFF(tune_num_micro), 3, 1, 64, NULL, NULL,
+     NULL, "micro-batches `zero tune` tries: the largest that divide the per-rank batch"},
+    {"autotuning.tuner_type", K_STR, OFF(tune_tuner), 0, 0, 0, "gridsearch",
+     "gridsearch|random|model_based", NULL,
+     "trial order: the grid's, shuffled (seed), or fastest first by `zero plan`'s step time"},
+    {"autotuning.tuner_early_stopping", K_INT, OFF(tune_early_stopping), 5, 1, INT_MAX, NULL, NULL,
+     NULL, "`zero tune` stops after this many trials in a row without a better one"},
+    {"autotuning.tuner_num_trials", K_INT, OFF(tune_num_trials), 50, 1, INT_MAX, NULL, NULL, NULL,
+     "`zero tune` runs at most this many trials"},
 };
 #undef OFF
 _Static_assert(sizeof keys / sizeof keys[0] <= ZERO_CONFIG_MAX_KEYS, "key_set is too small");
@@ -404,7 +425,19 @@ static const ds_key_t ds_keys[] = {
     {"aio.thread_count", DS_ALIAS, NULL, "aio.intra_op_parallelism"},
     {"aio.use_gds", DS_SAME, "false", "GPUDirect Storage needs a GPU"},
     {"elasticity", DS_UNSUP, NULL, "the world size is --ranks or the MPI job's"},
-    {"autotuning", DS_UNSUP, NULL, ""},
+    {"autotuning.arg_mappings", DS_NOOP, NULL,
+     "trials run zero itself: there is no script whose flags need mapping"},
+    {"autotuning.start_profile_step", DS_EQUIV, NULL, "zero tune --warmup-steps"},
+    {"autotuning.end_profile_step", DS_EQUIV, NULL, "zero tune --trial-steps"},
+    {"autotuning.results_dir", DS_EQUIV, NULL, "zero tune --out"},
+    {"autotuning.exps_dir", DS_EQUIV, NULL, "zero tune --out"},
+    {"autotuning.overwrite", DS_NOOP, NULL, "zero tune rewrites its --out directory's files"},
+    {"autotuning.model_info", DS_NOOP, NULL, "zero tune knows the model from the config"},
+    {"autotuning.min_train_micro_batch_size_per_gpu", DS_NOOP, NULL,
+     "micro-batches divide the per-rank batch (num_tuning_micro_batch_sizes)"},
+    {"autotuning.max_train_micro_batch_size_per_gpu", DS_NOOP, NULL,
+     "micro-batches divide the per-rank batch (num_tuning_micro_batch_sizes)"},
+    {"autotuning.min_train_batch_size", DS_NOOP, NULL, "DeepSpeed never reads it either"},
     {"checkpoint", DS_UNSUP, NULL, "zero's checkpoints: --save-dir, --resume (any world size)"},
     {"load_universal_checkpoint", DS_SAME, "false",
      "zero's checkpoints load at any world size and stage by themselves"},
@@ -528,7 +561,9 @@ static size_t str_cap(const cfg_key_t *k) {
         return sizeof((zero_train_config_t *)0)->optimizer;
     if (o == offsetof(zero_train_config_t, warmup_type) ||
         o == offsetof(zero_train_config_t, backend) ||
-        o == offsetof(zero_train_config_t, grad_accum_dtype))
+        o == offsetof(zero_train_config_t, grad_accum_dtype) ||
+        o == offsetof(zero_train_config_t, tune_metric) ||
+        o == offsetof(zero_train_config_t, tune_tuner))
         return sizeof((zero_train_config_t *)0)->backend;
     return ZERO_CONFIG_STR_MAX;
 }

@@ -27,7 +27,7 @@
 #include <stdio.h>
 
 #define ZERO_CONFIG_STR_MAX 512
-#define ZERO_CONFIG_MAX_KEYS 128
+#define ZERO_CONFIG_MAX_KEYS 160
 
 typedef struct zero_train_config {
     /* model */
@@ -95,6 +95,11 @@ typedef struct zero_train_config {
     /* pre-flight and run-time checks (train/preflight.c) */
     int replica_check_every; /* steps between replica checks (0: never) */
     int memory_check;        /* refuse a run whose memory estimate exceeds what is available */
+    /* autotuning (DeepSpeed's block; `zero tune` reads it, docs/tune.md) */
+    int tune_enabled, tune_fast, tune_max_batch, tune_mp_size, tune_num_micro;
+    int tune_early_stopping, tune_num_trials;
+    char tune_metric[16]; /* throughput | latency | flops */
+    char tune_tuner[16];  /* gridsearch | random | model_based */
     /* Which keys the file or the command line set (index = position in the key table), for rules
      * that depend on what the user gave (the batch-size triple, warmup_max_lr). */
     unsigned char key_set[ZERO_CONFIG_MAX_KEYS];
