@@ -516,10 +516,10 @@ int zero__cli_tune(int argc, char **argv) {
     }
     trial_t *tr = calloc((size_t)count, sizeof *tr);
     int *order = malloc((size_t)count * sizeof *order);
-    double *measured = calloc((size_t)count, sizeof *measured),
-           *est = calloc((size_t)count, sizeof *est);
-    if (!tr || !order || !measured || !est) {
-        free(pts), free(tr), free(order), free(measured), free(est);
+    double *measured = calloc((size_t)count, sizeof *measured);
+    int *ran = calloc((size_t)count, sizeof *ran);
+    if (!tr || !order || !measured || !ran) {
+        free(pts), free(tr), free(order), free(measured), free(ran);
         fprintf(stderr, "zero tune: out of memory\n");
         return 1;
     }
@@ -544,11 +544,8 @@ int zero__cli_tune(int argc, char **argv) {
     char name[300], dir[1100];
     const int model = !strcmp(base.tune_tuner, "model_based");
     for (int k = 0; k < n; k++) {
-        if (model && run > 0) { /* the best estimate among the points not yet run, next */
-            zero__tune_model_estimate(pts, count, measured, est);
-            int pick = k;
-            for (int j = k + 1; j < n; j++)
-                if (est[order[j]] < est[order[pick]]) pick = j;
+        if (model) {
+            const int pick = k + zero__tune_model_next(pts, count, measured, ran, order + k, n - k);
             const int t = order[pick];
             memmove(order + k + 1, order + k, (size_t)(pick - k) * sizeof *order);
             order[k] = t;
@@ -585,6 +582,7 @@ int zero__cli_tune(int argc, char **argv) {
             else
                 printf("%s (%s/stderr.log)\n", tr[i].why, dir);
         }
+        ran[i] = 1;
         if (tr[i].state == T_OK) measured[i] = tr[i].step_s;
         if (tr[i].state == T_OK && (best < 0 || tr[i].score > tr[best].score)) {
             best = i;
@@ -621,6 +619,6 @@ int zero__cli_tune(int argc, char **argv) {
                 "zero tune: no trial succeeded (%d run, %d pruned by zero plan); see %s and the "
                 "trials' stderr.log\n",
                 run, count - n, trials_path);
-    free(pts), free(tr), free(order), free(measured), free(est);
+    free(pts), free(tr), free(order), free(measured), free(ran);
     return ok ? 0 : 1;
 }

@@ -203,3 +203,22 @@ void zero__tune_model_estimate(const zero_tune_point_t *pts, int count, const do
         est[i] = pts[i].plan_step_s * f;
     }
 }
+
+int zero__tune_model_next(const zero_tune_point_t *pts, int count, const double *measured_s,
+                          const int *ran, const int *left, int nleft) {
+    int stage_ran[4] = {0}, untried = 0;
+    for (int i = 0; i < count; i++)
+        if (ran[i]) stage_ran[pts[i].stage & 3] = 1;
+    for (int j = 0; j < nleft; j++) untried |= !stage_ran[pts[left[j]].stage & 3];
+    double *est = malloc((size_t)count * sizeof *est);
+    if (!est) return 0; /* the planner's order */
+    zero__tune_model_estimate(pts, count, measured_s, est);
+    int pick = -1;
+    for (int j = 0; j < nleft; j++) {
+        const int i = left[j];
+        if (untried && stage_ran[pts[i].stage & 3]) continue;
+        if (pick < 0 || est[i] < est[left[pick]]) pick = j;
+    }
+    free(est);
+    return pick;
+}

@@ -53,8 +53,8 @@ void zero__tune_apply(const zero_train_config_t *base, const zero_tune_point_t *
 
 /* The order a tuner runs the points in (indices into pts, pruned points left out): gridsearch the
  * grid's, random a shuffle seeded by seed, model_based the planner's estimated step time,
- * fastest first (ties in grid order; the CLI then re-ranks by zero__tune_model_estimate after
- * every trial). Returns how many; order holds count entries. */
+ * fastest first (ties in grid order; the CLI then picks each next trial with
+ * zero__tune_model_next). Returns how many; order holds count entries. */
 int zero__tune_order(const char *tuner, const zero_tune_point_t *pts, int count, uint64_t seed,
                      int *order);
 
@@ -64,5 +64,13 @@ int zero__tune_order(const char *tuner, const zero_tune_point_t *pts, int count,
  * measured_s[i] > 0 for the successful trials, 0 for the rest. Writes est[0..count). */
 void zero__tune_model_estimate(const zero_tune_point_t *pts, int count, const double *measured_s,
                                double *est);
+
+/* model_based's next trial among left[0..nleft) (point indices, in the planner's order): while
+ * a stage among them has not run (ran[i] != 0: point i ran, well or not), the smallest estimate
+ * among the points of such stages — the planner's step times differ least reliably across stages
+ * (communication), so each stage is measured once before the estimates alone decide — then the
+ * smallest estimate of all. Ties: the earlier in left. Returns a position in left. */
+int zero__tune_model_next(const zero_tune_point_t *pts, int count, const double *measured_s,
+                          const int *ran, const int *left, int nleft);
 
 #endif /* ZERO_PLAN_TUNE_H */

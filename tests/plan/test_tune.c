@@ -9,8 +9,8 @@
  *   - pruning: a RAM limit below every estimate leaves no point fitting, one far above all;
  *   - orders: gridsearch keeps the grid's order, random is a permutation of the fitting points
  *     (the same for the same seed), model_based sorts by estimated step time keeping ties in grid
- *     order; pruned points are never in an order; model_based's re-estimate against a
- *     hand-computed example.
+ *     order; pruned points are never in an order; model_based's re-estimate and next pick
+ *     against a hand-computed example.
  */
 #include "check.h"
 
@@ -137,6 +137,14 @@ static void test_model_estimate(void) {
     const double none[5] = {0};
     zero__tune_model_estimate(p, 5, none, est);
     for (int i = 0; i < 5; i++) CHECK(est[i] == plan[i], "before any trial: the plan");
+
+    /* next: points 0-2 ran; left 3 (stage 2, 28/3) and 4 (stage 0, 15): stage 2 has not run */
+    const int ran[5] = {1, 1, 1, 0, 0}, left[2] = {4, 3};
+    CHECK(zero__tune_model_next(p, 5, measured, ran, left, 2) == 1, "an untried stage first");
+    /* once every stage ran: the smallest estimate */
+    const int ran_all[5] = {1, 1, 1, 1, 0}, left0[2] = {4, 1};
+    CHECK(zero__tune_model_next(p, 5, measured, ran_all, left0, 2) == 1,
+          "then the smallest estimate (6 < 15)");
 }
 
 int main(void) {

@@ -10,7 +10,8 @@
   above it are pruned (never run) and the rest run;
 - tuner_num_trials caps the trials; model_based starts with the planner's fastest point, then
   runs the point whose planned time, corrected by the measured / planned ratios of the trials so
-  far (at its stage, else all), is smallest; random runs each point once;
+  far (at its stage, else all), is smallest, among the stages not yet run while there are any;
+  random runs each point once;
 - bad autotuning values and bad flags fail naming the key or flag and the value; `zero train`
   accepts the block (arg_mappings included) without a warning.
 """
@@ -127,8 +128,9 @@ run = sorted((t for t in trials("model")["trials"] if t["order"]), key=lambda t:
 check(len(run) == 8, "model_based ran every point")
 check(run[0]["plan_step_s"] == min(t["plan_step_s"] for t in run),
       "model_based: the planner's fastest first")
-# then, each time, the smallest estimate left: the planned step time x the mean measured /
-# planned ratio of the trials so far at its stage, else of all of them
+# then, each time, the smallest estimate left (the planned step time x the mean measured /
+# planned ratio of the trials so far at its stage, else of all of them), among the stages not
+# yet run while there are any
 for k in range(1, len(run)):
     done = [t for t in run[:k] if t["state"] == "ok"]
 
@@ -137,8 +139,12 @@ for k in range(1, len(run)):
         every = [d["step_s"] / d["plan_step_s"] for d in done]
         f = sum(same) / len(same) if same else sum(every) / len(every) if every else 1.0
         return t["plan_step_s"] * f
-    left = min(est(t) for t in run[k:])
-    check(abs(est(run[k]) - left) <= 1e-9 * left, f"model_based trial {k + 1}: {run[k]}")
+    tried = {t["stage"] for t in run[:k]}
+    pool = [t for t in run[k:] if t["stage"] not in tried] or run[k:]
+    left = min(est(t) for t in pool)
+    check(run[k] in pool and abs(est(run[k]) - left) <= 1e-9 * left,
+          f"model_based trial {k + 1}: {run[k]}")
+check(sorted(t["stage"] for t in run[:4]) == [0, 1, 2, 3], "model_based: every stage first")
 rc, out, err = tune(config("random", tuner_type="random", tuner_early_stopping=100), "random",
                     "--json")
 check(rc == 0 and json.loads(out)["trials_run"] == 8, f"random: {rc} {err}")
