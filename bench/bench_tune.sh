@@ -59,7 +59,7 @@ tb = tuned["trials"][tuned["best"]]
 tg = [t for t in grid["trials"] if same(t, tb)][0]
 name = lambda t: "stage %d, micro %d x %d" % (t["stage"], t["micro_batch"], t["gradient_accumulation_steps"])
 print()
-print("| run | trials | config | tokens/s | peak RSS MiB/rank |")
+print("| run | trials | config | tokens/s | peak RSS MiB (largest rank; thread ranks: their process) |")
 print("|---|---|---|---|---|")
 print("| base (its grid trial) | - | %s | %.1f | %.0f |" % (name(b), b["tokens_per_s"], b["peak_rss_bytes"] / 2**20))
 print("| exhaustive grid, best | %d | %s | %.1f | %.0f |" % (grid["trials_run"], name(gb), gb["tokens_per_s"], gb["peak_rss_bytes"] / 2**20))
