@@ -543,6 +543,31 @@ ZERO_API zero_status_t zero_engine_state_gather(zero_engine_t *eng, int u,
 ZERO_API int64_t zero_engine_step_count(const zero_engine_t *eng);
 ZERO_API zero_status_t zero_engine_set_step_count(zero_engine_t *eng, int64_t steps);
 
+/* ------------------------------------------------------------------------------ tuning */
+
+/* The settings that may change between steps without changing the math (online tuning): they
+ * decide when and in what pieces the same collectives move the same values, never the order of
+ * a sum. Their meaning is that of the zero_engine_params_t fields of the same names. Not here,
+ * because they would change the numbers or cannot be rebuilt between steps: the stage, the
+ * dtypes, persistence_threshold_elems (which units are gathered after the step), hpZ, the
+ * quantization switches, the offload devices, and threads (the kernels' blocking of reductions
+ * follows the thread count). */
+typedef struct zero_engine_tuning {
+    size_t reduce_bucket_bytes;    /* >= 1 */
+    int overlap_comm;              /* 0 or 1 */
+    int64_t prefetch_bucket_elems; /* >= 0 */
+} zero_engine_tuning_t;
+
+ZERO_API void zero_engine_get_tuning(const zero_engine_t *eng, zero_engine_tuning_t *out);
+/* Apply *t from the next micro-step on. Call between steps (after zero_engine_step, or before
+ * the first micro-step), on every rank alike: the ranks must pack the same buckets. A new
+ * reduce_bucket_bytes frees the reduce buckets, which are allocated again at the next
+ * reduction (the report's comm peak keeps the largest). ZERO_ERR_INVALID_ARG, naming the field
+ * and value, for a value out of range, a call inside a step (a gradient handed out and not
+ * back, a bucket not yet reduced), and a new bucket size with zero_quantized_gradients (its
+ * int4 blocks follow the buckets' packing); the engine is unchanged then. */
+ZERO_API zero_status_t zero_engine_retune(zero_engine_t *eng, const zero_engine_tuning_t *t);
+
 /* ------------------------------------------------------------------------------ reports */
 
 /* 64-bit FNV-1a hash of the bytes of the full fp32 weights in canonical order: units in

@@ -49,6 +49,8 @@ static void usage(FILE *out) {
             "                       run's checkpoints (train.overwrite; else refused)\n"
             "  --ignore-memory-check  start even when the estimated memory exceeds what is\n"
             "                       available (train.memory_check = false; else refused)\n"
+            "  --tune-online        retune buckets, prefetch and overlap_comm between steps\n"
+            "                       (autotuning.online; the weights stay the same bits)\n"
             "  --set KEY=VALUE      set any config key, e.g. --set model.layers=2\n"
             "  --no-peak            skip the start-up matmul peak measurement (no MFU)\n"
             "  --print-config       print the effective configuration (JSON; on stderr the memory\n"
@@ -102,6 +104,7 @@ static const struct {
     {"--no-peak", A_SWITCH},
     {"--overwrite", A_SWITCH},
     {"--ignore-memory-check", A_SWITCH},
+    {"--tune-online", A_SWITCH},
     {"--quiet", A_SWITCH},
     {"-q", A_SWITCH},
     {"--help", A_SWITCH},
@@ -183,6 +186,9 @@ static int build_config(const arg_t *args, int n, const char *config_path, int l
             } else if (!strcmp(name, "--ignore-memory-check")) {
                 key = "train.memory_check";
                 value = "false";
+            } else if (!strcmp(name, "--tune-online")) {
+                key = "autotuning.online";
+                value = "true";
             } else if (!strcmp(name, "--dtype")) {
                 if (pass == 0) {
                     zero__train_config_mark_cli(cfg, "bf16.enabled");

@@ -318,7 +318,8 @@ static const cfg_key_t keys[] = {
      "refuse to start when the estimated memory exceeds what the machine (or the memory "
      "cgroup) has available, naming the changes that would fit (false: --ignore-memory-check)"},
     {"autotuning.enabled", K_BOOL, OFF(tune_enabled), 0, 0, 1, NULL, NULL, NULL,
-     "DeepSpeed's switch; `zero tune` tunes either way and `zero train` does not tune"},
+     "DeepSpeed's switch; `zero tune` tunes either way and `zero train` only with "
+     "autotuning.online"},
     {"autotuning.metric", K_STR, OFF(tune_metric), 0, 0, 0, "throughput",
      "throughput|latency|flops", NULL,
      "what `zero tune` maximises: tokens/s, FLOP/s, or minus the step time (docs/tune.md)"},
@@ -338,6 +339,12 @@ static const cfg_key_t keys[] = {
      NULL, "`zero tune` stops after this many trials in a row without a better one"},
     {"autotuning.tuner_num_trials", K_INT, OFF(tune_num_trials), 50, 1, INT_MAX, NULL, NULL, NULL,
      "`zero tune` runs at most this many trials"},
+    {"autotuning.online", K_BOOL, OFF(tune_online), 0, 0, 1, NULL, NULL, NULL,
+     "`zero train` re-measures during the run and keeps faster bucket / prefetch / overlap_comm "
+     "settings, logging each change; the weights stay bitwise those of an untuned run "
+     "(--tune-online)"},
+    {"autotuning.online_interval", K_INT, OFF(tune_online_interval), 20, 2, INT_MAX, NULL, NULL,
+     NULL, "steps per online-tuning window: each setting tried is timed over this many steps"},
 };
 #undef OFF
 _Static_assert(sizeof keys / sizeof keys[0] <= ZERO_CONFIG_MAX_KEYS, "key_set is too small");

@@ -98,8 +98,9 @@ typedef struct zero_train_config {
     /* autotuning (DeepSpeed's block; `zero tune` reads it, docs/tune.md) */
     int tune_enabled, tune_fast, tune_max_batch, tune_mp_size, tune_num_micro;
     int tune_early_stopping, tune_num_trials;
-    char tune_metric[16]; /* throughput | latency | flops */
-    char tune_tuner[16];  /* gridsearch | random | model_based */
+    int tune_online, tune_online_interval; /* `zero train`'s online tuning (docs/tune.md) */
+    char tune_metric[16];                  /* throughput | latency | flops */
+    char tune_tuner[16];                   /* gridsearch | random | model_based */
     /* Which keys the file or the command line set (index = position in the key table), for rules
      * that depend on what the user gave (the batch-size triple, warmup_max_lr). */
     unsigned char key_set[ZERO_CONFIG_MAX_KEYS];

@@ -18,6 +18,7 @@
 #include "kernels/kernels.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/online_tune.h"
 #include "train/outputs.h"
 #include "train/preflight.h"
 #include "train/sample.h"
@@ -622,6 +623,8 @@ static zero_status_t rank_loop(run_t *r, zero_train_report_t *rep) {
     int64_t saved_step = r->ckpt_path[0] ? r->pos.step : -1; /* a checkpoint of this step exists */
     r->end_step = cfg->steps;
     r->stop_signal = 0;
+    zero_online_tune_t tuner;
+    zero__online_tune_init(&tuner, r->eng, cfg->tune_online ? cfg->tune_online_interval : 0);
     for (int step = r->start; step < cfg->steps; step++) {
         double t0 = zero_time_now();
         double loss_sum = 0.0, sums[STEP_SUM_COUNT] = {0};
@@ -651,6 +654,10 @@ static zero_status_t rank_loop(run_t *r, zero_train_report_t *rep) {
         rep->loss_scale = zero_engine_loss_scale(r->eng);
         double step_s = zero_time_now() - t0;
         r->train_s += step_s;
+        /* between steps: the next window's settings (the same on every rank) */
+        if (job->io->tty && !tuner.done && tuner.count + 1 == tuner.interval) say(r, "\r\033[K");
+        st = zero__online_tune_step(&tuner, r->eng, r->comm, step + 1, step_s, r->out);
+        if (st) return st;
         float loss = (float)(loss_sum / ((double)cfg->grad_accum * W));
         rep->last_step_loss = loss;
         smooth = smooth < 0 ? loss : 0.9 * smooth + 0.1 * loss;
