@@ -6,7 +6,8 @@
  * prefetch changes applied in between: its log shows a decision at the end of every trial
  * window (steps 2k x interval), the first of them halving the configured bucket, and every
  * decision is kept or undone. One rank at stage 2 has nothing to tune and says so. Bad values
- * of the keys and of zero_engine_retune's fields are refused, naming them.
+ * of the keys and of zero_engine_retune's fields are refused, naming them, as are a retune
+ * inside a step and a bucket change under qgZ.
  */
 #include "check.h"
 #include "train/trainer.h"
@@ -141,11 +142,37 @@ static void bad_values(void) {
                   t.prefetch_bucket_elems == t0.prefetch_bucket_elems,
               "retune %s changed the engine", bad[i].field);
     }
+    /* inside a step (a gradient handed out, then reduced, until zero_engine_step): refused */
+    zero_tensor_desc_t w = {"w", 1, {64}, 0, ZERO_INIT_NORMAL, 0.1f};
+    CHECK(zero_engine_add_unit(eng, "u", &w, 1, NULL) == ZERO_OK, "unit: %s", zero_last_error());
     t = (zero_engine_tuning_t){4096, 0, 7};
+    float *g = zero_unit_grads(eng, 0);
+    CHECK(g != NULL, "grads: %s", zero_last_error());
+    if (g) g[0] = 1.0f;
+    CHECK(zero_engine_retune(eng, &t) == ZERO_ERR_INVALID_ARG &&
+              strstr(zero_last_error(), "inside step"),
+          "retune with a gradient handed out: '%s'", zero_last_error());
+    CHECK(zero_unit_grads_done(eng, 0) == ZERO_OK, "grads_done: %s", zero_last_error());
+    CHECK(zero_engine_retune(eng, &t) == ZERO_ERR_INVALID_ARG,
+          "retune with a gradient reduced before the step: accepted");
+    zero_step_stats_t ss;
+    CHECK(zero_engine_step(eng, &ss) == ZERO_OK, "step: %s", zero_last_error());
     CHECK(zero_engine_retune(eng, &t) == ZERO_OK, "retune: %s", zero_last_error());
     zero_engine_get_tuning(eng, &t0);
     CHECK(t0.reduce_bucket_bytes == 4096 && t0.overlap_comm == 0 && t0.prefetch_bucket_elems == 7,
           "retune did not apply");
+    zero_engine_free(eng);
+    /* qgZ: its int4 blocks follow the packing, so the bucket stays */
+    zero_engine_params_t p = zero_engine_params_default();
+    p.quantized_gradients = 1;
+    eng = NULL;
+    CHECK(zero_engine_init(&eng, &p) == ZERO_OK, "qgZ engine: %s", zero_last_error());
+    if (!eng) return;
+    zero_engine_get_tuning(eng, &t);
+    t.reduce_bucket_bytes /= 2;
+    CHECK(zero_engine_retune(eng, &t) == ZERO_ERR_INVALID_ARG &&
+              strstr(zero_last_error(), "zero_quantized_gradients"),
+          "qgZ bucket change: '%s'", zero_last_error());
     zero_engine_free(eng);
 }
 
