@@ -8,6 +8,7 @@
  */
 #include "cli/cli.h"
 #include "core/core_internal.h"
+#include "core/fileio.h"
 #include "plan/plan.h"
 #include "zero/zero.h"
 
@@ -16,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define GiB (1024.0 * 1024.0 * 1024.0)
@@ -121,22 +121,6 @@ static void shape_from_params(zero_train_config_t *cfg, double psi) {
     cfg->model.layers = L;
     cfg->model.dim = 128 * L;
     cfg->model.heads = L;
-}
-
-static uint64_t mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    unsigned long long kb = 0;
-    char line[256];
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return (uint64_t)kb * 1024;
-}
-
-static uint64_t disk_free(const char *path) {
-    struct statvfs vfs;
-    if (statvfs(path && *path ? path : ".", &vfs) != 0) return 0;
-    return (uint64_t)vfs.f_bavail * vfs.f_frsize;
 }
 
 static const char *fmt_count(char *buf, size_t n, double v) {
@@ -492,8 +476,8 @@ int zero__cli_plan(int argc, char **argv) {
     m.ranks_per_process = backend    ? (!strcmp(backend, "mpi") ? 1 : m.world)
                           : one_node ? m.world
                                      : 1;
-    m.ram_bytes = ram > 0 ? (uint64_t)(ram * GiB) : mem_available();
-    m.disk_bytes = disk > 0 ? (uint64_t)(disk * GiB) : disk_free(cfg.nvme_path);
+    m.ram_bytes = ram > 0 ? (uint64_t)(ram * GiB) : zero__mem_available();
+    m.disk_bytes = disk > 0 ? (uint64_t)(disk * GiB) : zero__disk_free(cfg.nvme_path);
     const int rpn = m.ranks_per_node > 0 ? m.ranks_per_node : 1;
     m.threads = threads > 0       ? (int)threads
                 : cfg.threads > 0 ? cfg.threads

@@ -10,6 +10,7 @@
  */
 #include "cli/cli.h"
 #include "core/core_internal.h"
+#include "core/fileio.h"
 #include "plan/tune.h"
 #include "zero/zero.h"
 
@@ -21,7 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -90,22 +90,6 @@ static int parse_num(const char *flag, const char *v, double lo, int whole, doub
     }
     *out = d;
     return 1;
-}
-
-static uint64_t mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    unsigned long long kb = 0;
-    char line[256];
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-    if (f) fclose(f);
-    return (uint64_t)kb * 1024;
-}
-
-static uint64_t disk_free(const char *path) {
-    struct statvfs vfs;
-    if (statvfs(path && *path ? path : ".", &vfs) != 0) return 0;
-    return (uint64_t)vfs.f_bavail * vfs.f_frsize;
 }
 
 /* The last non-empty line of a file (a failed trial's error), cut to n - 1 bytes. */
@@ -505,8 +489,8 @@ int zero__cli_tune(int argc, char **argv) {
         .world = world,
         .cores = cores > 0 ? (int)cores : 1,
         .mpi = o.mpirun != NULL,
-        .ram_bytes = o.ram_gib > 0 ? (uint64_t)(o.ram_gib * GiB) : mem_available(),
-        .disk_bytes = disk_free(base.nvme_path),
+        .ram_bytes = o.ram_gib > 0 ? (uint64_t)(o.ram_gib * GiB) : zero__mem_available(),
+        .disk_bytes = zero__disk_free(base.nvme_path),
     };
     zero_tune_point_t *pts = NULL;
     int count = 0;

@@ -10,9 +10,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 zero_status_t zero__write_all(int fd, const void *buf, size_t bytes, const char *path) {
@@ -195,4 +197,20 @@ zero_status_t zero__read_file(const char *path, size_t max_bytes, char **out, si
     *out = buf;
     if (size_out) *size_out = n;
     return ZERO_OK;
+}
+
+uint64_t zero__mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    unsigned long long kb = 0;
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+uint64_t zero__disk_free(const char *path) {
+    struct statvfs vfs;
+    if (statvfs(path && *path ? path : ".", &vfs) != 0) return 0;
+    return (uint64_t)vfs.f_bavail * vfs.f_frsize;
 }

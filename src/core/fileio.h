@@ -27,5 +27,10 @@ zero_status_t zero__write_file_atomic(const char *dir, const char *name, const v
                                       size_t bytes);
 /* Read a whole small file (<= max_bytes) into a malloc'ed, NUL-terminated buffer. */
 zero_status_t zero__read_file(const char *path, size_t max_bytes, char **out, size_t *size_out);
+/* MemAvailable of /proc/meminfo in bytes; 0 when it cannot be read. */
+uint64_t zero__mem_available(void);
+/* Bytes free for an unprivileged writer on the file system holding path ("." when NULL or
+ * empty); 0 when statvfs fails. */
+uint64_t zero__disk_free(const char *path);
 
 #endif /* ZERO_CORE_FILEIO_H */

@@ -13,6 +13,7 @@
 #include "train/preflight.h"
 
 #include "core/core_internal.h"
+#include "core/fileio.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -118,19 +119,10 @@ static uint64_t stat_value(const char *path, const char *key) {
     return out;
 }
 
+/* MemAvailable, or no limit when /proc/meminfo does not say */
 static uint64_t mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return UINT64_MAX;
-    char line[256];
-    unsigned long long kb = 0;
-    int found = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
-            found = 1;
-            break;
-        }
-    fclose(f);
-    return found ? (uint64_t)kb * 1024 : UINT64_MAX;
+    const uint64_t m = zero__mem_available();
+    return m ? m : UINT64_MAX;
 }
 
 /* The tightest memory cgroup limit on this process: walk from its cgroup up to the root of the
