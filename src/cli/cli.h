@@ -20,6 +20,10 @@ typedef struct zero__cli_command {
 int zero__cli_dispatch(const char *prog, const char *what, const char *footer,
                        const zero__cli_command_t *table, size_t n, int argc, char **argv);
 
+/* The value of option `flag` at argv[*i], as "--flag=value" or "--flag value" (then *i moves to
+ * the value); "" when the value is missing, NULL when argv[*i] is not that flag. */
+const char *zero__cli_arg_value(int argc, char **argv, int *i, const char *flag);
+
 int zero__cli_bench(int argc, char **argv);
 int zero__cli_convert(int argc, char **argv);
 int zero__cli_plan(int argc, char **argv);

@@ -29,6 +29,15 @@ static void usage(FILE *out, const char *prog, const char *what, const char *foo
             footer ? footer : "");
 }
 
+const char *zero__cli_arg_value(int argc, char **argv, int *i, const char *flag) {
+    const char *a = argv[*i];
+    size_t n = strlen(flag);
+    if (!strncmp(a, flag, n) && a[n] == '=') return a + n + 1;
+    if (strcmp(a, flag)) return NULL;
+    if (*i + 1 >= argc) return "";
+    return argv[++*i];
+}
+
 int zero__cli_dispatch(const char *prog, const char *what, const char *footer,
                        const zero__cli_command_t *table, size_t n, int argc, char **argv) {
     if (argc < 2) {

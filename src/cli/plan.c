@@ -83,15 +83,6 @@ static void usage(FILE *out) {
         "docs/plan.md has the formulas and the time model's assumptions.\n");
 }
 
-static const char *arg_value(int argc, char **argv, int *i, const char *flag) {
-    const char *a = argv[*i];
-    size_t n = strlen(flag);
-    if (!strncmp(a, flag, n) && a[n] == '=') return a + n + 1;
-    if (strcmp(a, flag)) return NULL;
-    if (*i + 1 >= argc) return "";
-    return argv[++*i];
-}
-
 static int parse_pos(const char *flag, const char *v, double *out) {
     char *end = NULL;
     double d = v && *v ? strtod(v, &end) : 0;
@@ -350,7 +341,7 @@ int zero__cli_plan(int argc, char **argv) {
     int json = 0, all = 0, do_cal = 0;
     /* first pass: the config file (flags apply over it, in order) */
     for (int i = 1; i < argc; i++)
-        if ((v = arg_value(argc, argv, &i, "--config"))) config = v;
+        if ((v = zero__cli_arg_value(argc, argv, &i, "--config"))) config = v;
     if (config && zero__train_config_load(&cfg, config)) {
         fprintf(stderr, "zero plan: %s\n", zero_last_error());
         return 1;
@@ -359,7 +350,7 @@ int zero__cli_plan(int argc, char **argv) {
         const char *a = argv[i];
         size_t k;
         for (k = 0; k < ZERO_ARRAY_LEN(key_flags); k++)
-            if ((v = arg_value(argc, argv, &i, key_flags[k].flag))) break;
+            if ((v = zero__cli_arg_value(argc, argv, &i, key_flags[k].flag))) break;
         if (k < ZERO_ARRAY_LEN(key_flags)) {
             if (zero__train_config_set(&cfg, key_flags[k].key, v)) {
                 fprintf(stderr, "zero plan: %s: %s\n", key_flags[k].flag, zero_last_error());
@@ -370,30 +361,30 @@ int zero__cli_plan(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
-        } else if ((v = arg_value(argc, argv, &i, "--config"))) {
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--config"))) {
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (!strcmp(a, "--all")) {
             all = 1;
         } else if (!strcmp(a, "--calibrate")) {
             do_cal = 1;
-        } else if ((v = arg_value(argc, argv, &i, "--calibration"))) {
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--calibration"))) {
             cal_file = v;
-        } else if ((v = arg_value(argc, argv, &i, "--calibrate-dir"))) {
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--calibrate-dir"))) {
             cal_dir = v;
-        } else if ((v = arg_value(argc, argv, &i, "--backend"))) {
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--backend"))) {
             backend = v;
             if (strcmp(v, "threads") && strcmp(v, "mpi")) {
                 fprintf(stderr, "zero plan: --backend '%s' is invalid (expected threads or mpi)\n",
                         v);
                 return 2;
             }
-        } else if ((v = arg_value(argc, argv, &i, "--dtype"))) {
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--dtype"))) {
             if (zero__train_config_set_dtype(&cfg, v)) {
                 fprintf(stderr, "zero plan: %s\n", zero_last_error());
                 return 2;
             }
-        } else if ((v = arg_value(argc, argv, &i, "--set"))) {
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--set"))) {
             const char *eq = strchr(v, '=');
             char key[128];
             if (!eq || (size_t)(eq - v) >= sizeof key) {
@@ -419,7 +410,7 @@ int zero__cli_plan(int argc, char **argv) {
                         {"--calibrate-disk", &cal_mib}};
             size_t n;
             for (n = 0; n < ZERO_ARRAY_LEN(nums); n++)
-                if ((v = arg_value(argc, argv, &i, nums[n].flag))) break;
+                if ((v = zero__cli_arg_value(argc, argv, &i, nums[n].flag))) break;
             if (n == ZERO_ARRAY_LEN(nums)) {
                 fprintf(stderr, "zero plan: unknown option '%s' (try `zero plan --help`)\n", a);
                 return 2;

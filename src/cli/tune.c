@@ -71,15 +71,6 @@ static void usage(FILE *out) {
             "bad flag. docs/tune.md has the details.\n");
 }
 
-static const char *arg_value(int argc, char **argv, int *i, const char *flag) {
-    const char *a = argv[*i];
-    size_t n = strlen(flag);
-    if (!strncmp(a, flag, n) && a[n] == '=') return a + n + 1;
-    if (strcmp(a, flag)) return NULL;
-    if (*i + 1 >= argc) return "";
-    return argv[++*i];
-}
-
 static int parse_num(const char *flag, const char *v, double lo, int whole, double *out) {
     char *end = NULL;
     double d = v && *v ? strtod(v, &end) : NAN;
@@ -414,23 +405,23 @@ static int parse_args(int argc, char **argv, opts_t *o) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
-        } else if ((v = arg_value(argc, argv, &i, "--config"))) {
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--config"))) {
             o->config = v;
-        } else if ((v = arg_value(argc, argv, &i, "--out"))) {
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--out"))) {
             o->out = v;
-        } else if ((v = arg_value(argc, argv, &i, "--mpirun"))) {
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--mpirun"))) {
             o->mpirun = v;
         } else if (!strcmp(a, "--json")) {
             o->json = 1;
-        } else if ((v = arg_value(argc, argv, &i, "--trial-steps"))) {
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--trial-steps"))) {
             if (!parse_num(a, v, 1, 1, &num)) return 2;
             o->trial_steps = (int)num;
-        } else if ((v = arg_value(argc, argv, &i, "--warmup-steps"))) {
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--warmup-steps"))) {
             if (!parse_num(a, v, 0, 1, &num)) return 2;
             o->warmup_steps = (int)num;
-        } else if ((v = arg_value(argc, argv, &i, "--ram"))) {
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--ram"))) {
             if (!parse_num(a, v, 1e-3, 0, &o->ram_gib)) return 2;
-        } else if ((v = arg_value(argc, argv, &i, "--trial-timeout"))) {
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--trial-timeout"))) {
             if (!parse_num(a, v, 1, 0, &o->timeout_s)) return 2;
         } else {
             fprintf(stderr, "zero tune: unknown option '%s' (try `zero tune --help`)\n", a);
