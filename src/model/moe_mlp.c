@@ -347,19 +347,41 @@ static size_t expert_rows(size_t count, size_t cap) {
 
 /* ------------------------------------------------------------------------------ experts (ep 1) */
 
-/* The experts on mm->buf (dispatched), one matmul per expert over the rows its tokens filled;
+/* One block of an expert's rows: n rows of `in` (compute dtype) through local expert j's
+ * GELU MLP; the pre-activation into fch, the fp32 output into out. The same call at every ep
+ * (one block per expert at ep 1, per expert and source rank above): the same bits. */
+static void expert_block_forward(zero_moe_mlp_t *mm, void *fch, const void *in, float *out,
+                                 const zero_moe_weights_t *w, size_t j, size_t n) {
+    const size_t C = mm->C, H = mm->H;
+    lin_fwd(mm, fch, 0, in, at(mm, w->fc_w, j * H * C), at(mm, w->fc_b, j * H), n, C, H);
+    gelu_fwd(mm, mm->h, fch, n * H);
+    lin_fwd(mm, out, 1, mm->h, at(mm, w->proj_w, j * C * H), at(mm, w->proj_b, j * C), n, H, C);
+}
+
+/* Backward of expert_block_forward: dy the outputs' gradients (compute dtype), din (fp32)
+ * receives the input rows' gradients, the weight gradients accumulate at element offset g of
+ * gw (a source slot; 0 at ep 1). */
+static void expert_block_backward(zero_moe_mlp_t *mm, const void *fch, const void *dy, float *din,
+                                  const void *in, const zero_moe_weights_t *w,
+                                  const zero_moe_weights_t *gw, size_t j, size_t g, size_t n) {
+    const size_t C = mm->C, H = mm->H;
+    gelu_fwd(mm, mm->h, fch, n * H); /* bitwise the forward's */
+    lin_bwd(mm, mm->h2, mm->dt, 0, at(mm, gw->proj_w, g + j * C * H), at(mm, gw->proj_b, g + j * C),
+            dy, mm->h, at(mm, w->proj_w, j * C * H), n, H, C);
+    gelu_bwd(mm, mm->h, fch, mm->h2, n * H);
+    lin_bwd(mm, din, ZERO_DTYPE_FP32, 0, at(mm, gw->fc_w, g + j * H * C),
+            at(mm, gw->fc_b, g + j * H), mm->h, in, at(mm, w->fc_w, j * H * C), n, C, H);
+}
+
+/* The experts on mm->buf (dispatched), one block per expert over the rows its tokens filled;
  * fp32 outputs into L->y. */
 static void experts_forward(zero_moe_mlp_t *mm, moe_layer_t *L, const zero_moe_weights_t *w) {
     const size_t C = mm->C, H = mm->H, cap = L->cap;
     for (size_t e = 0; e < mm->E; e++) {
         const size_t n = expert_rows((size_t)L->counts[e], cap);
         if (n == 0) continue;
-        void *fch = at(mm, L->fch, e * cap * H);
-        lin_fwd(mm, fch, 0, at(mm, mm->buf, e * cap * C), at(mm, w->fc_w, e * H * C),
-                at(mm, w->fc_b, e * H), n, C, H);
-        gelu_fwd(mm, mm->h, fch, n * H);
-        lin_fwd(mm, L->y + e * cap * C, 1, mm->h, at(mm, w->proj_w, e * C * H),
-                at(mm, w->proj_b, e * C), n, H, C);
+        expert_block_forward(mm, at(mm, L->fch, e * cap * H), at(mm, mm->buf, e * cap * C),
+                             L->y + e * cap * C, w, e, n);
     }
 }
 
@@ -371,20 +393,14 @@ static void experts_backward(zero_moe_mlp_t *mm, const moe_layer_t *L, const zer
     for (size_t e = 0; e < mm->E; e++) {
         const size_t n = expert_rows((size_t)L->counts[e], cap);
         if (n == 0) continue;
-        const void *fch = at(mm, L->fch, e * cap * H);
         const float *dye = mm->dy + e * cap * C;
         const void *dyd = dye;
         if (LP) {
             zero__narrow(mm->dyd, dye, n * C, mm->dt);
             dyd = mm->dyd;
         }
-        gelu_fwd(mm, mm->h, fch, n * H); /* bitwise the forward's */
-        lin_bwd(mm, mm->h2, mm->dt, 0, at(mm, gw->proj_w, e * C * H), at(mm, gw->proj_b, e * C),
-                dyd, mm->h, at(mm, w->proj_w, e * C * H), n, H, C);
-        gelu_bwd(mm, mm->h, fch, mm->h2, n * H);
-        lin_bwd(mm, mm->bufw + e * cap * C, ZERO_DTYPE_FP32, 0, at(mm, gw->fc_w, e * H * C),
-                at(mm, gw->fc_b, e * H), mm->h, at(mm, mm->buf, e * cap * C),
-                at(mm, w->fc_w, e * H * C), n, C, H);
+        expert_block_backward(mm, at(mm, L->fch, e * cap * H), dyd, mm->bufw + e * cap * C,
+                              at(mm, mm->buf, e * cap * C), w, gw, e, 0, n);
     }
 }
 
@@ -483,12 +499,8 @@ static zero_status_t ep_experts_forward(zero_moe_mlp_t *mm, moe_layer_t *L,
         for (size_t p = 0; p < ep; p++) {
             const size_t n = expert_rows(ep_count(mm, L, 1, p, j), cap), blk = j * ep + p;
             if (n == 0) continue;
-            void *fch = at(mm, L->fch, blk * cap * H);
-            lin_fwd(mm, fch, 0, at(mm, L->xin, blk * cap * C), at(mm, w->fc_w, j * H * C),
-                    at(mm, w->fc_b, j * H), n, C, H);
-            gelu_fwd(mm, mm->h, fch, n * H);
-            lin_fwd(mm, mm->dy + blk * cap * C, 1, mm->h, at(mm, w->proj_w, j * C * H),
-                    at(mm, w->proj_b, j * C), n, H, C);
+            expert_block_forward(mm, at(mm, L->fch, blk * cap * H), at(mm, L->xin, blk * cap * C),
+                                 mm->dy + blk * cap * C, w, j, n);
         }
     /* mm->dy holds the expert side's outputs (it is scratch until the backward) */
     return ep_exchange(mm, L, 0, sizeof(float), mm->dy, L->y);
@@ -502,7 +514,6 @@ static zero_status_t ep_experts_backward(zero_moe_mlp_t *mm, const moe_layer_t *
                                          const zero_moe_weights_t *gw) {
     const size_t C = mm->C, H = mm->H, cap = L->cap, ep = mm->ep, E = mm->E;
     const size_t stride = gw->expert_slot_stride;
-    const zero_dtype_t F = ZERO_DTYPE_FP32;
     /* the output gradients travel in the compute dtype (the ep-1 GEMMs read them narrowed) */
     void *dy = mm->dy;
     if (LP) {
@@ -516,16 +527,10 @@ static zero_status_t ep_experts_backward(zero_moe_mlp_t *mm, const moe_layer_t *
         for (size_t p = 0; p < ep; p++) {
             const size_t n = expert_rows(ep_count(mm, L, 1, p, j), cap), blk = j * ep + p;
             if (n == 0) continue;
-            const void *fch = at(mm, L->fch, blk * cap * H);
-            const size_t g = p * stride;     /* source p's slot */
-            gelu_fwd(mm, mm->h, fch, n * H); /* bitwise the forward's */
-            lin_bwd(mm, mm->h2, mm->dt, 0, at(mm, gw->proj_w, g + j * C * H),
-                    at(mm, gw->proj_b, g + j * C), at(mm, mm->buf, blk * cap * C), mm->h,
-                    at(mm, w->proj_w, j * C * H), n, H, C);
-            gelu_bwd(mm, mm->h, fch, mm->h2, n * H);
-            lin_bwd(mm, mm->dy + blk * cap * C, F, 0, at(mm, gw->fc_w, g + j * H * C),
-                    at(mm, gw->fc_b, g + j * H), mm->h, at(mm, L->xin, blk * cap * C),
-                    at(mm, w->fc_w, j * H * C), n, C, H);
+            /* weight gradients into source p's slot */
+            expert_block_backward(mm, at(mm, L->fch, blk * cap * H), at(mm, mm->buf, blk * cap * C),
+                                  mm->dy + blk * cap * C, at(mm, L->xin, blk * cap * C), w, gw, j,
+                                  p * stride, n);
         }
     return ep_exchange(mm, L, 0, sizeof(float), mm->dy, mm->bufw);
 }
