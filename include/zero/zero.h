@@ -8,5 +8,6 @@
 #include "zero/ckpt.h"
 #include "zero/optim.h"
 #include "zero/config.h"
+#include "zero/generate.h"
 
 #endif /* ZERO_ZERO_H */

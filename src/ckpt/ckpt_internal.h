@@ -100,6 +100,9 @@ zero_status_t zero__st_header_check(const struct cJSON *hdr, uint64_t data_bytes
 /* Parse hlen bytes of header text and check it: *out (cJSON_Delete) on success, NULL otherwise. */
 zero_status_t zero__st_header_parse(struct cJSON **out, const char *text, size_t hlen,
                                     uint64_t data_bytes, const char *path);
+/* Read and check (zero__st_header_parse) the header of the safetensors file at path: *hdr
+ * (cJSON_Delete) on success; ZERO_ERR_IO / ZERO_ERR_FORMAT naming the file otherwise. */
+zero_status_t zero__st_header_read(const char *path, struct cJSON **hdr);
 
 /* ---- manifest (manifest.c) */
 typedef struct zero__manifest {

@@ -103,6 +103,10 @@ zero_status_t zero_ckpt_export_safetensors(const zero_ckpt_t *c, const zero_ckpt
     cJSON *meta = cJSON_AddObjectToObject(hdr, "__metadata__");
     cJSON_AddStringToObject(meta, "format", "pt");
     cJSON_AddStringToObject(meta, "source", "zero checkpoint");
+    /* the model's shape as the checkpoint has it (heads is in no tensor's shape): what
+     * zero generate reads back */
+    const char *model = zero_ckpt_get_meta(c)->model_json;
+    if (model && strcmp(model, "null") != 0) cJSON_AddStringToObject(meta, "zero_model", model);
     size_t pos = 0, largest_t = 0;
     for (int u = 0; u < L->unit_count && st == ZERO_OK; u++)
         for (int t = 0; t < L->units[u].tensor_count; t++) {
@@ -245,23 +249,19 @@ static zero_status_t check_finite(int fd, const char *path, const zero_ckpt_name
     return ZERO_OK;
 }
 
-zero_status_t zero_ckpt_import_safetensors(const char *path, const zero_ckpt_layout_t *L,
-                                           const zero_ckpt_name_map_t *names,
-                                           const zero_ckpt_shard_io_t *io) {
-    if (!path || !names || !names->name || !io || !io->put)
-        return zero__error(ZERO_ERR_INVALID_ARG,
-                           "safetensors import: NULL argument, no name map or no put");
-    zero_status_t st = zero_ckpt_layout_check(L);
-    if (st != ZERO_OK) return st;
+/* Open a safetensors file and parse and check its header (zero__st_header_parse): *fd (the
+ * caller closes it), *hdr (cJSON_Delete), the data section's file offset and size. Nothing is
+ * left open or allocated on failure. */
+static zero_status_t st_open(const char *path, int *fd_out, cJSON **hdr, uint64_t *data_start,
+                             uint64_t *data_bytes) {
+    *fd_out = -1;
+    *hdr = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return zero__error(ZERO_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     struct stat sb;
-    cJSON *hdr = NULL;
     char *text = NULL;
-    found_t *found = NULL;
-    float *full = NULL, *buf = NULL;
-    uint16_t *raw = NULL;
     unsigned char len8[8];
+    zero_status_t st = ZERO_OK;
     if (fstat(fd, &sb) != 0) {
         st = zero__error(ZERO_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
         goto done;
@@ -287,9 +287,42 @@ zero_status_t zero_ckpt_import_safetensors(const char *path, const zero_ckpt_lay
     }
     if ((st = zero__pread_all(fd, text, hlen, 8, path)) != ZERO_OK) goto done;
     text[hlen] = '\0';
-    uint64_t data_bytes = fsize - 8 - hlen;
+    *data_start = 8 + hlen;
+    *data_bytes = fsize - 8 - hlen;
     /* Every entry, the model's or not: consistent shapes and ranges, no overlaps. */
-    if ((st = zero__st_header_parse(&hdr, text, hlen, data_bytes, path)) != ZERO_OK) goto done;
+    st = zero__st_header_parse(hdr, text, hlen, *data_bytes, path);
+done:
+    free(text);
+    if (st == ZERO_OK)
+        *fd_out = fd;
+    else
+        close(fd);
+    return st;
+}
+
+zero_status_t zero__st_header_read(const char *path, cJSON **hdr) {
+    int fd;
+    uint64_t data_start, data_bytes;
+    zero_status_t st = st_open(path, &fd, hdr, &data_start, &data_bytes);
+    if (st == ZERO_OK) close(fd);
+    return st;
+}
+
+zero_status_t zero_ckpt_import_safetensors(const char *path, const zero_ckpt_layout_t *L,
+                                           const zero_ckpt_name_map_t *names,
+                                           const zero_ckpt_shard_io_t *io) {
+    if (!path || !names || !names->name || !io || !io->put)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "safetensors import: NULL argument, no name map or no put");
+    zero_status_t st = zero_ckpt_layout_check(L);
+    if (st != ZERO_OK) return st;
+    int fd = -1;
+    cJSON *hdr = NULL;
+    found_t *found = NULL;
+    float *full = NULL, *buf = NULL;
+    uint16_t *raw = NULL;
+    uint64_t data_start = 0, data_bytes = 0;
+    if ((st = st_open(path, &fd, &hdr, &data_start, &data_bytes)) != ZERO_OK) goto done;
     size_t nt = 0, largest_t = 0;
     for (int u = 0; u < L->unit_count; u++) nt += (size_t)L->units[u].tensor_count;
     found = calloc(nt ? nt : 1, sizeof *found);
@@ -356,7 +389,7 @@ zero_status_t zero_ckpt_import_safetensors(const char *path, const zero_ckpt_lay
                                  path, name, n, bf16 ? "BF16" : "F32");
                 break;
             }
-            found[k] = (found_t){e, bf16, (uint64_t)b->valuedouble + 8 + hlen};
+            found[k] = (found_t){e, bf16, (uint64_t)b->valuedouble + data_start};
         }
     if (st != ZERO_OK) goto done;
     full = malloc((largest_t ? largest_t : 1) * sizeof(float));
@@ -406,9 +439,8 @@ zero_status_t zero_ckpt_import_safetensors(const char *path, const zero_ckpt_lay
             }
         }
 done:
-    close(fd);
+    if (fd >= 0) close(fd);
     cJSON_Delete(hdr);
-    free(text);
     free(found);
     free(full);
     free(buf);

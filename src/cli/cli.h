@@ -24,7 +24,13 @@ int zero__cli_dispatch(const char *prog, const char *what, const char *footer,
  * the value); "" when the value is missing, NULL when argv[*i] is not that flag. */
 const char *zero__cli_arg_value(int argc, char **argv, int *i, const char *flag);
 
+/* Parse option value v of `flag` as a number >= lo (whole: a whole number), at most 1e9, into
+ * *out: 1; otherwise print "PROG: FLAG 'V' is invalid (expected ...)" on stderr and return 0. */
+int zero__cli_number(const char *prog, const char *flag, const char *v, double lo, int whole,
+                     double *out);
+
 int zero__cli_bench(int argc, char **argv);
+int zero__cli_generate(int argc, char **argv);
 int zero__cli_convert(int argc, char **argv);
 int zero__cli_plan(int argc, char **argv);
 int zero__cli_train(int argc, char **argv);

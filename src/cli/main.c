@@ -3,7 +3,9 @@
 #include "cli/cli.h"
 #include "zero/zero.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const zero__cli_command_t commands[] = {
@@ -15,6 +17,8 @@ static const zero__cli_command_t commands[] = {
     {"tune", zero__cli_tune,
      "autotuning: run short trials of the ways to run a config that fit, keep the fastest"},
     {"convert", zero__cli_convert, "export a checkpoint to safetensors (Hugging Face GPT-2 names)"},
+    {"generate", zero__cli_generate,
+     "generate text from a checkpoint or safetensors file (KV cache, sampling)"},
 };
 
 static void usage(FILE *out, const char *prog, const char *what, const char *footer,
@@ -36,6 +40,19 @@ const char *zero__cli_arg_value(int argc, char **argv, int *i, const char *flag)
     if (strcmp(a, flag)) return NULL;
     if (*i + 1 >= argc) return "";
     return argv[++*i];
+}
+
+int zero__cli_number(const char *prog, const char *flag, const char *v, double lo, int whole,
+                     double *out) {
+    char *end = NULL;
+    double d = v && *v ? strtod(v, &end) : NAN;
+    if (!v || !*v || *end || !isfinite(d) || d < lo || (whole && d != floor(d)) || d > 1e9) {
+        fprintf(stderr, "%s: %s '%s' is invalid (expected %s %s %g)\n", prog, flag, v ? v : "",
+                whole ? "a whole number" : "a number", "of at least", lo);
+        return 0;
+    }
+    *out = d;
+    return 1;
 }
 
 int zero__cli_dispatch(const char *prog, const char *what, const char *footer,

@@ -71,18 +71,6 @@ static void usage(FILE *out) {
             "bad flag. docs/tune.md has the details.\n");
 }
 
-static int parse_num(const char *flag, const char *v, double lo, int whole, double *out) {
-    char *end = NULL;
-    double d = v && *v ? strtod(v, &end) : NAN;
-    if (!v || !*v || *end || !isfinite(d) || d < lo || (whole && d != floor(d)) || d > 1e9) {
-        fprintf(stderr, "zero tune: %s '%s' is invalid (expected %s %s %g)\n", flag, v ? v : "",
-                whole ? "a whole number" : "a number", "of at least", lo);
-        return 0;
-    }
-    *out = d;
-    return 1;
-}
-
 /* The last non-empty line of a file (a failed trial's error), cut to n - 1 bytes. */
 static void last_line(const char *path, char *buf, size_t n) {
     buf[0] = 0;
@@ -414,15 +402,15 @@ static int parse_args(int argc, char **argv, opts_t *o) {
         } else if (!strcmp(a, "--json")) {
             o->json = 1;
         } else if ((v = zero__cli_arg_value(argc, argv, &i, "--trial-steps"))) {
-            if (!parse_num(a, v, 1, 1, &num)) return 2;
+            if (!zero__cli_number("zero tune", a, v, 1, 1, &num)) return 2;
             o->trial_steps = (int)num;
         } else if ((v = zero__cli_arg_value(argc, argv, &i, "--warmup-steps"))) {
-            if (!parse_num(a, v, 0, 1, &num)) return 2;
+            if (!zero__cli_number("zero tune", a, v, 0, 1, &num)) return 2;
             o->warmup_steps = (int)num;
         } else if ((v = zero__cli_arg_value(argc, argv, &i, "--ram"))) {
-            if (!parse_num(a, v, 1e-3, 0, &o->ram_gib)) return 2;
+            if (!zero__cli_number("zero tune", a, v, 1e-3, 0, &o->ram_gib)) return 2;
         } else if ((v = zero__cli_arg_value(argc, argv, &i, "--trial-timeout"))) {
-            if (!parse_num(a, v, 1, 0, &o->timeout_s)) return 2;
+            if (!zero__cli_number("zero tune", a, v, 1, 0, &o->timeout_s)) return 2;
         } else {
             fprintf(stderr, "zero tune: unknown option '%s' (try `zero tune --help`)\n", a);
             return 2;

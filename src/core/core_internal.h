@@ -23,6 +23,12 @@ void zero__log(zero_log_level_t level, int rank, int world, const char *fmt, ...
  * equal inputs give equal hashes on every rank and machine of the same endianness. */
 uint64_t zero__hash_bytes(uint64_t h, const void *data, size_t bytes);
 
+/* Random uint64 (xorshift64*), advancing *state (never 0) (src/core/rng.c): the data sampler's
+ * and the token sampler's stream. */
+uint64_t zero__rng_next(uint64_t *state);
+/* Uniform float in [0, 1). */
+float zero__rng_float(uint64_t *state);
+
 /* The layout rule the engine and the checkpoints share (ARCHITECTURE.md section 3): every tensor
  * of a unit starts at a multiple of ZERO__ALIGN_ELEMS elements, and a unit sharded over n ranks
  * is padded to a multiple of n x ZERO__ALIGN_ELEMS, so every shard starts 64-byte aligned. */

@@ -454,23 +454,23 @@ static void dsoftmax(float *d, float *pc, const float *p, size_t t, size_t n) {
     dsoftmax_row(d, pc, p, t, n);
 }
 
-/* Forward of query rows [r0, r1) of one head. q (ld lq) and o (ld lo) point at row 0, like k, v
- * (ld lkv); P (ld T) at row 0 of the head's (T, T) probabilities. Packs into the thread's
- * ZERO__KS_ROWS scratch. */
-static void fwd_block(float *o, size_t lo, float *P, size_t T, const float *q, size_t lq,
-                      const float *k, const float *v, size_t lkv, size_t r0, size_t r1, size_t hs,
-                      float scale) {
+/* Forward of query rows [r0, r1) of one head against keys [0, r1) of the T (>= r1) a row may
+ * reach. q (ld lq), o (ld lo) and Pb (ld lp, >= row_end) point at row r0; k, v (ld lkv) at key
+ * 0. The training forward passes its (T, T) probabilities; the decoder (T = r1) a scratch block.
+ * Packs into the thread's ZERO__KS_ROWS scratch. */
+static void fwd_block(float *o, size_t lo, float *Pb, size_t lp, size_t T, const float *q,
+                      size_t lq, const float *k, const float *v, size_t lkv, size_t r0, size_t r1,
+                      size_t hs, float scale) {
     float *kp = zero__kscratch(ZERO__KS_ROWS, round_nr(r1) * hs * sizeof(float));
     pack_key_panels(kp, k, lkv, r1, hs);
-    float *Pb = P + r0 * T;
-    scores(Pb, T, q + r0 * lq, lq, kp, r0, r1, T, hs, scale);
-    for (size_t t = r0; t < r1; t++) softmax_row(Pb + (t - r0) * T, t, row_end(t, r0, r1, T));
+    scores(Pb, lp, q, lq, kp, r0, r1, T, hs, scale);
+    for (size_t t = r0; t < r1; t++) softmax_row(Pb + (t - r0) * lp, t, row_end(t, r0, r1, T));
     /* O(i, :) = Σ_{s < i0 + mr} P(i, s) V(s, :): P is zero past the diagonal inside the tile */
     for (size_t c0 = 0; c0 < hs; c0 += NR)
         for (size_t i = r0; i < r1; i += MR) {
             size_t mr = ZERO_MIN(MR, r1 - i);
-            tile(o + i * lo + c0, lo, 1.0f, 0, Pb + (i - r0) * T, T, 1, v + c0, lkv, i + mr, mr,
-                 ZERO_MIN(NR, hs - c0));
+            tile(o + (i - r0) * lo + c0, lo, 1.0f, 0, Pb + (i - r0) * lp, lp, 1, v + c0, lkv,
+                 i + mr, mr, ZERO_MIN(NR, hs - c0));
         }
 }
 
@@ -533,8 +533,41 @@ void zero__attention_forward(float *out, float *att, const float *inp, size_t B,
         size_t bh = task / nblk, b = bh / NH, h = bh % NH;
         size_t r0 = blk * QB, r1 = ZERO_MIN(T, r0 + QB);
         const float *q = inp + b * T * C3 + h * hs;
-        fwd_block(out + b * T * C + h * hs, C, att + bh * T * T, T, q, C3, q + C, q + 2 * C, C3, r0,
-                  r1, hs, scale);
+        fwd_block(out + (b * T + r0) * C + h * hs, C, att + (bh * T + r0) * T, T, T, q + r0 * C3,
+                  C3, q + C, q + 2 * C, C3, r0, r1, hs, scale);
+    }
+}
+
+size_t zero__attention_decode_scratch_count(size_t max_keys, int threads) {
+    size_t nt = threads < 1 ? 1 : (size_t)threads;
+    return nt * (size_t)QB * round_nr(max_keys);
+}
+
+void zero__attention_decode(float *out, float *scratch, const float *q, size_t ldq, const float *kc,
+                            const float *vc, size_t head_stride, size_t B, size_t T, size_t pos,
+                            size_t C, size_t NH, int threads) {
+    ZERO_ASSERT(out && scratch && q && kc && vc && NH > 0 && C % NH == 0 && threads >= 1 && T);
+    const size_t hs = C / NH, keys = pos + T, lp = round_nr(keys);
+    const float scale = 1.0f / sqrtf((float)hs);
+    /* the new rows in blocks of QB, as the training forward cuts its rows */
+    const size_t nblk = (T + QB - 1) / QB, ntask = B * NH * nblk;
+    int nt = (int)ZERO_MIN((size_t)threads, ntask);
+    if (nt < 1) nt = 1;
+#pragma omp parallel num_threads(nt)
+    {
+        int id, team;
+        kteam(&id, &team);
+        float *P = scratch + (size_t)id * QB * lp;
+#pragma omp for schedule(dynamic, 1)
+        for (size_t task = 0; task < ntask; task++) {
+            size_t blk = nblk - 1 - task % nblk;
+            size_t bh = task / nblk, b = bh / NH, h = bh % NH;
+            size_t t0 = blk * QB, t1 = ZERO_MIN(T, t0 + QB);
+            const float *k = kc + bh * head_stride, *v = vc + bh * head_stride;
+            fwd_block(out + (b * T + t0) * C + h * hs, C, P, lp, pos + t1,
+                      q + (b * T + t0) * ldq + h * hs, ldq, k, v, hs, pos + t0, pos + t1, hs,
+                      scale);
+        }
     }
 }
 
@@ -612,7 +645,8 @@ void zero__attention_forward_lp(void *out, float *att, const void *inp, float *s
             widen_rows(q + r0 * hs, base + r0 * C3 * es, C3, m, hs, dt);
             widen_rows(k, base + C * es, C3, r1, hs, dt);
             widen_rows(v, base + 2 * C * es, C3, r1, hs, dt);
-            fwd_block(o, hs, att + bh * T * T, T, q, hs, k, v, hs, r0, r1, hs, scale);
+            fwd_block(o + r0 * hs, hs, att + (bh * T + r0) * T, T, T, q + r0 * hs, hs, k, v, hs, r0,
+                      r1, hs, scale);
             narrow_rows((char *)out + ((b * T + r0) * C + h * hs) * es, C, o + r0 * hs, m, hs, dt);
         }
     }

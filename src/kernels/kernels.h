@@ -121,6 +121,22 @@ void zero__attention_backward(float *dinp, float *scratch, const float *dout, co
                               const float *att, size_t B, size_t T, size_t C, size_t NH,
                               int threads);
 
+/* Attention of T new query rows per sequence, at positions [pos, pos + T), against a key/value
+ * cache that already holds positions [0, pos + T) (the new rows' own keys and values included):
+ * incremental decoding (pos > 0, T = 1) and chunked prefill. Each output row is computed like
+ * row pos + t of zero__attention_forward over the whole sequence, with the same sums in the same
+ * order: the same bits where the softmax runs on AVX2 or above (zero__isa_selected), within
+ * rounding below. Overwrites out.
+ * out:     (B, T, C)            heads concatenated
+ * scratch: zero__attention_decode_scratch_count(>= pos + T, threads) floats, clobbered
+ * q:       (B, T, ldq)          the queries of head h at q[(b T + t) ldq + h hs + i] (qkv: 3C)
+ * kc, vc:  (B, NH, head_stride) keys and values of (b, h) at kc + (b NH + h) head_stride, one
+ *                               row of hs = C / NH floats per position */
+void zero__attention_decode(float *out, float *scratch, const float *q, size_t ldq, const float *kc,
+                            const float *vc, size_t head_stride, size_t B, size_t T, size_t pos,
+                            size_t C, size_t NH, int threads);
+size_t zero__attention_decode_scratch_count(size_t max_keys, int threads);
+
 /* ------------------------------------------------------------------------------ residual */
 
 /* out = a + b, overwrites. out, a, b: (n). out may alias a or b. */

@@ -57,6 +57,9 @@ enum { M_ROUTER = B_FCW, M_SFCW, M_SFCB, M_SPROJW, M_SPROJB, M_COUNT };
 enum { X_FCW, X_FCB, X_PROJW, X_PROJB, X_COUNT };
 enum { E_WTE, E_WPE, E_COUNT };
 enum { F_LNFW, F_LNFB, F_COUNT };
+_Static_assert(E_COUNT == ZERO_GPT_EMB_TENSORS && B_COUNT == ZERO_GPT_BLOCK_TENSORS &&
+                   F_COUNT == ZERO_GPT_FINAL_TENSORS,
+               "gpt.h's tensor counts");
 
 /* Activations of one block. `void *` tensors are in the compute dtype (float for fp32, 16-bit
  * patterns for bf16/fp16); `float *` ones are fp32 in every dtype. */
@@ -167,8 +170,8 @@ double zero__gpt_flops_per_token(const zero_gpt_config_t *c) {
 }
 
 /* The tensors of the three kinds of unit (gpt.h), as the engine takes them. */
-static void unit_descs(const zero_gpt_config_t *c, zero_tensor_desc_t emb[E_COUNT],
-                       zero_tensor_desc_t blk[B_COUNT], zero_tensor_desc_t fin[F_COUNT]) {
+void zero__gpt_unit_descs(const zero_gpt_config_t *c, zero_tensor_desc_t emb[E_COUNT],
+                          zero_tensor_desc_t blk[B_COUNT], zero_tensor_desc_t fin[F_COUNT]) {
     const size_t C = (size_t)c->dim, V = (size_t)c->vocab, T = (size_t)c->seq;
     const float std = 0.02f;
     /* GPT-2 scales the residual projections by 1/sqrt(2L): two of them per block add to the
@@ -205,8 +208,8 @@ static void unit_descs(const zero_gpt_config_t *c, zero_tensor_desc_t emb[E_COUN
 }
 
 /* The tensors of an MoE block's unit (*nblk of them: M_COUNT with shared experts, else M_SFCW)
- * and of its experts' unit; the dense block's descriptions first (blk from unit_descs). Expert
- * weights are initialised like the dense MLP's (the projection with GPT-2's 1/sqrt(2L)); the
+ * and of its experts' unit; the dense block's descriptions first (blk from zero__gpt_unit_descs).
+ * Expert weights are initialised like the dense MLP's (the projection with GPT-2's 1/sqrt(2L)); the
  * router like every other weight. */
 static void moe_descs(const zero_gpt_config_t *c, zero_tensor_desc_t blk[M_COUNT], int *nblk,
                       zero_tensor_desc_t xp[X_COUNT]) {
@@ -214,7 +217,7 @@ static void moe_descs(const zero_gpt_config_t *c, zero_tensor_desc_t blk[M_COUNT
      * (E, ...) tensors (zero_engine_add_unit_in) */
     const size_t Ex = (size_t)(c->moe.experts / (c->moe.ep_size > 1 ? c->moe.ep_size : 1));
     zero_tensor_desc_t emb[E_COUNT], dense[B_COUNT], fin[F_COUNT];
-    unit_descs(c, emb, dense, fin);
+    zero__gpt_unit_descs(c, emb, dense, fin);
     const size_t C = (size_t)c->dim, H = zero__moe_hidden(&c->moe, c->dim);
     const size_t E = (size_t)c->moe.experts, S = (size_t)c->moe.shared_experts;
     const float std = dense[B_FCW].init_std, proj_std = dense[B_FCPROJW].init_std;
@@ -241,7 +244,7 @@ static void moe_descs(const zero_gpt_config_t *c, zero_tensor_desc_t blk[M_COUNT
 static zero_status_t declare_units(zero_gpt_t *g) {
     zero_tensor_desc_t emb[E_COUNT], blk[B_COUNT], fin[F_COUNT], mblk[M_COUNT], xp[X_COUNT];
     int nm = 0;
-    unit_descs(&g->cfg, emb, blk, fin);
+    zero__gpt_unit_descs(&g->cfg, emb, blk, fin);
     if (g->moe_layers) moe_descs(&g->cfg, mblk, &nm, xp);
     zero_status_t st = zero_engine_add_unit(g->eng, "embeddings", emb, E_COUNT, &g->unit_emb);
     if (st) return st;
@@ -521,7 +524,7 @@ zero_status_t zero__gpt_memory_estimate(const zero_gpt_config_t *cfg,
     if (st) return st;
     zero_tensor_desc_t emb[E_COUNT], blk[B_COUNT], fin[F_COUNT], mblk[M_COUNT], xp[X_COUNT];
     int nm = 0;
-    unit_descs(cfg, emb, blk, fin);
+    zero__gpt_unit_descs(cfg, emb, blk, fin);
     if (cfg->moe.experts > 0) moe_descs(cfg, mblk, &nm, xp);
     /* the units in declaration order (declare_units), one entry per unit */
     zero_unit_decl_t *units = calloc(2 * (size_t)cfg->layers + 2, sizeof *units);

@@ -42,6 +42,18 @@ typedef struct zero_gpt_config {
     zero_moe_config_t moe; /* experts 0: every MLP dense */
 } zero_gpt_config_t;
 
+/* The tensors of the dense model's three kinds of unit as zero__gpt_init declares them to the
+ * engine (gpt.h's header: names, shapes, flags, initialisation): the embeddings' into
+ * emb[ZERO_GPT_EMB_TENSORS], every dense block's into blk[ZERO_GPT_BLOCK_TENSORS], the final
+ * norm's into fin[ZERO_GPT_FINAL_TENSORS]. Names are static strings. */
+#define ZERO_GPT_EMB_TENSORS 2
+#define ZERO_GPT_BLOCK_TENSORS 12
+#define ZERO_GPT_FINAL_TENSORS 2
+void zero__gpt_unit_descs(const zero_gpt_config_t *cfg,
+                          zero_tensor_desc_t emb[ZERO_GPT_EMB_TENSORS],
+                          zero_tensor_desc_t blk[ZERO_GPT_BLOCK_TENSORS],
+                          zero_tensor_desc_t fin[ZERO_GPT_FINAL_TENSORS]);
+
 /* Check a config; ZERO_ERR_CONFIG naming the key ("model.heads"), the value and what is allowed. */
 zero_status_t zero__gpt_config_check(const zero_gpt_config_t *cfg);
 

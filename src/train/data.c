@@ -22,17 +22,6 @@ const char *zero__data_format_name(zero_data_format_t f) {
     return (unsigned)f < ZERO_DATA_FORMAT_COUNT ? format_names[f] : "?";
 }
 
-uint64_t zero__rng_next(uint64_t *s) {
-    uint64_t x = *s ? *s : 0x9e3779b97f4a7c15ull;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 0x2545f4914f6cdd1dull;
-}
-
-float zero__rng_float(uint64_t *s) { return (float)(zero__rng_next(s) >> 40) / 16777216.0f; }
-
 static int ends_with(const char *s, const char *suffix) {
     size_t a = strlen(s), b = strlen(suffix);
     return a >= b && !strcmp(s + a - b, suffix);

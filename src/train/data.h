@@ -79,9 +79,4 @@ void zero__data_val_batch(const zero_dataset_t *ds, size_t batch_index, int B, i
  * ignores context, i.e. the baseline learning must beat. */
 double zero__data_unigram_entropy(const zero_dataset_t *ds, size_t begin, size_t end);
 
-/* Random uint64 (xorshift64*), advancing *state (never 0). */
-uint64_t zero__rng_next(uint64_t *state);
-/* Uniform float in [0, 1). */
-float zero__rng_float(uint64_t *state);
-
 #endif /* ZERO_TRAIN_DATA_H */

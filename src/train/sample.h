@@ -1,5 +1,5 @@
-/* sample.h — drawing tokens from a model (internal API): temperature and top-k sampling, and
- * autoregressive generation with a sliding window over the model's context.
+/* sample.h — the trainer's samples (internal API): autoregressive generation with a sliding
+ * window over the model's context.
  */
 #ifndef ZERO_TRAIN_SAMPLE_H
 #define ZERO_TRAIN_SAMPLE_H
@@ -8,12 +8,10 @@
 
 #include <stdint.h>
 
-/* Draw a token from logits (V): softmax(logits / temperature) restricted to the top_k likeliest
- * (top_k <= 0 or >= V: all). temperature <= 0 picks the arg-max (greedy). rng is advanced. */
-int zero__sample_token(const float *logits, int V, float temperature, int top_k, uint64_t *rng);
-
-/* Extend tokens[0 .. prompt_len) to tokens[0 .. total_len) by sampling; each new token sees the
- * last min(len, seq) tokens. The model must have been sized for batch >= 1. */
+/* Extend tokens[0 .. prompt_len) to tokens[0 .. total_len) by sampling (infer/sample.h:
+ * softmax(logits / temperature) restricted to the top_k likeliest, top_k <= 0: all; temperature
+ * <= 0: the arg-max; rng advanced); each new token sees the last min(len, seq) tokens. The model
+ * must have been sized for batch >= 1. */
 zero_status_t zero__generate(zero_gpt_t *gpt, int32_t *tokens, int prompt_len, int total_len,
                              float temperature, int top_k, uint64_t *rng);
 

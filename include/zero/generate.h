@@ -1,0 +1,112 @@
+/* zero/generate.h — text generation from a trained GPT with a KV cache (docs/inference.md).
+ *
+ * A generator loads the weights of a GPT-2-shaped model, either from a zero checkpoint saved at
+ * any world size (the manifest gives the model's shape) or from a safetensors file with Hugging
+ * Face GPT-2 names (zero convert's output, or a file zero did not write), keeps them in RAM as
+ * fp32, and runs `batch` sequences side by side: zero_generator_prefill appends a prompt,
+ * zero_generator_step one token per sequence; each returns the next-token logits. Every
+ * position's keys and values stay in a cache of max_seq positions per sequence, so a step costs
+ * one pass over the weights plus the cache, not a forward over the whole sequence. The kernels
+ * are the training forward's, so the logits match a full recomputation (docs/inference.md).
+ * zero_sample draws a token from logits.
+ *
+ * Not here: tokenizers (the trainer's byte-level models take bytes; a larger vocabulary takes
+ * token ids), quantized weights, weights on disk, generation sharded over ranks, MoE models
+ * (refused, naming the key).
+ *
+ * Ownership: paths and params are borrowed for the call; logits pointers stay valid until the
+ * next prefill, step, reset or free. Threading: a generator is used by one thread at a time;
+ * different generators are independent.
+ */
+#ifndef ZERO_GENERATE_H
+#define ZERO_GENERATE_H
+
+#include "zero/core.h"
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct zero_generator_params {
+    int batch;   /* sequences decoded side by side (>= 1) */
+    int max_seq; /* positions the KV cache holds per sequence, prompt included; 0 or more than
+                    the model's context (its wpe rows): the context */
+    int threads; /* cores the kernels may use (>= 1) */
+    /* Attention heads, for a safetensors file: 0 takes them from the file's zero metadata
+     * (zero convert writes the model's shape), then from n_head of a config.json beside the
+     * file (Hugging Face), then dim / 64 (GPT-2's head size). Checked against a checkpoint's
+     * manifest when > 0. */
+    int heads;
+} zero_generator_params_t;
+
+/* Defaults: batch 1, max_seq 0 (the context), 1 thread, heads 0 (from the file). */
+ZERO_API zero_generator_params_t zero_generator_params_default(void);
+
+typedef struct zero_generator_info {
+    int layers, heads, dim, vocab, seq; /* the model; seq: its context length */
+    int batch, max_seq;                 /* as loaded */
+    size_t param_count;                 /* parameters (the tied head counted once) */
+    size_t weight_bytes;                /* resident weights (fp32, per-tensor padding included) */
+    size_t kv_cache_bytes;              /* 2 x layers x batch x max_seq x dim x 4 */
+    size_t activation_bytes;            /* working buffers of a forward */
+    const char *format;                 /* "checkpoint" or "safetensors" */
+} zero_generator_info_t;
+
+typedef struct zero_generator zero_generator_t;
+
+/* Load a model. path: a checkpoint directory, a save directory (its `latest` is followed) or
+ * SAVE_DIR/latest; or a .safetensors file (any other file is read as one). Errors name
+ * the file and what was expected: ZERO_ERR_IO (missing, unreadable), ZERO_ERR_FORMAT (truncated,
+ * damaged, not a GPT-2 layout), ZERO_ERR_MISMATCH (a tensor missing or of another shape than the
+ * model's), ZERO_ERR_UNSUPPORTED (an MoE model), ZERO_ERR_CONFIG (bad params or heads). *out:
+ * zero_generator_free. */
+ZERO_API zero_status_t zero_generator_init(zero_generator_t **out, const char *path,
+                                           const zero_generator_params_t *params);
+/* NULL is accepted. */
+ZERO_API void zero_generator_free(zero_generator_t *gen);
+/* The model and the memory it holds (borrowed, valid until zero_generator_free). */
+ZERO_API const zero_generator_info_t *zero_generator_info(const zero_generator_t *gen);
+/* Tokens each sequence holds so far (0 after init and reset). */
+ZERO_API int zero_generator_position(const zero_generator_t *gen);
+/* Forget every sequence (position 0); the buffers stay. */
+ZERO_API void zero_generator_reset(zero_generator_t *gen);
+
+/* Append T tokens to every sequence: tokens (batch, T), row b for sequence b. Runs them through
+ * the model in chunks, storing their keys and values, and sets *logits (may be NULL) to the
+ * (batch, vocab) fp32 logits of the position after the last one. ZERO_ERR_INVALID_ARG, with
+ * nothing changed, when T < 1 (an empty prompt), when position + T exceeds max_seq (naming both
+ * and the model's context) or when a token is outside [0, vocab) (naming it, its sequence and
+ * position). */
+ZERO_API zero_status_t zero_generator_prefill(zero_generator_t *gen, const int32_t *tokens, int T,
+                                              const float **logits);
+/* zero_generator_prefill with T = 1: tokens (batch), one per sequence. */
+ZERO_API zero_status_t zero_generator_step(zero_generator_t *gen, const int32_t *tokens,
+                                           const float **logits);
+
+/* ------------------------------------------------------------------------------ sampling */
+
+/* How zero_sample picks a token, in Hugging Face's order: temperature, then top-k, then top-p. */
+typedef struct zero_sample_params {
+    int greedy;        /* 1: the arg-max (the first maximal index), the rest is ignored */
+    float temperature; /* > 0: softmax(logits / temperature); <= 0 means greedy */
+    int top_k;         /* > 0: keep the logits >= the k-th largest (ties kept); 0: all */
+    float top_p;       /* (0, 1]: then keep the smallest set of likeliest tokens whose
+                          probability reaches top_p (the likeliest always kept); 1: all */
+} zero_sample_params_t;
+
+/* Defaults: not greedy, temperature 1, top_k 0, top_p 1 (plain sampling). */
+ZERO_API zero_sample_params_t zero_sample_params_default(void);
+
+/* Draw a token from logits (vocab) into *token. rng: the caller's stream state (any value;
+ * advanced by one draw unless greedy), so a seed reproduces the draws. ZERO_ERR_INVALID_ARG for
+ * top_p outside (0, 1], a negative top_k or vocab < 1; ZERO_ERR_OUT_OF_MEMORY when top_p < 1
+ * cannot get its vocab-sized scratch. Thread-safe. */
+ZERO_API zero_status_t zero_sample(const float *logits, int vocab, const zero_sample_params_t *p,
+                                   uint64_t *rng, int32_t *token);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZERO_GENERATE_H */

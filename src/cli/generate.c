@@ -1,0 +1,359 @@
+/* generate.c — `zero generate --model CKPT|FILE.safetensors --prompt TEXT|--prompt-file F ...`:
+ * text from a trained GPT with a KV cache (zero/generate.h), then time to first token, decode
+ * tokens/s and memory.
+ *
+ * Tokens are bytes, as the trainer's text data: the prompt's bytes are its token ids (each must
+ * be below the model's vocabulary), and a model of at most 256 tokens prints bytes; a larger
+ * vocabulary prints token ids (no tokenizer yet). Text goes to stdout, the figures to stderr
+ * (--json: one object on stdout instead). Not here: the decoding (src/infer).
+ */
+#include "cli/cli.h"
+#include "zero/zero.h"
+
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *out) {
+    fprintf(
+        out,
+        "usage: zero generate --model CKPT_DIR|FILE.safetensors (--prompt TEXT | --prompt-file "
+        "F)\n"
+        "                     [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
+        "                     [--seed S] [--batch B] [--greedy] [--stream] [--json]\n"
+        "                     [--threads N] [--heads H]\n\n"
+        "  --model           a checkpoint directory (step-00000123), a save directory (its\n"
+        "                    `latest`), SAVE_DIR/latest, or a safetensors file with Hugging\n"
+        "                    Face GPT-2 names (zero convert's, or another's)\n"
+        "  --prompt          the prompt text; its bytes are its tokens\n"
+        "  --prompt-file     read the prompt from a file instead\n"
+        "  --max-new-tokens  tokens to generate per sequence (default 64); generation stops\n"
+        "                    earlier at the model's context\n"
+        "  --temperature     softmax temperature (default 1.0; 0 is greedy)\n"
+        "  --top-k           keep the K likeliest tokens (default 0: all)\n"
+        "  --top-p           then the likeliest whose probability reaches P (default 1: all)\n"
+        "  --seed            seed of the sampling (default 1337); sequence b draws from\n"
+        "                    seed + b\n"
+        "  --batch           sequences generated side by side from the same prompt (1)\n"
+        "  --greedy          the likeliest token every time (no sampling)\n"
+        "  --stream          print tokens as they come (batch 1)\n"
+        "  --json            one JSON object on stdout: the text, the tokens and the figures\n"
+        "  --threads         cores to use (default: all)\n"
+        "  --heads           attention heads of a safetensors file that does not say (default:\n"
+        "                    zero convert's metadata, config.json beside the file, dim / 64)\n\n"
+        "Weights and KV cache are fp32 in RAM. docs/inference.md has the details.\n");
+}
+
+typedef struct opts {
+    const char *model, *prompt, *prompt_file;
+    int max_new, top_k, batch, greedy, stream, json, threads, heads;
+    double temperature, top_p;
+    uint64_t seed;
+} opts_t;
+
+static int parse(int argc, char **argv, opts_t *o) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    *o = (opts_t){NULL, NULL, NULL, 64,  0, 1, 0, 0, 0, cores > 0 ? (int)cores : 1,
+                  0,    1.0,  1.0,  1337};
+    const char *const prog = "zero generate";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        double d;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--greedy")) {
+            o->greedy = 1;
+        } else if (!strcmp(a, "--stream")) {
+            o->stream = 1;
+        } else if (!strcmp(a, "--json")) {
+            o->json = 1;
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--model"))) {
+            o->model = v;
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--prompt"))) {
+            o->prompt = v;
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--prompt-file"))) {
+            o->prompt_file = v;
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--max-new-tokens"))) {
+            if (!zero__cli_number(prog, a, v, 1, 1, &d)) return 2;
+            o->max_new = (int)d;
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--temperature"))) {
+            if (!zero__cli_number(prog, a, v, 0, 0, &o->temperature)) return 2;
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--top-k"))) {
+            if (!zero__cli_number(prog, a, v, 0, 1, &d)) return 2;
+            o->top_k = (int)d;
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--top-p"))) {
+            if (!zero__cli_number(prog, a, v, 0, 0, &o->top_p)) return 2;
+            if (!(o->top_p > 0 && o->top_p <= 1)) {
+                fprintf(stderr, "zero generate: --top-p '%s' is invalid (expected 0 < P <= 1)\n",
+                        v);
+                return 2;
+            }
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--seed"))) {
+            if (!zero__cli_number(prog, a, v, 0, 1, &d)) return 2;
+            o->seed = (uint64_t)d;
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--batch"))) {
+            if (!zero__cli_number(prog, a, v, 1, 1, &d)) return 2;
+            o->batch = (int)d;
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--threads"))) {
+            if (!zero__cli_number(prog, a, v, 1, 1, &d)) return 2;
+            o->threads = (int)d;
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--heads"))) {
+            if (!zero__cli_number(prog, a, v, 1, 1, &d)) return 2;
+            o->heads = (int)d;
+        } else {
+            fprintf(stderr, "zero generate: unknown option '%s' (try `zero generate --help`)\n", a);
+            return 2;
+        }
+    }
+    const char *bad = !o->model                       ? "--model is required"
+                      : !o->prompt == !o->prompt_file ? "give one of --prompt and --prompt-file"
+                      : o->stream && o->json          ? "--stream and --json exclude each other"
+                      : o->stream && o->batch > 1 ? "--stream prints one sequence: use --batch 1"
+                                                  : NULL;
+    if (bad) {
+        fprintf(stderr, "zero generate: %s (try `zero generate --help`)\n", bad);
+        return 2;
+    }
+    return -1;
+}
+
+/* The prompt's bytes (malloc'd) and their count, from --prompt or --prompt-file. */
+static unsigned char *read_prompt(const opts_t *o, size_t *n) {
+    if (o->prompt) {
+        *n = strlen(o->prompt);
+        unsigned char *p = malloc(*n + 1);
+        if (p) memcpy(p, o->prompt, *n + 1);
+        return p;
+    }
+    FILE *f = fopen(o->prompt_file, "rb");
+    if (!f) {
+        fprintf(stderr, "zero generate: cannot read --prompt-file %s\n", o->prompt_file);
+        return NULL;
+    }
+    size_t cap = 4096, len = 0, got;
+    unsigned char *p = malloc(cap);
+    while (p && (got = fread(p + len, 1, cap - len, f)) > 0) {
+        len += got;
+        if (len == cap) {
+            unsigned char *q = realloc(p, cap *= 2);
+            if (!q) free(p);
+            p = q;
+        }
+    }
+    fclose(f);
+    *n = len;
+    return p;
+}
+
+/* One token as text: the byte for a vocabulary of at most 256, else " id". */
+static void put_token(FILE *out, int32_t t, int vocab) {
+    if (vocab <= 256)
+        fputc(t, out);
+    else
+        fprintf(out, " %d", (int)t);
+}
+
+/* The bytes as a JSON string: each byte one code point (Latin-1), so any output is valid JSON;
+ * token ids for a larger vocabulary (the "tokens" array holds them exactly either way). */
+static cJSON *json_text(const int32_t *t, size_t n, int vocab) {
+    char *s = malloc(n * 12 + 1), *p = s;
+    if (!s) return cJSON_CreateNull();
+    for (size_t i = 0; i < n; i++) {
+        if (vocab > 256)
+            p += sprintf(p, "%s%d", i ? " " : "", (int)t[i]);
+        else if (t[i] < 0x80)
+            *p++ = (char)t[i];
+        else
+            *p++ = (char)(0xC0 | (t[i] >> 6)), *p++ = (char)(0x80 | (t[i] & 0x3F));
+    }
+    *p = 0;
+    cJSON *j = cJSON_CreateString(s);
+    free(s);
+    return j;
+}
+
+int zero__cli_generate(int argc, char **argv) {
+    opts_t o;
+    int rc = parse(argc, argv, &o);
+    if (rc >= 0) return rc;
+    size_t plen = 0;
+    unsigned char *text = read_prompt(&o, &plen);
+    if (!text) return 1;
+    rc = 1;
+    zero_generator_t *g = NULL;
+    int32_t *prompt = NULL, *out = NULL;
+    uint64_t *rng = NULL;
+    if (plen == 0) {
+        fprintf(stderr, "zero generate: the prompt is empty (expected at least one byte)\n");
+        goto done;
+    }
+    if (plen > (size_t)1 << 30) {
+        fprintf(stderr, "zero generate: the prompt of %zu bytes is too long\n", plen);
+        goto done;
+    }
+    zero_generator_params_t gp = zero_generator_params_default();
+    gp.batch = o.batch;
+    gp.threads = o.threads;
+    gp.heads = o.heads;
+    /* the cache holds the prompt and every new token but the last (capped at the context) */
+    gp.max_seq = plen + (size_t)o.max_new - 1 > (size_t)1 << 30 ? 0 : (int)plen + o.max_new - 1;
+    double t0 = zero_time_now();
+    zero_status_t st = zero_generator_init(&g, o.model, &gp);
+    if (st) {
+        fprintf(stderr, "zero generate: %s\n", zero_last_error());
+        if (st == ZERO_ERR_MISMATCH || st == ZERO_ERR_FORMAT)
+            fprintf(stderr, "hint: --model takes a zero checkpoint or a safetensors file with "
+                            "Hugging Face GPT-2 names (zero convert writes one)\n");
+        goto done;
+    }
+    const double load_s = zero_time_now() - t0;
+    const zero_generator_info_t *in = zero_generator_info(g);
+    const int B = in->batch, V = in->vocab, P = (int)plen;
+    for (size_t i = 0; i < plen; i++)
+        if (text[i] >= V) {
+            fprintf(stderr,
+                    "zero generate: prompt byte 0x%02x at offset %zu is outside the model's "
+                    "vocabulary of %d tokens (the prompt's bytes are its tokens: expected bytes "
+                    "below %d)\n",
+                    text[i], i, V, V);
+            goto done;
+        }
+    if (plen > (size_t)in->seq) {
+        fprintf(stderr,
+                "zero generate: the prompt of %zu tokens is longer than the model's context of "
+                "%d (model.seq; expected at most %d bytes)\n",
+                plen, in->seq, in->seq);
+        goto done;
+    }
+    prompt = malloc((size_t)B * plen * sizeof *prompt);
+    out = malloc((size_t)B * (size_t)o.max_new * sizeof *out);
+    rng = malloc((size_t)B * sizeof *rng);
+    if (!prompt || !out || !rng) {
+        fprintf(stderr, "zero generate: out of memory\n");
+        goto done;
+    }
+    for (int b = 0; b < B; b++) {
+        for (size_t i = 0; i < plen; i++) prompt[(size_t)b * plen + i] = text[i];
+        rng[b] = o.seed + (uint64_t)b;
+    }
+    zero_sample_params_t sp = zero_sample_params_default();
+    sp.greedy = o.greedy;
+    sp.temperature = (float)o.temperature;
+    sp.top_k = o.top_k;
+    sp.top_p = (float)o.top_p;
+    if (o.stream) {
+        fwrite(text, 1, plen, stdout);
+        fflush(stdout);
+    }
+    /* prefill, then sample and feed one token per sequence until max_new or the cache is full */
+    const float *lg = NULL;
+    t0 = zero_time_now();
+    st = zero_generator_prefill(g, prompt, P, &lg);
+    double ttft = 0, t_first = 0;
+    int n = 0;
+    while (!st) {
+        int32_t *row = out + (size_t)n * (size_t)B; /* (n, B): step n's tokens */
+        for (int b = 0; b < B && !st; b++)
+            st = zero_sample(lg + (size_t)b * (size_t)V, V, &sp, &rng[b], &row[b]);
+        if (st) break;
+        if (++n == 1) t_first = zero_time_now(), ttft = t_first - t0;
+        if (o.stream) {
+            put_token(stdout, row[0], V);
+            fflush(stdout);
+        }
+        if (n == o.max_new || zero_generator_position(g) == in->max_seq) break;
+        st = zero_generator_step(g, row, &lg);
+    }
+    const double decode_s = n > 1 ? zero_time_now() - t_first : 0;
+    if (st) {
+        fprintf(stderr, "zero generate: %s\n", zero_last_error());
+        goto done;
+    }
+    const int stopped_at_context = n < o.max_new;
+    const double decode_tps = decode_s > 0 ? (double)(n - 1) * B / decode_s : 0;
+    const double peak = (double)zero_peak_rss_bytes();
+    if (o.json) {
+        cJSON *j = cJSON_CreateObject(), *outs = cJSON_AddArrayToObject(j, "outputs");
+        cJSON *toks = cJSON_AddArrayToObject(j, "tokens");
+        int32_t *seq = malloc((size_t)n * sizeof *seq + 1);
+        for (int b = 0; b < B && seq; b++) {
+            for (int i = 0; i < n; i++) seq[i] = out[(size_t)i * (size_t)B + (size_t)b];
+            cJSON_AddItemToArray(outs, json_text(seq, (size_t)n, V));
+            cJSON_AddItemToArray(toks, cJSON_CreateIntArray(seq, n));
+        }
+        free(seq);
+        cJSON_AddStringToObject(j, "model", o.model);
+        cJSON_AddStringToObject(j, "format", in->format);
+        const struct {
+            const char *k;
+            double v;
+        } nums[] = {{"layers", in->layers},
+                    {"heads", in->heads},
+                    {"dim", in->dim},
+                    {"vocab", V},
+                    {"context", in->seq},
+                    {"params", (double)in->param_count},
+                    {"batch", B},
+                    {"threads", o.threads},
+                    {"prompt_tokens", P},
+                    {"new_tokens", n},
+                    {"load_s", load_s},
+                    {"ttft_s", ttft},
+                    {"prefill_tokens_per_s", ttft > 0 ? (double)P * B / ttft : 0},
+                    {"decode_s", decode_s},
+                    {"decode_tokens_per_s", decode_tps},
+                    {"peak_rss_bytes", peak},
+                    {"weight_bytes", (double)in->weight_bytes},
+                    {"kv_cache_bytes", (double)in->kv_cache_bytes},
+                    {"activation_bytes", (double)in->activation_bytes}};
+        for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
+            cJSON_AddNumberToObject(j, nums[i].k, nums[i].v);
+        cJSON_AddStringToObject(j, "stopped", stopped_at_context ? "context" : "max_new_tokens");
+        cJSON *s = cJSON_AddObjectToObject(j, "sampling");
+        cJSON_AddBoolToObject(s, "greedy", o.greedy);
+        cJSON_AddNumberToObject(s, "temperature", o.temperature);
+        cJSON_AddNumberToObject(s, "top_k", o.top_k);
+        cJSON_AddNumberToObject(s, "top_p", o.top_p);
+        cJSON_AddNumberToObject(s, "seed", (double)o.seed);
+        char *txt = cJSON_Print(j);
+        if (txt) printf("%s\n", txt);
+        free(txt);
+        cJSON_Delete(j);
+    } else {
+        for (int b = 0; b < B && !o.stream; b++) {
+            if (B > 1) printf("---- sequence %d\n", b);
+            fwrite(text, 1, plen, stdout);
+            for (int i = 0; i < n; i++)
+                put_token(stdout, out[(size_t)i * (size_t)B + (size_t)b], V);
+            printf("\n");
+        }
+        if (o.stream) printf("\n");
+        fflush(stdout);
+        if (stopped_at_context)
+            fprintf(stderr, "zero generate: stopped at the model's context of %d positions\n",
+                    in->seq);
+        fprintf(stderr,
+                "zero generate: %s, %d layers x dim %d, %zu parameters, loaded in %.2f s\n"
+                "  prompt %d tokens x batch %d: time to first token %.2f ms (prefill %.0f "
+                "tokens/s)\n"
+                "  decode: %d tokens x batch %d in %.3f s, %.1f tokens/s (%d threads)\n"
+                "  memory: peak RSS %.1f MiB, weights %.1f MiB (fp32), KV cache %.1f MiB (%d "
+                "positions x batch %d), working buffers %.1f MiB\n",
+                in->format, in->layers, in->dim, in->param_count, load_s, P, B, ttft * 1e3,
+                ttft > 0 ? (double)P * B / ttft : 0, n > 0 ? n - 1 : 0, B, decode_s, decode_tps,
+                o.threads, peak / 1048576.0, (double)in->weight_bytes / 1048576.0,
+                (double)in->kv_cache_bytes / 1048576.0, in->max_seq, B,
+                (double)in->activation_bytes / 1048576.0);
+    }
+    rc = 0;
+done:
+    zero_generator_free(g);
+    free(prompt);
+    free(out);
+    free(rng);
+    free(text);
+    return rc;
+}

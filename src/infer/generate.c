@@ -1,0 +1,515 @@
+/* generate.c — the generator of zero/generate.h: a GPT-2 model's weights in RAM (fp32) loaded
+ * from a checkpoint or a safetensors file, and a forward that appends tokens to a KV cache.
+ *
+ * Weights: one block holding the units of the training model (zero__gpt_unit_descs: embeddings,
+ * block.N, final), each laid out by the engine's rule (every tensor at a multiple of 16
+ * elements), so a checkpoint's units load as they are (zero_ckpt_load at world 1, the layout
+ * checked) and the safetensors import fills the same layout through the GPT-2 name map.
+ * KV cache: per layer, keys then values, (batch, heads, max_seq, head size) each, so the
+ * attention of one (sequence, head) reads its rows contiguously (zero__attention_decode).
+ * Forward of T new tokens at positions [pos, pos + T): the training block's kernels in its order
+ * (layernorm, qkv, attention, projection, residual, layernorm, fc, GELU, projection, residual) on
+ * T rows per sequence, the new keys and values copied into the cache before the attention; the
+ * head only on each sequence's last row. Prompts longer than CHUNK run in chunks of CHUNK
+ * tokens, so the working buffers are batch x CHUNK rows whatever the context.
+ * Not here: 16-bit weights (a bf16 file is widened on load), MoE layers (refused), sampling
+ * (sample.c), timing and printing (the CLI).
+ */
+#include "zero/generate.h"
+
+#include "ckpt/ckpt_internal.h"
+#include "core/core_internal.h"
+#include "kernels/kernels.h"
+#include "model/gpt.h"
+#include "zero/ckpt.h"
+
+#include <cJSON.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CHUNK 128 /* prompt tokens per forward: bounds the working buffers */
+
+/* A block's weights, by the training model's tensor names. */
+enum { LN1W, LN1B, QKVW, QKVB, APW, APB, LN2W, LN2B, FCW, FCB, FPW, FPB, BLOCK_TENSORS };
+static const char *const block_names[BLOCK_TENSORS] = {
+    "ln1.weight",       "ln1.bias",       "attn.qkv.weight", "attn.qkv.bias",
+    "attn.proj.weight", "attn.proj.bias", "ln2.weight",      "ln2.bias",
+    "mlp.fc.weight",    "mlp.fc.bias",    "mlp.proj.weight", "mlp.proj.bias"};
+_Static_assert(BLOCK_TENSORS == ZERO_GPT_BLOCK_TENSORS, "a view for every block tensor");
+
+struct zero_generator {
+    zero_generator_info_t info;
+    zero_gpt_config_t cfg;
+    int threads, pos;
+    /* the layout: L + 2 units of the descriptions in descs */
+    zero_tensor_desc_t
+        descs[ZERO_GPT_EMB_TENSORS + ZERO_GPT_BLOCK_TENSORS + ZERO_GPT_FINAL_TENSORS];
+    zero_ckpt_unit_t *units;     /* (L + 2) owned */
+    zero_ckpt_tensor_t *tensors; /* owned, every unit's */
+    char (*unit_names)[24];      /* (L + 2) owned */
+    size_t *unit_offset;         /* (L + 2) owned: each unit's first element in w */
+    zero_ckpt_layout_t layout;
+    float *w;                             /* owned: every unit, padded */
+    const float *wte, *wpe, *lnfw, *lnfb; /* views into w */
+    const float *(*blk)[BLOCK_TENSORS];   /* (L) owned: views into w */
+    float *kv;                            /* owned: (L, 2, B, NH, max_seq, hs) */
+    /* working buffers, one owned block: rows = batch x CHUNK */
+    void *act;
+    float *x, *ln, *atty, *res2, *qkv, *fch, *mean, *rstd, *last, *logits, *scratch;
+    int32_t *tok; /* (rows) the chunk's tokens, contiguous */
+};
+
+zero_generator_params_t zero_generator_params_default(void) {
+    zero_generator_params_t p = {1, 0, 1, 0};
+    return p;
+}
+
+/* ------------------------------------------------------------------------------ layout */
+
+/* Units and tensors of cfg in the engine's layout; the weight block and its views. */
+static zero_status_t build_layout(zero_generator_t *g) {
+    const int L = g->cfg.layers, nu = L + 2;
+    zero_tensor_desc_t *emb = g->descs, *blk = emb + ZERO_GPT_EMB_TENSORS;
+    zero_tensor_desc_t *fin = blk + ZERO_GPT_BLOCK_TENSORS;
+    zero__gpt_unit_descs(&g->cfg, emb, blk, fin);
+    for (int t = 0; t < BLOCK_TENSORS; t++) ZERO_ASSERT(!strcmp(blk[t].name, block_names[t]));
+    const size_t nt =
+        ZERO_GPT_EMB_TENSORS + (size_t)L * ZERO_GPT_BLOCK_TENSORS + ZERO_GPT_FINAL_TENSORS;
+    g->units = calloc((size_t)nu, sizeof *g->units);
+    g->tensors = calloc(nt, sizeof *g->tensors);
+    g->unit_names = calloc((size_t)nu, sizeof *g->unit_names);
+    g->unit_offset = calloc((size_t)nu, sizeof *g->unit_offset);
+    g->blk = calloc((size_t)L, sizeof *g->blk);
+    if (!g->units || !g->tensors || !g->unit_names || !g->unit_offset || !g->blk)
+        return zero__error(ZERO_ERR_OUT_OF_MEMORY, "generate: out of memory for the layout");
+    size_t k = 0, total = 0;
+    for (int u = 0; u < nu; u++) {
+        const zero_tensor_desc_t *d = u == 0 ? emb : u == nu - 1 ? fin : blk;
+        const int n = u == 0        ? ZERO_GPT_EMB_TENSORS
+                      : u == nu - 1 ? ZERO_GPT_FINAL_TENSORS
+                                    : ZERO_GPT_BLOCK_TENSORS;
+        if (u == 0)
+            snprintf(g->unit_names[u], sizeof g->unit_names[u], "embeddings");
+        else if (u == nu - 1)
+            snprintf(g->unit_names[u], sizeof g->unit_names[u], "final");
+        else
+            snprintf(g->unit_names[u], sizeof g->unit_names[u], "block.%d", u - 1);
+        size_t off = 0;
+        for (int t = 0; t < n; t++) {
+            zero_ckpt_tensor_t *T = &g->tensors[k + (size_t)t];
+            size_t count = 1;
+            T->name = d[t].name;
+            T->ndim = d[t].ndim;
+            for (int i = 0; i < d[t].ndim; i++) count *= (T->shape[i] = d[t].shape[i]);
+            T->offset = off;
+            T->flags = d[t].flags;
+            off = T->offset + (t + 1 < n ? zero__tensor_span(count) : count);
+        }
+        g->units[u] = (zero_ckpt_unit_t){g->unit_names[u], off, n, &g->tensors[k], 0};
+        g->unit_offset[u] = total;
+        total += zero__padded_count(off, 1);
+        k += (size_t)n;
+    }
+    g->layout = (zero_ckpt_layout_t){nu, g->units};
+    g->info.weight_bytes = total * sizeof(float);
+    g->info.param_count = zero__gpt_param_count(&g->cfg);
+    g->w = zero_mem_calloc(NULL, ZERO_MEM_PARAMS, g->info.weight_bytes, 64);
+    if (!g->w)
+        return zero__error(ZERO_ERR_OUT_OF_MEMORY,
+                           "generate: cannot allocate %.1f MiB of weights (%zu parameters)",
+                           (double)g->info.weight_bytes / 1048576.0, g->info.param_count);
+#define VIEW(u, t) (g->w + g->unit_offset[u] + g->units[u].tensors[t].offset)
+    g->wte = VIEW(0, 0);
+    g->wpe = VIEW(0, 1);
+    for (int l = 0; l < L; l++)
+        for (int t = 0; t < BLOCK_TENSORS; t++) g->blk[l][t] = VIEW(l + 1, t);
+    g->lnfw = VIEW(nu - 1, 0);
+    g->lnfb = VIEW(nu - 1, 1);
+#undef VIEW
+    return ZERO_OK;
+}
+
+/* The loaders' io->put: elements of a unit's (unpadded) buffer. */
+static zero_status_t put_params(void *user, int rank, int unit, zero_ckpt_state_t state,
+                                size_t offset, size_t count, const float *in) {
+    zero_generator_t *g = user;
+    (void)rank;
+    if (state != ZERO_CKPT_PARAMS || unit < 0 || unit >= g->layout.unit_count ||
+        offset + count > zero__padded_count(g->units[unit].param_count, 1))
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "generate: load of %zu elements at %zu of unit %d outside the model",
+                           count, offset, unit);
+    memcpy(g->w + g->unit_offset[unit] + offset, in, count * sizeof *in);
+    return ZERO_OK;
+}
+
+/* ------------------------------------------------------------------------------ sources */
+
+/* A whole number >= 0 at key of obj into *out; 0 when present and valid. */
+static int get_int(const cJSON *obj, const char *key, int *out) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > 1e9 ||
+        x->valuedouble != (double)(int)x->valuedouble)
+        return 1;
+    *out = (int)x->valuedouble;
+    return 0;
+}
+
+/* The model keys of a manifest's (or zero convert's metadata's) model JSON into g->cfg;
+ * ZERO_ERR_UNSUPPORTED for an MoE model. `what` names the source in messages. */
+static zero_status_t model_from_json(zero_generator_t *g, const char *json, const char *what) {
+    cJSON *m = cJSON_Parse(json ? json : "null");
+    const char *keys[] = {"layers", "heads", "dim", "vocab", "seq"};
+    int *dst[] = {&g->cfg.layers, &g->cfg.heads, &g->cfg.dim, &g->cfg.vocab, &g->cfg.seq};
+    zero_status_t st = ZERO_OK;
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(keys) && !st; i++)
+        if (get_int(m, keys[i], dst[i]))
+            st = zero__error(ZERO_ERR_FORMAT,
+                             "%s has no model.%s (expected the model's shape, as zero train saves "
+                             "it)",
+                             what, keys[i]);
+    int experts = 0;
+    if (!st && !get_int(cJSON_GetObjectItemCaseSensitive(m, "moe"), "experts", &experts) &&
+        experts > 0)
+        st = zero__error(ZERO_ERR_UNSUPPORTED,
+                         "%s holds an MoE model (model.moe.experts = %d): generation runs dense "
+                         "models only for now",
+                         what, experts);
+    cJSON_Delete(m);
+    return st;
+}
+
+static zero_status_t load_checkpoint(zero_generator_t *g, const char *path, int heads) {
+    zero_ckpt_t *c = NULL;
+    zero_status_t st = zero_ckpt_open(&c, path);
+    if (st) return st;
+    char what[1100];
+    snprintf(what, sizeof what, "checkpoint %s", zero_ckpt_path(c));
+    st = model_from_json(g, zero_ckpt_get_meta(c)->model_json, what);
+    if (!st && heads > 0 && heads != g->cfg.heads)
+        st = zero__error(ZERO_ERR_CONFIG,
+                         "heads = %d but %s was trained with model.heads = %d (expected the "
+                         "checkpoint's, or 0)",
+                         heads, what, g->cfg.heads);
+    if (!st) st = zero__gpt_config_check(&g->cfg);
+    if (!st) st = build_layout(g);
+    if (!st) {
+        zero_ckpt_load_params_t lp = zero_ckpt_load_params_default();
+        lp.world = 1;
+        lp.with_optim = 0;
+        zero_ckpt_shard_io_t io = {NULL, put_params, g};
+        st = zero_ckpt_load(c, &lp, &g->layout, &io);
+    }
+    zero_ckpt_close(c);
+    g->info.format = "checkpoint";
+    return st;
+}
+
+/* The GPT-2 name map under a prefix (files saved from GPT2LMHeadModel name the body
+ * "transformer."). */
+static int prefixed_name(const void *user, const char *unit, const char *tensor, char *out,
+                         size_t out_size, int *transposed) {
+    const zero_ckpt_name_map_t *base = zero__gpt_names();
+    char name[256];
+    if (!base->name(base->user, unit, tensor, name, sizeof name, transposed)) return 0;
+    snprintf(out, out_size, "%s%s", (const char *)user, name);
+    return 1;
+}
+
+/* The shape of file tensor `name`: its dims into shape[0..*nd); 0 when present. */
+static int st_shape(const cJSON *hdr, const char *name, size_t *shape, int *nd) {
+    const cJSON *js =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(hdr, name), "shape");
+    if (!cJSON_IsArray(js) || cJSON_GetArraySize(js) > 4) return 1;
+    *nd = cJSON_GetArraySize(js);
+    for (int d = 0; d < *nd; d++) shape[d] = (size_t)cJSON_GetArrayItem(js, d)->valuedouble;
+    return 0;
+}
+
+/* Heads of a safetensors file's model: zero convert's metadata, then config.json beside it. */
+static int st_heads(const cJSON *hdr, const char *path) {
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(hdr, "__metadata__");
+    const cJSON *zm = cJSON_GetObjectItemCaseSensitive(meta, "zero_model");
+    int heads = 0;
+    if (cJSON_IsString(zm)) {
+        cJSON *m = cJSON_Parse(zm->valuestring);
+        if (get_int(m, "heads", &heads)) heads = 0;
+        cJSON_Delete(m);
+        if (heads > 0) return heads;
+    }
+    char cfg[4096];
+    const char *slash = strrchr(path, '/');
+    snprintf(cfg, sizeof cfg, "%.*sconfig.json", slash ? (int)(slash - path + 1) : 0, path);
+    FILE *f = fopen(cfg, "rb");
+    if (!f) return 0;
+    char text[65536];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    cJSON *j = cJSON_Parse(text);
+    if (get_int(j, "n_head", &heads)) heads = 0;
+    cJSON_Delete(j);
+    return heads;
+}
+
+static zero_status_t load_safetensors(zero_generator_t *g, const char *path, int heads) {
+    cJSON *hdr = NULL;
+    zero_status_t st = zero__st_header_read(path, &hdr);
+    if (st) return st;
+    g->info.format = "safetensors";
+    const char *prefix = cJSON_GetObjectItemCaseSensitive(hdr, "wte.weight") ? ""
+                         : cJSON_GetObjectItemCaseSensitive(hdr, "transformer.wte.weight")
+                             ? "transformer."
+                             : NULL;
+    size_t wte[4], wpe[4];
+    int nd1 = 0, nd2 = 0;
+    char name[300];
+    if (!prefix) {
+        st = zero__error(ZERO_ERR_MISMATCH,
+                         "%s: tensor wte.weight is missing (nor transformer.wte.weight; expected "
+                         "Hugging Face GPT-2 names)",
+                         path);
+        goto done;
+    }
+    snprintf(name, sizeof name, "%swte.weight", prefix);
+    if (st_shape(hdr, name, wte, &nd1) || nd1 != 2) {
+        st = zero__error(ZERO_ERR_MISMATCH, "%s: tensor %s is not 2-D (expected (vocab, dim))",
+                         path, name);
+        goto done;
+    }
+    snprintf(name, sizeof name, "%swpe.weight", prefix);
+    if (st_shape(hdr, name, wpe, &nd2) || nd2 != 2 || wpe[1] != wte[1]) {
+        st = zero__error(ZERO_ERR_MISMATCH,
+                         "%s: tensor %s is missing or not of shape (context, %zu) (expected "
+                         "Hugging Face GPT-2 names and wte.weight's dim)",
+                         path, name, wte[1]);
+        goto done;
+    }
+    int L = 0;
+    for (;; L++) {
+        snprintf(name, sizeof name, "%sh.%d.ln_1.weight", prefix, L);
+        if (!cJSON_GetObjectItemCaseSensitive(hdr, name)) break;
+        snprintf(name, sizeof name, "%sh.%d.moe.router.weight", prefix, L);
+        if (cJSON_GetObjectItemCaseSensitive(hdr, name)) {
+            st = zero__error(ZERO_ERR_UNSUPPORTED,
+                             "%s holds an MoE model (tensor %s): generation runs dense models "
+                             "only for now",
+                             path, name);
+            goto done;
+        }
+    }
+    if (L == 0) {
+        st = zero__error(ZERO_ERR_MISMATCH,
+                         "%s: tensor %sh.0.ln_1.weight is missing (expected at least one GPT-2 "
+                         "block)",
+                         path, prefix);
+        goto done;
+    }
+    g->cfg.layers = L;
+    g->cfg.vocab = wte[0] > (size_t)INT32_MAX ? -1 : (int)wte[0];
+    g->cfg.dim = wte[1] > (size_t)INT32_MAX ? -1 : (int)wte[1];
+    g->cfg.seq = wpe[0] > (size_t)INT32_MAX ? -1 : (int)wpe[0];
+    g->cfg.heads = heads > 0 ? heads : st_heads(hdr, path);
+    if (g->cfg.heads <= 0) {
+        if (g->cfg.dim % 64) {
+            st = zero__error(ZERO_ERR_CONFIG,
+                             "%s does not say its attention heads and dim %d is not a multiple "
+                             "of GPT-2's head size 64 (pass the heads: --heads N)",
+                             path, g->cfg.dim);
+            goto done;
+        }
+        g->cfg.heads = g->cfg.dim / 64;
+    }
+    if ((st = zero__gpt_config_check(&g->cfg)) != ZERO_OK) goto done;
+    if ((st = build_layout(g)) != ZERO_OK) goto done;
+    zero_ckpt_name_map_t names = *zero__gpt_names();
+    names.name = prefixed_name;
+    names.user = prefix;
+    zero_ckpt_shard_io_t io = {NULL, put_params, g};
+    st = zero_ckpt_import_safetensors(path, &g->layout, &names, &io);
+done:
+    cJSON_Delete(hdr);
+    return st;
+}
+
+/* ------------------------------------------------------------------------------ lifecycle */
+
+static zero_status_t alloc_buffers(zero_generator_t *g) {
+    const size_t B = (size_t)g->info.batch, S = (size_t)g->info.max_seq;
+    const size_t C = (size_t)g->cfg.dim, V = (size_t)g->cfg.vocab, L = (size_t)g->cfg.layers;
+    const size_t R = B * (size_t)ZERO_MIN(CHUNK, g->info.max_seq), f = sizeof(float);
+    g->info.kv_cache_bytes = 2 * L * B * S * C * f;
+    g->kv = zero_mem_alloc(NULL, ZERO_MEM_ACTIVATIONS, g->info.kv_cache_bytes, 64);
+    float *tok = NULL; /* int32 tokens, as many as floats */
+    const size_t counts[] = {R * C,
+                             R * C,
+                             R * C,
+                             R * C,
+                             R * 3 * C,
+                             R * 4 * C,
+                             R,
+                             R,
+                             B * C,
+                             B * V,
+                             zero__attention_decode_scratch_count(S, g->threads),
+                             R};
+    float **views[] = {&g->x,    &g->ln,   &g->atty, &g->res2,   &g->qkv,     &g->fch,
+                       &g->mean, &g->rstd, &g->last, &g->logits, &g->scratch, &tok};
+    _Static_assert(ZERO_ARRAY_LEN(counts) == ZERO_ARRAY_LEN(views), "a count per view");
+    size_t total = 0;
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(counts); i++) total += zero__align_up(counts[i], 16);
+    g->info.activation_bytes = total * f;
+    g->act = zero_mem_calloc(NULL, ZERO_MEM_ACTIVATIONS, g->info.activation_bytes, 64);
+    if (!g->kv || !g->act)
+        return zero__error(ZERO_ERR_OUT_OF_MEMORY,
+                           "generate: cannot allocate the KV cache (%.1f MiB for batch %zu x %zu "
+                           "positions) and %.1f MiB of working buffers (try a smaller --batch or "
+                           "max_seq)",
+                           (double)g->info.kv_cache_bytes / 1048576.0, B, S,
+                           (double)g->info.activation_bytes / 1048576.0);
+    float *p = g->act;
+    for (size_t i = 0; i < ZERO_ARRAY_LEN(counts); i++) {
+        *views[i] = p;
+        p += zero__align_up(counts[i], 16);
+    }
+    g->tok = (int32_t *)(void *)tok;
+    return ZERO_OK;
+}
+
+zero_status_t zero_generator_init(zero_generator_t **out, const char *path,
+                                  const zero_generator_params_t *params) {
+    if (!out || !path)
+        return zero__error(ZERO_ERR_INVALID_ARG, "zero_generator_init: NULL argument");
+    *out = NULL;
+    zero_generator_params_t p = params ? *params : zero_generator_params_default();
+    if (p.batch < 1 || p.threads < 1 || p.max_seq < 0 || p.heads < 0)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "generate: batch = %d, threads = %d, max_seq = %d, heads = %d (expected "
+                           "batch and threads >= 1, max_seq and heads >= 0)",
+                           p.batch, p.threads, p.max_seq, p.heads);
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return zero__error(ZERO_ERR_IO,
+                           "model %s does not exist (expected a checkpoint directory or a "
+                           ".safetensors file)",
+                           path);
+    zero_generator_t *g = calloc(1, sizeof *g);
+    if (!g) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "generate: out of memory");
+    g->threads = p.threads;
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    zero_status_t st = S_ISDIR(sb.st_mode) || !strcmp(base, "latest")
+                           ? load_checkpoint(g, path, p.heads)
+                           : load_safetensors(g, path, p.heads);
+    if (st) goto fail;
+    g->info.layers = g->cfg.layers;
+    g->info.heads = g->cfg.heads;
+    g->info.dim = g->cfg.dim;
+    g->info.vocab = g->cfg.vocab;
+    g->info.seq = g->cfg.seq;
+    g->info.batch = p.batch;
+    g->info.max_seq = p.max_seq && p.max_seq < g->cfg.seq ? p.max_seq : g->cfg.seq;
+    if ((st = alloc_buffers(g)) != ZERO_OK) goto fail;
+    *out = g;
+    return ZERO_OK;
+fail:
+    zero_generator_free(g);
+    return st;
+}
+
+void zero_generator_free(zero_generator_t *g) {
+    if (!g) return;
+    zero_mem_free(g->act);
+    zero_mem_free(g->kv);
+    zero_mem_free(g->w);
+    free(g->blk);
+    free(g->unit_offset);
+    free(g->unit_names);
+    free(g->tensors);
+    free(g->units);
+    free(g);
+}
+
+const zero_generator_info_t *zero_generator_info(const zero_generator_t *g) {
+    return g ? &g->info : NULL;
+}
+int zero_generator_position(const zero_generator_t *g) { return g ? g->pos : 0; }
+void zero_generator_reset(zero_generator_t *g) {
+    if (g) g->pos = 0;
+}
+
+/* ------------------------------------------------------------------------------ forward */
+
+/* T (<= CHUNK) new tokens per sequence, tokens[b * ld + t], at positions [pos, pos + T):
+ * through every block into the cache, then the head on each sequence's last row. */
+static void forward(zero_generator_t *g, const int32_t *tokens, size_t ld, size_t T) {
+    const size_t B = (size_t)g->info.batch, C = (size_t)g->cfg.dim, V = (size_t)g->cfg.vocab;
+    const size_t NH = (size_t)g->cfg.heads, hs = C / NH, S = (size_t)g->info.max_seq;
+    const size_t BT = B * T, pos = (size_t)g->pos, hstride = S * hs;
+    const int th = g->threads;
+    for (size_t b = 0; b < B; b++) memcpy(g->tok + b * T, tokens + b * ld, T * sizeof *g->tok);
+    /* positions [pos, pos + T): wpe from row pos */
+    zero__embedding_forward(g->x, g->tok, g->wte, g->wpe + pos * C, B, T, C, th);
+    for (int l = 0; l < g->cfg.layers; l++) {
+        const float *const *w = g->blk[l];
+        float *kc = g->kv + (size_t)l * 2 * B * NH * hstride, *vc = kc + B * NH * hstride;
+        zero__layernorm_forward(g->ln, g->mean, g->rstd, g->x, w[LN1W], w[LN1B], BT, C, th);
+        zero__matmul_forward(g->qkv, g->ln, w[QKVW], w[QKVB], BT, C, 3 * C, th);
+        for (size_t b = 0; b < B; b++)
+            for (size_t t = 0; t < T; t++) {
+                const float *row = g->qkv + (b * T + t) * 3 * C;
+                for (size_t h = 0; h < NH; h++) {
+                    const size_t at = (b * NH + h) * hstride + (pos + t) * hs;
+                    memcpy(kc + at, row + C + h * hs, hs * sizeof(float));
+                    memcpy(vc + at, row + 2 * C + h * hs, hs * sizeof(float));
+                }
+            }
+        zero__attention_decode(g->atty, g->scratch, g->qkv, 3 * C, kc, vc, hstride, B, T, pos, C,
+                               NH, th);
+        zero__matmul_forward(g->ln, g->atty, w[APW], w[APB], BT, C, C, th); /* ln: the proj */
+        zero__residual_forward(g->res2, g->x, g->ln, BT * C, th);
+        zero__layernorm_forward(g->ln, g->mean, g->rstd, g->res2, w[LN2W], w[LN2B], BT, C, th);
+        zero__matmul_forward(g->fch, g->ln, w[FCW], w[FCB], BT, C, 4 * C, th);
+        zero__gelu_forward(g->fch, g->fch, BT * 4 * C, th);
+        zero__matmul_forward(g->ln, g->fch, w[FPW], w[FPB], BT, 4 * C, C, th);
+        zero__residual_forward(g->x, g->res2, g->ln, BT * C, th);
+    }
+    for (size_t b = 0; b < B; b++)
+        memcpy(g->last + b * C, g->x + (b * T + T - 1) * C, C * sizeof(float));
+    zero__layernorm_forward(g->ln, g->mean, g->rstd, g->last, g->lnfw, g->lnfb, B, C, th);
+    zero__matmul_forward(g->logits, g->ln, g->wte, NULL, B, C, V, th); /* the tied head */
+    g->pos += (int)T;
+}
+
+zero_status_t zero_generator_prefill(zero_generator_t *g, const int32_t *tokens, int T,
+                                     const float **logits) {
+    if (!g || !tokens)
+        return zero__error(ZERO_ERR_INVALID_ARG, "zero_generator_prefill: NULL argument");
+    if (T < 1)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "generate: the prompt is empty (%d tokens; expected at least 1)", T);
+    if (T > g->info.max_seq - g->pos)
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "generate: %d tokens after the %d held do not fit the %d positions of "
+                           "the KV cache (the model's context is %d, model.seq)",
+                           T, g->pos, g->info.max_seq, g->cfg.seq);
+    for (int b = 0; b < g->info.batch; b++)
+        for (int t = 0; t < T; t++) {
+            const int32_t v = tokens[(size_t)b * (size_t)T + (size_t)t];
+            if (v < 0 || v >= g->cfg.vocab)
+                return zero__error(ZERO_ERR_INVALID_ARG,
+                                   "generate: token %d of sequence %d at position %d is outside "
+                                   "the model's vocabulary (expected 0..%d)",
+                                   (int)v, b, g->pos + t, g->cfg.vocab - 1);
+        }
+    for (int t0 = 0; t0 < T; t0 += CHUNK)
+        forward(g, tokens + t0, (size_t)T, (size_t)ZERO_MIN(CHUNK, T - t0));
+    if (logits) *logits = g->logits;
+    return ZERO_OK;
+}
+
+zero_status_t zero_generator_step(zero_generator_t *g, const int32_t *tokens,
+                                  const float **logits) {
+    return zero_generator_prefill(g, tokens, 1, logits);
+}
