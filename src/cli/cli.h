@@ -29,6 +29,12 @@ const char *zero__cli_arg_value(int argc, char **argv, int *i, const char *flag)
 int zero__cli_number(const char *prog, const char *flag, const char *v, double lo, int whole,
                      double *out);
 
+/* Set OMP_WAIT_POLICY to `policy` ("active": threads spin between parallel regions; "passive":
+ * they sleep) and restart the `zero` program with the same arguments (libgomp reads it at load
+ * time). Returns when the user set the variable, when the program is not `zero` (tests) or when
+ * the restart fails. Call before any OpenMP region. */
+void zero__cli_openmp_wait(const char *policy);
+
 int zero__cli_bench(int argc, char **argv);
 int zero__cli_generate(int argc, char **argv);
 int zero__cli_convert(int argc, char **argv);

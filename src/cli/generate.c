@@ -43,7 +43,9 @@ static void usage(FILE *out) {
         "  --threads         cores to use (default: all)\n"
         "  --heads           attention heads of a safetensors file that does not say (default:\n"
         "                    zero convert's metadata, config.json beside the file, dim / 64)\n\n"
-        "Weights and KV cache are fp32 in RAM. docs/inference.md has the details.\n");
+        "Weights and KV cache are fp32 in RAM. Unless OMP_WAIT_POLICY is set, threads sleep\n"
+        "between parallel regions (passive; the program restarts itself to set it).\n"
+        "docs/inference.md has the details.\n");
 }
 
 typedef struct opts {
@@ -179,6 +181,10 @@ int zero__cli_generate(int argc, char **argv) {
     opts_t o;
     int rc = parse(argc, argv, &o);
     if (rc >= 0) return rc;
+    /* threads sleep between parallel regions: a step is ~100 short regions, and on a machine
+     * whose cores other processes use, spinning threads made decoding 5x slower
+     * (docs/inference.md); OMP_WAIT_POLICY=active, set by the user, wins */
+    zero__cli_openmp_wait("passive");
     size_t plen = 0;
     unsigned char *text = read_prompt(&o, &plen);
     if (!text) return 1;

@@ -209,18 +209,14 @@ static int build_config(const arg_t *args, int n, const char *config_path, int l
     return 0;
 }
 
-/* How OpenMP threads wait between parallel regions. Spinning ("active") saves the futex wake-up
- * of every region (~5-8% of an 85M step on 2 threads: docs/benchmarks.md, "OpenMP wait
- * policy") but when the run's threads outnumber the cores, spinners steal the cores that the
- * others need and slow everything down several times: "passive" then. libgomp reads the variable
- * when it is loaded, before main, so setting it takes effect only in a fresh image of this
- * program with the same command line. Only the `zero` program itself restarts (a test that calls
- * this function in-process sets the variable instead). A variable the user set wins. */
-static void choose_openmp_wait(const zero_train_config_t *cfg) {
+/* How OpenMP threads wait between parallel regions (cli.h: zero train's and zero generate's; each
+ * picks the policy). libgomp reads the variable when it is loaded, before main, so setting it takes
+ * effect only in a fresh image of this program with the same command line. Only the `zero` program
+ * itself restarts (a test that calls this function in-process sets the variable instead). A
+ * variable the user set wins. */
+void zero__cli_openmp_wait(const char *policy) {
     if (getenv("OMP_WAIT_POLICY")) return;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int fits = cores > 0 && zero__train_machine_threads(cfg) <= cores;
-    setenv("OMP_WAIT_POLICY", fits ? "active" : "passive", 1);
+    setenv("OMP_WAIT_POLICY", policy, 1);
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0) return;
@@ -398,12 +394,19 @@ int zero__cli_train(int argc, char **argv) {
     if (!mpi_rank) mpi_rank = getenv("PMI_RANK");
     int other_rank = mpi_rank && atoi(mpi_rank) > 0;
     /* Read the config muted first when this program may restart itself for OMP_WAIT_POLICY
-     * (choose_openmp_wait), so that its warnings are printed once, by the image that trains. */
+     * (zero__cli_openmp_wait), so that its warnings are printed once, by the image that trains. */
     if (!rc && !print_config && !getenv("OMP_WAIT_POLICY")) {
         zero__train_config_quiet(1);
         int r0 = build_config(args, n, config_path, 0, &cfg);
         zero__train_config_quiet(0);
-        if (!r0) choose_openmp_wait(&cfg);
+        if (!r0) {
+            /* spinning saves the futex wake-up of every region (~5-8% of an 85M step on 2
+             * threads: docs/benchmarks.md, "OpenMP wait policy"), but when the run's threads
+             * outnumber the cores, spinners steal the cores the others need */
+            long cores = sysconf(_SC_NPROCESSORS_ONLN);
+            zero__cli_openmp_wait(
+                cores > 0 && zero__train_machine_threads(&cfg) <= cores ? "active" : "passive");
+        }
     }
     zero__train_config_quiet(other_rank);
     if (!rc) rc = build_config(args, n, config_path, 1, &cfg);
@@ -423,7 +426,7 @@ int zero__cli_train(int argc, char **argv) {
                           .report_path = report_path,
                           .stop_signal = &stop_signal,
                           .save_request = &save_request};
-    /* After choose_openmp_wait (its restart would drop them), before any thread of the run. */
+    /* After zero__cli_openmp_wait (its restart would drop them), before any thread of the run. */
     signals_t sigs;
     signals_install(&sigs);
     zero_train_report_t rep;
