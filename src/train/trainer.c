@@ -655,7 +655,7 @@ static zero_status_t rank_loop(run_t *r, zero_train_report_t *rep) {
         double step_s = zero_time_now() - t0;
         r->train_s += step_s;
         /* between steps: the next window's settings (the same on every rank) */
-        if (job->io->tty && !tuner.done && tuner.count + 1 == tuner.interval) say(r, "\r\033[K");
+        if (job->io->tty && zero__online_tune_decides_next(&tuner)) say(r, "\r\033[K");
         st = zero__online_tune_step(&tuner, r->eng, r->comm, step + 1, step_s, r->out);
         if (st) return st;
         float loss = (float)(loss_sum / ((double)cfg->grad_accum * W));
