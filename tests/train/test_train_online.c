@@ -6,9 +6,10 @@
  * changes applied every other step in between: its log shows a decision at the end of every
  * trial (steps 2k x interval), the first halving the configured bucket and, at stage 3, the third
  * taking the prefetch from 15000 to none (half of it, 7500, is below the largest gathered unit, a
- * block's 4 x 32 x 32 + 8 x 32 x 32 + 9 x 32 + 4 x 32 = 12704 elements), each kept or undone. One rank at stage 2
- * has nothing to tune and says so. Bad values of the keys and of zero_engine_retune's fields are
- * refused, naming them, as are a retune inside a step and a bucket change under qgZ.
+ * block's 4 x 32 x 32 + 8 x 32 x 32 + 9 x 32 + 4 x 32 = 12704 elements), each kept or undone. One
+ * rank at stage 2 has nothing to tune and says so. Bad values of the keys and of
+ * zero_engine_retune's fields are refused, naming them, as are a retune inside a step and a bucket
+ * change under qgZ.
  */
 #include "check.h"
 #include "train/trainer.h"
