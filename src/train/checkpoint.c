@@ -126,6 +126,7 @@ static zero_status_t save_meta_build(save_meta_t *m, const zero_train_config_t *
         add_hex(data, "sampler_state", pos->data_rng);
         cJSON_AddNumberToObject(data, "tokens", pos->tokens);
         cJSON_AddStringToObject(data, "path", cfg->data_path);
+        cJSON_AddStringToObject(data, "val_path", cfg->val_path);
         cJSON_AddNumberToObject(data, "elapsed_s", pos->elapsed_s);
     }
     if (rng) {

@@ -87,9 +87,14 @@ static const cfg_key_t keys[] = {
      "expert-parallel group size: experts split over blocks of this many ranks (divides experts "
      "and the world size); docs/moe.md"},
     {"data.path", K_STR, OFF(data_path), 0, 0, 0, "", NULL, "--data",
-     "text, nanoGPT .bin or llm.c token file; empty = built-in corpus"},
+     "training data: a text, nanoGPT .bin or llm.c token file, a nanoGPT data directory "
+     "(train.bin, val.bin, meta.pkl) or a glob of llm.c shards ('fineweb_train_*.bin'); empty = "
+     "built-in corpus; docs/data.md"},
+    {"data.val_path", K_STR, OFF(val_path), 0, 0, 0, "", NULL, "--val-data",
+     "validation data (a file or a glob, as data.path); empty = a data directory's val.bin, else "
+     "the tail data.val_fraction of data.path"},
     {"data.val_fraction", K_FLOAT, OFF(val_fraction), 0.1, 1e-6, 0.999999, NULL, NULL, NULL,
-     "tail fraction held out for validation"},
+     "tail fraction held out for validation when the validation data is not given apart"},
     {"data.builtin_bytes", K_INT, OFF(builtin_bytes), 1 << 20, 4096, 1 << 30, NULL, NULL, NULL,
      "size of the generated built-in corpus"},
     {"train_batch_size", K_INT, OFF(train_batch_size), 0, 0, INT_MAX, NULL, NULL, NULL,

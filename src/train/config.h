@@ -35,6 +35,7 @@ typedef struct zero_train_config {
     int checkpointing;
     /* data */
     char data_path[ZERO_CONFIG_STR_MAX]; /* "" = built-in corpus */
+    char val_path[ZERO_CONFIG_STR_MAX];  /* "" = val.bin of a data directory, or the tail */
     float val_fraction;
     int builtin_bytes;
     /* DeepSpeed keys */

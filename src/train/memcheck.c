@@ -50,12 +50,9 @@ typedef struct shape {
 typedef zero_train_process_estimate_t estimate_t;
 
 static uint64_t data_bytes(const zero_train_config_t *cfg) {
-    /* At most one token per byte of the file, held as int32, beside the file's bytes while it
-     * is read: 5 bytes per byte. The built-in corpus: its text and its tokens. */
-    if (!cfg->data_path[0]) return 5ull * (uint64_t)cfg->builtin_bytes;
-    struct stat sb;
-    if (stat(cfg->data_path, &sb) != 0) return 0; /* the loader reports it */
-    return 5ull * (uint64_t)sb.st_size;
+    /* Data files are mapped and each window's pages released after it is copied: nothing that
+     * grows with the files stays resident. The built-in corpus is its text, one byte a token. */
+    return cfg->data_path[0] ? 0 : (uint64_t)cfg->builtin_bytes;
 }
 
 static zero_status_t estimate(const zero_train_config_t *cfg, const shape_t *s, int threads,

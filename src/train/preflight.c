@@ -43,7 +43,7 @@ static void value_of(const zero_train_config_t *cfg, const zero_dataset_t *data,
         zero__train_config_value_str(cfg, i, buf, n);
         return;
     }
-    uint64_t h = zero__hash_bytes(SEED_HASH, data->tokens, data->count * sizeof *data->tokens);
+    uint64_t h = data->content_hash;
     /* The file name only in messages: the same data may live at another path on another
      * machine. */
     snprintf(buf, n, "%zu tokens with content hash %016llx%s%.160s%s", data->count,

@@ -517,12 +517,15 @@ static zero_status_t rank_setup(run_t *r, zero_train_report_t *rep) {
             moe->shared_experts, moe->capacity_factor, moe->eval_capacity_factor, moe->min_capacity,
             moe->drop_tokens ? "" : ", no dropping", (double)moe->aux_loss_coef,
             (double)moe->z_loss_coef, (double)zero__gpt_active_param_count(&cfg->model) / 1e6);
+    const zero_dataset_t *data = &job->data;
     say(r,
-        "data: %s (%s), %zu tokens: %zu train, %zu validation; unigram entropy %.3f nats "
-        "(ln vocab %.3f)\n",
-        job->data.source, zero__data_format_name(job->data.format), job->data.count,
-        job->data.train_count, job->data.count - job->data.train_count, rep->unigram_entropy,
-        rep->ln_vocab);
+        "data: %s (%s, %d file%s, mapped), %zu tokens: %zu train, %zu validation%s%s%s; "
+        "unigram entropy %.3f nats (ln vocab %.3f)\n",
+        data->source, zero__data_format_name(data->format), data->shard_count,
+        data->shard_count == 1 ? "" : "s", data->count, data->train_count,
+        data->count - data->train_count, data->val_given ? " from '" : "",
+        data->val_given ? data->shards[data->shard_count - 1].path : "", data->val_given ? "'" : "",
+        rep->unigram_entropy, rep->ln_vocab);
     say(r,
         "batch %d = %d x %d accumulation x %d ranks, of %d tokens; %d steps; lr %.2e (%s, "
         "warm-up %d)\n",
@@ -1034,6 +1037,17 @@ zero_status_t zero__train_run(zero_train_config_t *cfg, const zero_train_io_t *i
 
     zero_status_t st = choose_backend(cfg, &job.backend);
     if (st) return st;
+    /* A nanoGPT data directory gives its vocabulary in meta.pkl, unless model.vocab is set. */
+    if (cfg->data_path[0] && !zero__train_config_is_set(cfg, "model.vocab")) {
+        int vocab = 0;
+        char value[32];
+        st = zero__data_dir_vocab(cfg->data_path, &vocab);
+        if (!st && vocab > 0) {
+            snprintf(value, sizeof value, "%d", vocab);
+            st = zero__train_config_set(cfg, "model.vocab", value);
+        }
+        if (st) return st;
+    }
     job.world = zero__train_world_size(cfg);
     st = zero__train_config_check(cfg, job.world);
     if (st) return st;
@@ -1046,9 +1060,14 @@ zero_status_t zero__train_run(zero_train_config_t *cfg, const zero_train_io_t *i
                                   first_process(job.backend) ? job.io->out : NULL);
     if (st) return st;
 
-    /* data: loaded once per process, shared read-only by the rank threads */
+    /* data: opened once per process, shared read-only by the rank threads */
     if (cfg->data_path[0])
-        st = zero__data_load(&job.data, cfg->data_path, cfg->model.vocab);
+        st = zero__data_open(&job.data, cfg->data_path, cfg->val_path, cfg->model.vocab);
+    else if (cfg->val_path[0])
+        st = zero__error(ZERO_ERR_CONFIG,
+                         "data.val_path = '%s' without data.path (expected training data too: "
+                         "the built-in corpus holds out its own validation tail)",
+                         cfg->val_path);
     else if (cfg->model.vocab < 256)
         st = zero__error(ZERO_ERR_CONFIG,
                          "the built-in corpus is byte-level text: model.vocab = %d is too small "
@@ -1057,6 +1076,12 @@ zero_status_t zero__train_run(zero_train_config_t *cfg, const zero_train_io_t *i
     else
         st = zero__data_builtin(&job.data, (size_t)cfg->builtin_bytes, (uint64_t)cfg->seed);
     if (st) return st;
+    if (job.data.val_given && zero__train_config_is_set(cfg, "data.val_fraction") &&
+        first_process(job.backend))
+        zero__log(ZERO_LOG_WARN, -1, 0,
+                  "data.val_fraction = %g does not apply: the validation data is given apart "
+                  "('%s')",
+                  (double)cfg->val_fraction, job.data.shards[job.data.shard_count - 1].path);
     st = zero__data_split(&job.data, cfg->val_fraction, T);
     if (st) goto done;
     job.unigram_entropy =

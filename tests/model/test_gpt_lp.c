@@ -200,7 +200,7 @@ static double train_val_loss(zero_dtype_t dt, const zero_dataset_t *ds, int step
     double t0 = zero_time_now();
     int skipped = 0;
     for (int s = 0; s < steps; s++) {
-        zero__data_train_batch(ds, &rng, B, T, x, y);
+        zero__data_train_batch(ds, &rng, B, T, x, y, NULL);
         float loss;
         zero_step_stats_t st;
         if (zero__gpt_forward(g, x, y, B, T, &loss) || zero__gpt_backward(g) ||
@@ -240,7 +240,7 @@ static void test_accuracy(void) {
         if (access(path, R_OK) != 0) path[0] = 0;
     }
     zero_status_t st =
-        path[0] ? zero__data_load(&ds, path, 256) : zero__data_builtin(&ds, 400000, 1);
+        path[0] ? zero__data_open(&ds, path, NULL, 256) : zero__data_builtin(&ds, 400000, 1);
     if (!st) st = zero__data_split(&ds, 0.1, 64);
     CHECK(st == ZERO_OK, "data: %s", zero_last_error());
     if (st) return;
