@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake pkg-config python3 clang clang-format
+packages=(build-essential cmake pkg-config python3 python3-venv clang clang-format
           openmpi-bin libopenmpi-dev libopenblas-dev libdnnl-dev libcjson-dev liburing-dev
           iproute2)
 missing=()

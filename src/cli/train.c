@@ -420,7 +420,9 @@ int zero__cli_train(int argc, char **argv) {
         return 0;
     }
     zero_train_io_t io = {.out = quiet ? NULL : stdout,
-                          .tty = isatty(STDOUT_FILENO),
+                          /* under a launcher (mpirun, srun) stdout may be a pty that forwards
+                           * every redraw into the job's log: plain lines there */
+                          .tty = isatty(STDOUT_FILENO) && !zero_comm_mpi_launched(),
                           .measure_peak = peak,
                           .metrics_path = metrics_path,
                           .report_path = report_path,

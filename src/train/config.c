@@ -350,6 +350,22 @@ static const cfg_key_t keys[] = {
      "(--tune-online)"},
     {"autotuning.online_interval", K_INT, OFF(tune_online_interval), 20, 2, INT_MAX, NULL, NULL,
      NULL, "steps per online-tuning window: each setting tried is timed over this many steps"},
+    {"tensorboard.enabled", K_BOOL, OFF(tb_enabled), 0, 0, 1, NULL, NULL, NULL,
+     "rank 0 writes TensorBoard scalar event files in tensorboard.output_path/job_name: "
+     "Train/Samples/train_loss, lr, loss_scale (fp16), grad_norm, tokens_per_s, mfu, val_loss "
+     "against global samples (docs/monitor.md)"},
+    {"tensorboard.output_path", K_STR, OFF(tb_output_path), 0, 0, 0, "", NULL, NULL,
+     "directory of the event files' job directory (empty: the current directory)"},
+    {"tensorboard.job_name", K_STR, OFF(tb_job_name), 0, 0, 0, "DeepSpeedJobName", NULL, NULL,
+     "the event files' directory under tensorboard.output_path"},
+    {"csv_monitor.enabled", K_BOOL, OFF(csv_enabled), 0, 0, 1, NULL, NULL, NULL,
+     "rank 0 writes one CSV file per scalar (those of tensorboard.enabled) in "
+     "csv_monitor.output_path/job_name, named as DeepSpeed names them "
+     "(Train_Samples_train_loss.csv: step,train_loss)"},
+    {"csv_monitor.output_path", K_STR, OFF(csv_output_path), 0, 0, 0, "", NULL, NULL,
+     "directory of the CSV files' job directory (empty: the current directory)"},
+    {"csv_monitor.job_name", K_STR, OFF(csv_job_name), 0, 0, 0, "DeepSpeedJobName", NULL, NULL,
+     "the CSV files' directory under csv_monitor.output_path"},
 };
 #undef OFF
 _Static_assert(sizeof keys / sizeof keys[0] <= ZERO_CONFIG_MAX_KEYS, "key_set is too small");
@@ -427,10 +443,10 @@ static const ds_key_t ds_keys[] = {
      "the run report has each rank's memory by category beside the ZeRO paper's theory"},
     {"comms_logger", DS_EQUIV, NULL,
      "the run report has each rank's bytes sent per step and per collective"},
-    {"tensorboard", DS_UNSUP, NULL, "--metrics FILE writes one JSON line per step"},
-    {"wandb", DS_UNSUP, NULL, "--metrics FILE writes one JSON line per step"},
-    {"csv_monitor", DS_UNSUP, NULL, "--metrics FILE writes one JSON line per step"},
-    {"comet", DS_UNSUP, NULL, "--metrics FILE writes one JSON line per step"},
+    {"wandb", DS_UNSUP, NULL,
+     "--metrics FILE writes one JSON line per step; tensorboard and csv_monitor are honoured"},
+    {"comet", DS_UNSUP, NULL,
+     "--metrics FILE writes one JSON line per step; tensorboard and csv_monitor are honoured"},
     {"monitor_config", DS_UNSUP, NULL, "--metrics FILE writes one JSON line per step"},
     {"dump_state", DS_SAME, "false", "--print-config prints the effective configuration"},
     /* features not there yet */

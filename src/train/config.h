@@ -93,6 +93,10 @@ typedef struct zero_train_config {
     int overwrite;                       /* a fresh run may save into a used save_dir */
     char resume[ZERO_CONFIG_STR_MAX];    /* "" = none; "latest" = save_dir's latest */
     char init_from[ZERO_CONFIG_STR_MAX]; /* "" = none; a .safetensors file */
+    /* DeepSpeed's monitors (train/monitor.c): TensorBoard event files, CSV files */
+    int tb_enabled, csv_enabled;
+    char tb_output_path[ZERO_CONFIG_STR_MAX], tb_job_name[ZERO_CONFIG_STR_MAX];
+    char csv_output_path[ZERO_CONFIG_STR_MAX], csv_job_name[ZERO_CONFIG_STR_MAX];
     /* pre-flight and run-time checks (train/preflight.c) */
     int replica_check_every; /* steps between replica checks (0: never) */
     int memory_check;        /* refuse a run whose memory estimate exceeds what is available */

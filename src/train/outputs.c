@@ -80,19 +80,20 @@ static long long record_step(const char *line, ssize_t len) {
     return step;
 }
 
-zero_status_t zero__train_metrics_open(const char *path, int64_t keep_through_step, FILE **out) {
+zero_status_t zero__train_log_open(const char *what, const char *path, int64_t keep_through_step,
+                                   zero_line_step_fn line_step, FILE **out) {
     *out = NULL;
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0) fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0666); /* e.g. /dev/full */
     if (fd < 0)
-        return zero__error(ZERO_ERR_IO, "cannot write the metrics log '%s': %s", path,
+        return zero__error(ZERO_ERR_IO, "cannot write the %s '%s': %s", what, path,
                            strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         *out = fdopen(fd, "w");
         if (!*out) {
             close(fd);
-            return zero__error(ZERO_ERR_IO, "cannot write the metrics log '%s': %s", path,
+            return zero__error(ZERO_ERR_IO, "cannot write the %s '%s': %s", what, path,
                                strerror(errno));
         }
         return ZERO_OK;
@@ -100,8 +101,7 @@ zero_status_t zero__train_metrics_open(const char *path, int64_t keep_through_st
     FILE *f = fdopen(fd, "r+");
     if (!f) {
         close(fd);
-        return zero__error(ZERO_ERR_IO, "cannot open the metrics log '%s': %s", path,
-                           strerror(errno));
+        return zero__error(ZERO_ERR_IO, "cannot open the %s '%s': %s", what, path, strerror(errno));
     }
     /* Keep the records up to the resume point: the first one past it, or an incomplete one,
      * ends what is kept. */
@@ -111,7 +111,7 @@ zero_status_t zero__train_metrics_open(const char *path, int64_t keep_through_st
         size_t cap = 0;
         ssize_t len;
         while ((len = getline(&line, &cap, f)) > 0) {
-            long long s = record_step(line, len);
+            long long s = line_step(line, len);
             if (s < 0 || s > keep_through_step) break;
             keep += len;
         }
@@ -119,8 +119,8 @@ zero_status_t zero__train_metrics_open(const char *path, int64_t keep_through_st
     }
     zero_status_t st = ZERO_OK;
     if (ftruncate(fd, keep) != 0 || fseeko(f, keep, SEEK_SET) != 0)
-        st = zero__error(ZERO_ERR_IO, "cannot truncate the metrics log '%s' to %lld bytes: %s",
-                         path, (long long)keep, strerror(errno));
+        st = zero__error(ZERO_ERR_IO, "cannot truncate the %s '%s' to %lld bytes: %s", what, path,
+                         (long long)keep, strerror(errno));
     if (st) {
         fclose(f);
         return st;
@@ -129,7 +129,11 @@ zero_status_t zero__train_metrics_open(const char *path, int64_t keep_through_st
     return ZERO_OK;
 }
 
-zero_status_t zero__train_metrics_flush(FILE *f, const char *path, int close) {
+zero_status_t zero__train_metrics_open(const char *path, int64_t keep_through_step, FILE **out) {
+    return zero__train_log_open("metrics log", path, keep_through_step, record_step, out);
+}
+
+zero_status_t zero__train_log_flush(const char *what, FILE *f, const char *path, int close) {
     int err = 0;
     errno = 0;
     if (fflush(f) != 0 || ferror(f)) err = errno ? errno : EIO;
@@ -138,7 +142,10 @@ zero_status_t zero__train_metrics_flush(FILE *f, const char *path, int close) {
         if (fclose(f) != 0 && !err) err = errno ? errno : EIO;
     }
     if (err)
-        return zero__error(ZERO_ERR_IO, "cannot write the metrics log '%s': %s", path,
-                           strerror(err));
+        return zero__error(ZERO_ERR_IO, "cannot write the %s '%s': %s", what, path, strerror(err));
     return ZERO_OK;
+}
+
+zero_status_t zero__train_metrics_flush(FILE *f, const char *path, int close) {
+    return zero__train_log_flush("metrics log", f, path, close);
 }

@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 /* Check this rank's view of the outputs. Rank 0: report_path's directory exists and takes new
  * files (the report is replaced through a temporary file there) and report_path is no
@@ -35,5 +36,16 @@ zero_status_t zero__train_metrics_open(const char *path, int64_t keep_through_st
 /* Flush a metrics record and report any write error of it (or earlier) as ZERO_ERR_IO naming the
  * path and the system's reason; close=1 also closes f (its status too). */
 zero_status_t zero__train_metrics_flush(FILE *f, const char *path, int close);
+
+/* The step of a complete line of a log (0: a header, always kept), or -1 for a line that ends
+ * what is kept (an incomplete or unreadable one). */
+typedef long long (*zero_line_step_fn)(const char *line, ssize_t len);
+
+/* zero__train_metrics_open for any log of lines that follow each other in step order: kept
+ * through keep_through_step by line_step; errors name `what` ("CSV monitor file", ...). */
+zero_status_t zero__train_log_open(const char *what, const char *path, int64_t keep_through_step,
+                                   zero_line_step_fn line_step, FILE **out);
+/* zero__train_metrics_flush for such a log. */
+zero_status_t zero__train_log_flush(const char *what, FILE *f, const char *path, int close);
 
 #endif /* ZERO_TRAIN_OUTPUTS_H */

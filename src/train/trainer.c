@@ -18,6 +18,7 @@
 #include "kernels/kernels.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/monitor.h"
 #include "train/online_tune.h"
 #include "train/outputs.h"
 #include "train/preflight.h"
@@ -50,10 +51,11 @@ typedef struct run {
     job_t *job;
     const zero_train_config_t *cfg;
     int rank, world;
-    FILE *out;            /* rank 0: io->out; others NULL */
-    FILE *metrics;        /* rank 0 only */
-    zero_comm_t *comm;    /* borrowed: this rank's communicator (NULL: one rank) */
-    zero_comm_t *ep_comm; /* owned: the expert-parallel block (model.moe.ep_size > 1), or NULL */
+    FILE *out;               /* rank 0: io->out; others NULL */
+    FILE *metrics;           /* rank 0 only */
+    zero_monitor_t *monitor; /* rank 0 only: tensorboard / csv_monitor (NULL: off) */
+    zero_comm_t *comm;       /* borrowed: this rank's communicator (NULL: one rank) */
+    zero_comm_t *ep_comm;    /* owned: the expert-parallel block (model.moe.ep_size > 1), or NULL */
     uint64_t moe_a2a, moe_a2a_theory; /* the last step's all-to-all bytes (rank report) */
     zero_engine_t *eng;
     zero_gpt_t *gpt;
@@ -160,8 +162,11 @@ static void fmt_duration(char *buf, size_t n, double s) {
         snprintf(buf, n, "%d:%02d", t / 60, t % 60);
 }
 
-static void progress(const run_t *r, int step, int steps, float loss, double tok_s, double eta,
-                     const zero_step_stats_t *ss) {
+/* A progress line: the step's own loss (mean over ranks and micro-steps) beside its running
+ * average (an exponential one, weight 0.1 on the newest step), which shows the trend through the
+ * batches' noise. */
+static void progress(const run_t *r, int step, int steps, float loss, float avg, double tok_s,
+                     double eta, const zero_step_stats_t *ss) {
     const float lr = ss->lr;
     const double norm = ss->grad_norm;
     char etas[32], extra[96] = "";
@@ -181,11 +186,12 @@ static void progress(const run_t *r, int step, int steps, float loss, double tok
         char bar[64];
         for (int i = 0; i < width; i++) bar[i] = i < filled ? '#' : '.';
         bar[width] = 0;
-        say(r, "\r\033[K[%s] step %d/%d | loss %.4f | %.1fk tok/s | ETA %s%s", bar, step, steps,
-            (double)loss, tok_s / 1e3, etas, extra);
+        say(r, "\r\033[K[%s] step %d/%d | loss %.4f (avg %.4f) | %.1fk tok/s | ETA %s%s", bar, step,
+            steps, (double)loss, (double)avg, tok_s / 1e3, etas, extra);
     } else {
-        say(r, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1fk tok/s | ETA %s%s\n", step,
-            steps, (double)loss, (double)lr, norm, tok_s / 1e3, etas, extra);
+        say(r,
+            "step %5d/%d | loss %.4f (avg %.4f) | lr %.2e | norm %.3f | %.1fk tok/s | ETA %s%s\n",
+            step, steps, (double)loss, (double)avg, (double)lr, norm, tok_s / 1e3, etas, extra);
     }
 }
 
@@ -382,9 +388,28 @@ static void print_tables(const run_t *r, const zero_train_rank_report_t *all) {
  * skipped_steps count from the run's start, earlier invocations of a resumed run included.
  * grad_norm has 17 digits: the float64 norm read back bitwise (the norms of layouts that must
  * agree exactly are compared from the log). */
-static zero_status_t metrics_line(run_t *r, int step, float loss, const zero_step_stats_t *ss,
-                                  double tokens, double tok_s, double step_s, float val_loss) {
-    if (!r->metrics) return ZERO_OK;
+/* Global samples (sequences) trained when `tokens` tokens were: the x of the monitors' scalars,
+ * as DeepSpeed counts them (independent of the world size, so a resharded resume continues). */
+static int64_t samples_of(const zero_train_config_t *cfg, double tokens) {
+    return (int64_t)(tokens / cfg->model.seq + 0.5);
+}
+
+/* The step's record in the metrics log and the monitors (rank 0; those that are open). tok_s:
+ * the run's tokens/s so far (the log's); step_tok_s and mfu: this step's rate (the monitors') and
+ * model FLOP utilisation (both; NaN when the peak was not measured). */
+static zero_status_t step_outputs(run_t *r, int step, float loss, const zero_step_stats_t *ss,
+                                  double tokens, double tok_s, double step_s, double step_tok_s,
+                                  double mfu, float val_loss) {
+    zero_monitor_point_t pt = {samples_of(r->cfg, tokens),
+                               loss,
+                               ss->lr,
+                               r->cfg->fp16 ? ss->loss_scale : NAN,
+                               ss->grad_norm,
+                               step_tok_s,
+                               mfu,
+                               val_loss};
+    zero_status_t st = zero__monitor_write(r->monitor, &pt);
+    if (st || !r->metrics) return st;
     fprintf(r->metrics,
             "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.17g, \"clipped\": %s, "
             "\"skipped\": %s, \"tokens\": %.0f, \"tokens_per_s\": %.6g, \"step_s\": %.6g, "
@@ -395,6 +420,7 @@ static zero_status_t metrics_line(run_t *r, int step, float loss, const zero_ste
             r->elapsed_base + zero_time_now() - r->job->t_start, ss->step_s,
             zero_dtype_name(zero__train_config_compute_dtype(r->cfg)), (double)ss->loss_scale,
             (long long)(r->skipped_base + r->skipped_steps), ss->units_in_backward);
+    if (!isnan(mfu)) fprintf(r->metrics, ", \"mfu\": %.6g", mfu);
     if (!isnan(val_loss)) fprintf(r->metrics, ", \"val_loss\": %.9g", (double)val_loss);
     fprintf(r->metrics, "}\n");
     return zero__train_metrics_flush(r->metrics, r->job->io->metrics_path, 0);
@@ -473,6 +499,7 @@ static zero_status_t rank_setup(run_t *r, zero_train_report_t *rep) {
     /* Every output path is checked before anything else (a bad one fails now, not after the
      * last step); the metrics log is opened once the resume point is known. */
     st = zero__train_outputs_check(cfg, job->io->report_path, job->io->metrics_path, rank);
+    if (!st && rank == 0) st = zero__monitor_check(cfg);
     st = agree_status(r, st, "use the output paths");
     if (st) return st;
 
@@ -599,7 +626,10 @@ static zero_status_t rank_setup(run_t *r, zero_train_report_t *rep) {
     if (!st && rank == 0 && job->io->metrics_path)
         st = zero__train_metrics_open(job->io->metrics_path, r->ckpt_path[0] ? r->pos.step : 0,
                                       &r->metrics);
-    st = agree_status(r, st, "prepare the checkpoint or the metrics log");
+    if (!st && rank == 0)
+        st = zero__monitor_open(cfg, r->ckpt_path[0] ? samples_of(cfg, r->pos.tokens) : 0,
+                                &r->monitor);
+    st = agree_status(r, st, "prepare the checkpoint, the metrics log or the monitors");
     if (st) return st;
 
     st = evaluate(r, 0, &rep->init_val_loss);
@@ -670,18 +700,24 @@ static zero_status_t rank_loop(run_t *r, zero_train_report_t *rep) {
         int last = step + 1 == cfg->steps || r->stop_signal;
         if (job->io->tty || (step + 1) % cfg->steps_per_print == 0 || step == r->start || last ||
             ss.skipped)
-            progress(r, step + 1, cfg->steps, (float)smooth, tok_s, eta, &ss);
+            progress(r, step + 1, cfg->steps, loss, (float)smooth, tok_s, eta, &ss);
         float val = NAN;
         if ((cfg->eval_interval > 0 && (step + 1) % cfg->eval_interval == 0) || last) {
             st = evaluate(r, 0, &rep->final_val_loss);
             if (st) return st;
             val = rep->final_val_loss;
             if (job->io->tty) say(r, "\r\033[K");
-            say(r, "step %5d | val loss %.4f | train loss %.4f | %.1fk tok/s\n", step + 1,
+            say(r, "step %5d | val loss %.4f | train loss (avg) %.4f | %.1fk tok/s\n", step + 1,
                 (double)rep->final_val_loss, smooth, tok_s / 1e3);
         }
-        st = metrics_line(r, step + 1, loss, &ss, r->pos.tokens + rep->tokens, tok_s, step_s, val);
-        if (job->io->metrics_path) st = agree_status(r, st, "write the metrics log");
+        const double mfu =
+            rep->peak_flops_per_s > 0
+                ? tokens_per_step / step_s * rep->flops_per_token / rep->peak_flops_per_s
+                : NAN;
+        st = step_outputs(r, step + 1, loss, &ss, r->pos.tokens + rep->tokens, tok_s, step_s,
+                          tokens_per_step / step_s, mfu, val);
+        if (job->io->metrics_path || cfg->tb_enabled || cfg->csv_enabled)
+            st = agree_status(r, st, "write the metrics log or the monitors");
         if (st) return st;
         /* Periodic checkpoints, requested ones, and always one after the last step. */
         if (cfg->save_dir[0] &&
@@ -722,7 +758,13 @@ static zero_status_t rank_loop(run_t *r, zero_train_report_t *rep) {
         st = zero__train_metrics_flush(r->metrics, job->io->metrics_path, 1);
         r->metrics = NULL;
     }
-    if (job->io->metrics_path) st = agree_status(r, st, "close the metrics log");
+    if (r->monitor) {
+        zero_status_t m = zero__monitor_close(r->monitor);
+        r->monitor = NULL;
+        if (!st) st = m;
+    }
+    if (job->io->metrics_path || cfg->tb_enabled || cfg->csv_enabled)
+        st = agree_status(r, st, "close the metrics log or the monitors");
     return st;
 }
 

@@ -699,7 +699,7 @@ static void test_deepspeed_spellings(void) {
               "   \"stage3_model_persistence_threshold\": 5, \"cpu_offload\": false},\n"
               " \"dataloader_drop_last\": false, \"fp32_reduce_scatter\": false,\n"
               " \"activation_checkpointing\": {\"cpu_checkpointing\": true},\n"
-              " \"wall_clock_breakdown\": true, \"tensorboard\": {\"enabled\": true},\n"
+              " \"wall_clock_breakdown\": true, \"wandb\": {\"enabled\": true},\n"
               " \"gradient_clipping\": \"auto\", \"train_batch_size\": \"auto\"}",
               2) == ZERO_OK,
           "spellings: %s", zero_last_error());
@@ -714,7 +714,7 @@ static void test_deepspeed_spellings(void) {
                           "'zero_optimization.mics_shard_size' = 4 ignored",
                           "'activation_checkpointing.cpu_checkpointing' ignored",
                           "'wall_clock_breakdown': step and optimizer-step times",
-                          "'tensorboard' ignored: not supported yet",
+                          "'wandb' ignored: not supported yet",
                           "gradient_clipping = \"auto\": 0 chosen",
                           "train_batch_size = \"auto\": 32 chosen"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
