@@ -38,6 +38,8 @@
 #define SAMPLE_SEED 0xa11ce5ull
 
 uint64_t zero__train_data_rng_seed(const zero_train_config_t *cfg) {
+    /* sequential windows: the state counts them from the first */
+    if (!strcmp(cfg->data_order, "sequential")) return 0;
     return DATA_SEED + (uint64_t)cfg->seed;
 }
 
@@ -127,6 +129,7 @@ static zero_status_t save_meta_build(save_meta_t *m, const zero_train_config_t *
         cJSON_AddNumberToObject(data, "tokens", pos->tokens);
         cJSON_AddStringToObject(data, "path", cfg->data_path);
         cJSON_AddStringToObject(data, "val_path", cfg->val_path);
+        cJSON_AddStringToObject(data, "order", cfg->data_order);
         cJSON_AddNumberToObject(data, "elapsed_s", pos->elapsed_s);
     }
     if (rng) {
@@ -434,6 +437,15 @@ static void check_data(const zero_ckpt_t *c, const zero_train_config_t *cfg) {
                   path->valuestring[0] ? "'" : "", cfg->data_path[0] ? "'" : "",
                   cfg->data_path[0] ? cfg->data_path : "the built-in corpus",
                   cfg->data_path[0] ? "'" : "");
+    /* The sampler state means a window index under one order and an RNG state under the other
+     * (absent: a checkpoint older than data.order, drawn at random). */
+    const cJSON *order = cJSON_GetObjectItemCaseSensitive(data, "order");
+    const char *was = cJSON_IsString(order) ? order->valuestring : "random";
+    if (strcmp(was, cfg->data_order) != 0)
+        zero__log(ZERO_LOG_WARN, -1, 0,
+                  "checkpoint %s drew its windows in data.order %s, this run in %s: its sampler "
+                  "state does not continue that stream",
+                  zero_ckpt_path(c), was, cfg->data_order);
     cJSON_Delete(data);
 }
 

@@ -26,7 +26,7 @@ typedef struct zero_train_position {
     double elapsed_s;  /* seconds of the run so far (earlier invocations included) */
 } zero_train_position_t;
 
-/* The sampler state a fresh run starts from. */
+/* The sampler state a fresh run starts from (data.order sequential: 0, the first window). */
 uint64_t zero__train_data_rng_seed(const zero_train_config_t *cfg);
 
 /* Where a fresh run starts: step 0, the seed's sampler state, a new random run id. */

@@ -93,6 +93,10 @@ static const cfg_key_t keys[] = {
     {"data.val_path", K_STR, OFF(val_path), 0, 0, 0, "", NULL, "--val-data",
      "validation data (a file or a glob, as data.path); empty = a data directory's val.bin, else "
      "the tail data.val_fraction of data.path"},
+    {"data.order", K_STR, OFF(data_order), 0, 0, 0, "random", "random|sequential", NULL,
+     "training windows: random (start anywhere in the training stream, with replacement, as "
+     "nanoGPT's get_batch) or sequential (consecutive windows through the files in order, "
+     "wrapping at the end, as llm.c's DataLoader without shuffling); docs/data.md"},
     {"data.val_fraction", K_FLOAT, OFF(val_fraction), 0.1, 1e-6, 0.999999, NULL, NULL, NULL,
      "tail fraction held out for validation when the validation data is not given apart"},
     {"data.builtin_bytes", K_INT, OFF(builtin_bytes), 1 << 20, 4096, 1 << 30, NULL, NULL, NULL,
@@ -590,6 +594,7 @@ static size_t str_cap(const cfg_key_t *k) {
     if (o == offsetof(zero_train_config_t, warmup_type) ||
         o == offsetof(zero_train_config_t, backend) ||
         o == offsetof(zero_train_config_t, grad_accum_dtype) ||
+        o == offsetof(zero_train_config_t, data_order) ||
         o == offsetof(zero_train_config_t, tune_metric) ||
         o == offsetof(zero_train_config_t, tune_tuner))
         return sizeof((zero_train_config_t *)0)->backend;

@@ -598,12 +598,21 @@ static void window(const zero_dataset_t *ds, size_t start, int T, int32_t *x, in
     zero__data_read(ds, start + (size_t)T, 1, y + T - 1);
 }
 
+/* The next training window's start: at random in [0, train_count - T), or the next of the
+ * consecutive windows (the state counts them). */
+static size_t next_start(const zero_dataset_t *ds, uint64_t *state, int T) {
+    ZERO_ASSERT(ds->train_count >= (size_t)T + 1);
+    if (ds->sequential) {
+        const uint64_t windows = (ds->train_count - 1) / (size_t)T;
+        return (size_t)((*state)++ % windows) * (size_t)T;
+    }
+    return (size_t)(zero__rng_next(state) % (ds->train_count - (size_t)T));
+}
+
 void zero__data_train_batch(const zero_dataset_t *ds, uint64_t *rng, int B, int T, int32_t *x,
                             int32_t *y, size_t *starts) {
-    size_t span = ds->train_count - (size_t)T; /* start positions 0 .. span-1 */
-    ZERO_ASSERT(ds->train_count >= (size_t)T + 1);
     for (int b = 0; b < B; b++) {
-        size_t start = (size_t)(zero__rng_next(rng) % span);
+        size_t start = next_start(ds, rng, T);
         if (starts) starts[b] = start;
         window(ds, start, T, x + (size_t)b * T, y + (size_t)b * T);
     }
@@ -612,11 +621,9 @@ void zero__data_train_batch(const zero_dataset_t *ds, uint64_t *rng, int B, int 
 void zero__data_train_batch_shard(const zero_dataset_t *ds, uint64_t *rng, int B, int T, int rank,
                                   int world, int32_t *x, int32_t *y) {
     ZERO_ASSERT(rank >= 0 && rank < world);
-    size_t span = ds->train_count - (size_t)T;
-    ZERO_ASSERT(ds->train_count >= (size_t)T + 1);
     for (int w = 0; w < world; w++)
         for (int b = 0; b < B; b++) {
-            size_t start = (size_t)(zero__rng_next(rng) % span);
+            size_t start = next_start(ds, rng, T);
             if (w == rank) window(ds, start, T, x + (size_t)b * T, y + (size_t)b * T);
         }
 }

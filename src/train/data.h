@@ -17,9 +17,11 @@
  * All files of one dataset have one format.
  *
  * Sampling (docs/data.md): training windows start uniformly at random in the training part of
- * the stream, as nanoGPT's get_batch draws them; a window may span two shards (llm.c's shards cut
- * one token stream), so one file and the same tokens split into shards give the same batches.
- * The sampler's whole state is one 64-bit RNG state, which checkpoints save.
+ * the stream, as nanoGPT's get_batch draws them, or (sequential) one after another from its
+ * start, wrapping at the end, as llm.c's DataLoader reads its shards; a window may span two
+ * shards (llm.c's shards cut one token stream), so one file and the same tokens split into
+ * shards give the same batches. The sampler's whole state is one 64-bit value (an RNG state, or
+ * the index of the next window), which checkpoints save.
  */
 #ifndef ZERO_TRAIN_DATA_H
 #define ZERO_TRAIN_DATA_H
@@ -59,6 +61,7 @@ typedef struct zero_dataset {
     size_t count;
     size_t train_count; /* [0, train_count) trains, [train_count, count) validates */
     int val_given;      /* the validation part is its own files: train_count is fixed */
+    int sequential;     /* training windows in order (data.order), else at random */
     int max_token;      /* largest id present */
     uint64_t
         content_hash; /* zero__hash_bytes of the stream as int32 ids, for the ranks' agreement */
@@ -103,9 +106,11 @@ void zero__data_free(zero_dataset_t *ds);
  * process. pos + n <= count. Thread-safe (rank threads read one dataset at once). */
 void zero__data_read(const zero_dataset_t *ds, size_t pos, size_t n, int32_t *out);
 
-/* B random windows of T+1 tokens from the training part: x = window[0..T), y = window[1..T].
- * rng is the caller's state (advanced). x, y: (B, T). starts (may be NULL): each window's first
- * position in the stream (B). */
+/* B windows of T+1 tokens from the training part: x = window[0..T), y = window[1..T]. rng is the
+ * caller's sampler state (advanced): at random, each start uniform in [0, train_count - T) drawn
+ * from the RNG state; sequential, window k = (*rng)++ starts at (k mod W) x T, W =
+ * (train_count - 1) / T windows. x, y: (B, T). starts (may be NULL): each window's first position
+ * in the stream (B). */
 void zero__data_train_batch(const zero_dataset_t *ds, uint64_t *rng, int B, int T, int32_t *x,
                             int32_t *y, size_t *starts);
 

@@ -1126,6 +1126,7 @@ zero_status_t zero__train_run(zero_train_config_t *cfg, const zero_train_io_t *i
                   (double)cfg->val_fraction, job.data.shards[job.data.shard_count - 1].path);
     st = zero__data_split(&job.data, cfg->val_fraction, T);
     if (st) goto done;
+    job.data.sequential = !strcmp(cfg->data_order, "sequential");
     job.unigram_entropy =
         zero__data_unigram_entropy(&job.data, job.data.train_count, job.data.count);
     job.ln_vocab = log((double)cfg->model.vocab);

@@ -297,6 +297,38 @@ static void test_shards(void) {
     }
     CHECK(same, "one file and its shards give the same windows, the stream's tokens");
     CHECK(crossing > 0, "some windows span two shards (%d)", crossing);
+
+    /* sequential: window k starts at (k mod W) T, W = (train - 1) / T, through the shards and
+     * around; rank r of 3 keeps windows r B .. of each global batch of 3 B */
+    one.sequential = sh.sequential = 1;
+    const size_t W = (sh.train_count - 1) / T;
+    uint64_t k1 = 0, k2 = 0;
+    same = 1;
+    for (int rep = 0; rep < 30; rep++) {
+        zero__data_train_batch(&one, &k1, B, T, x1, y1, s1);
+        const uint64_t base = k2; /* every rank starts from the same state */
+        for (int r = 0; r < 3; r++) {
+            k2 = base;
+            zero__data_train_batch_shard(&sh, &k2, B / 3, T, r, 3, x2, y2);
+            for (int w = 0; w < B / 3; w++) {
+                size_t start = ((size_t)(base + (uint64_t)(r * (B / 3) + w)) % W) * T;
+                for (int t = 0; t < T; t++)
+                    same &= x2[w * T + t] == toks[start + (size_t)t] &&
+                            y2[w * T + t] == toks[start + (size_t)t + 1];
+            }
+        }
+        for (int w = 0; w < B; w++) {
+            size_t start = (((size_t)rep * B + (size_t)w) % W) * T;
+            same &= s1[w] == start;
+            for (int t = 0; t < T; t++)
+                same &= x1[w * T + t] == toks[start + (size_t)t] &&
+                        y1[w * T + t] == toks[start + (size_t)t + 1];
+        }
+    }
+    CHECK(same && k1 == 30 * B && k2 == 30 * 3 * (B / 3),
+          "sequential windows follow the stream, split over ranks (state %llu %llu)",
+          (unsigned long long)k1, (unsigned long long)k2);
+    one.sequential = sh.sequential = 0;
     zero__data_val_batch(&one, 1, B, T, x1, y1);
     zero__data_val_batch(&sh, 1, B, T, x2, y2);
     CHECK(!memcmp(x1, x2, sizeof x1) && !memcmp(y1, y2, sizeof y1), "the same validation batch");

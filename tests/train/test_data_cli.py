@@ -9,8 +9,9 @@ Usage: test_data_cli.py ZERO
   vocabulary smaller than a token of the data fails naming the file and the token.
 - llm.c shards (a glob, each file with the 256-int32 header) with --val-data: the same weights
   fingerprint as one nanoGPT file holding the same tokens with the same validation file
-  (windows are drawn over the concatenated stream); data.val_fraction beside --val-data is
-  said not to apply.
+  (windows are drawn over the concatenated stream), at data.order random and sequential; a run
+  stopped after step 2 and resumed from its checkpoint ends with the uninterrupted run's
+  fingerprint; data.val_fraction beside --val-data is said not to apply.
 - Memory: a 1 GiB token file (sparse: no disk blocks) trains with a peak RSS far below its size
   and within a few MiB of the same run on a small file (the file is mapped, not read; before,
   the peak was about 3x the file). The file is in a temporary directory removed at the end,
@@ -107,29 +108,40 @@ def test_shards(zero, tmp):
     write_u16(os.path.join(tmp, "fw_val_000000.bin"), val, True)
     write_u16(os.path.join(tmp, "whole.bin"), ids)
     write_u16(os.path.join(tmp, "whole_val.bin"), val)
-    common = ["--steps", "3", "--set", "model.vocab=50257", "--ranks", "2"]
-    r1, r2 = os.path.join(tmp, "one.json"), os.path.join(tmp, "shards.json")
-    rc1, out1, err1 = run(zero, common + ["--data", os.path.join(tmp, "whole.bin"), "--val-data",
-                                          os.path.join(tmp, "whole_val.bin"), "--json-report", r1])
-    rc2, out2, err2 = run(zero, common + ["--data", os.path.join(tmp, "fw_train_*.bin"),
-                                          "--val-data", os.path.join(tmp, "fw_val_*.bin"),
-                                          "--json-report", r2, "--set", "data.val_fraction=0.3"])
-    check(rc1 == 0 and rc2 == 0, f"one file and 4 shards train ({err1.strip()} {err2.strip()})")
-    check("4 files" in out2 or "5 files" in out2, "the shards are listed: " +
-          next((l for l in out2.splitlines() if l.startswith("data:")), ""))
-    check("data.val_fraction" in err2 and "does not apply" in err2,
-          f"val_fraction beside --val-data is said not to apply ({err2.strip()})")
-    if rc1 == 0 and rc2 == 0:
+    prints = {}
+    for order in ("random", "sequential"):
+        common = ["--steps", "3", "--set", "model.vocab=50257", "--ranks", "2", "--set",
+                  f"data.order={order}"]
+        one = ["--data", os.path.join(tmp, "whole.bin"), "--val-data",
+               os.path.join(tmp, "whole_val.bin")]
+        shards = ["--data", os.path.join(tmp, "fw_train_*.bin"), "--val-data",
+                  os.path.join(tmp, "fw_val_*.bin")]
+        r1, r2, r3 = (os.path.join(tmp, f"{order}_{n}.json") for n in ("one", "shards", "resumed"))
+        rc1, out1, err1 = run(zero, common + one + ["--json-report", r1])
+        rc2, out2, err2 = run(zero, common + shards + ["--json-report", r2, "--set",
+                                                       "data.val_fraction=0.3"])
+        check(rc1 == 0 and rc2 == 0,
+              f"{order}: one file and 4 shards train ({err1.strip()} {err2.strip()})")
+        check("5 files" in out2, "the shards are listed: " +
+              next((l for l in out2.splitlines() if l.startswith("data:")), ""))
+        check("data.val_fraction" in err2 and "does not apply" in err2,
+              f"val_fraction beside --val-data is said not to apply ({err2.strip()})")
+        if rc1 != 0 or rc2 != 0:
+            continue
+        prints[order] = fingerprint(r2)
         check(fingerprint(r1) == fingerprint(r2),
-              f"one file and its shards: one fingerprint ({fingerprint(r1)} {fingerprint(r2)})")
-    # stopped after step 2 and resumed: the sampler's state carries the same stream on
-    shards = ["--data", os.path.join(tmp, "fw_train_*.bin"), "--val-data",
-              os.path.join(tmp, "fw_val_*.bin"), "--save-dir", os.path.join(tmp, "ckpt")]
-    r3 = os.path.join(tmp, "resumed.json")
-    rc_a, _, err_a = run(zero, ["--steps", "2"] + common[2:] + shards)
-    rc_b, _, err_b = run(zero, common + shards + ["--resume", "latest", "--json-report", r3])
-    check(rc_a == 0 and rc_b == 0 and rc2 == 0 and fingerprint(r3) == fingerprint(r2),
-          f"a resumed shard run is the uninterrupted one ({err_a.strip()} {err_b.strip()})")
+              f"{order}: one file and its shards, one fingerprint ({fingerprint(r1)} "
+              f"{fingerprint(r2)})")
+        # stopped after step 2 and resumed: the sampler's state carries the same stream on
+        ckpt = ["--save-dir", os.path.join(tmp, f"ckpt_{order}")]
+        rc_a, _, err_a = run(zero, ["--steps", "2"] + common[2:] + shards + ckpt)
+        rc_b, _, err_b = run(zero, common + shards + ckpt + ["--resume", "latest",
+                                                             "--json-report", r3])
+        check(rc_a == 0 and rc_b == 0 and fingerprint(r3) == fingerprint(r2),
+              f"{order}: a resumed shard run is the uninterrupted one ({err_a.strip()} "
+              f"{err_b.strip()})")
+    check(len(prints) == 2 and prints["random"] != prints["sequential"],
+          "data.order changes the batches")
 
 
 def test_memory(zero, tmp):
