@@ -5,11 +5,12 @@
 # the memory-bandwidth bound. A step reads every weight once and the cached keys and values of
 # the positions before it, so tokens/s <= read bandwidth / (weight bytes + KV bytes read per
 # step). The bandwidth is bench_membw's (read-only sum over 512 MiB, median of 7 passes, on the
-# same threads), measured before each generation run. Checks nothing (issue 19 asks for >= 0.7
-# of the bound); prints a Markdown table with the load average before each run.
+# same threads), measured before each round. Each round runs every dtype (--dtype fp32, bf16:
+# half the weight bytes, so twice the bound). Checks nothing (issue 19 asks for >= 0.7 of the
+# bound); prints a Markdown table with the load average before each round.
 #
 # Usage: bench/bench_generate.sh [-b BUILD_DIR] [-r RUNS] [-t THREADS] [-n NEW_TOKENS]
-#                                [-m MODEL_DIR]
+#                                [-m MODEL_DIR] [-d "fp32 bf16"]
 # -m reuses a checkpoint of that shape (made there when missing; about 1.5 GB with Adam's states).
 # Needs python3 (JSON, medians) and a build with the bench programs (ZERO_BUILD_BENCH, default).
 set -eu
@@ -20,14 +21,16 @@ runs=3
 threads=2
 new=64
 model=""
-while getopts b:r:t:n:m:h opt; do
+dtypes="fp32 bf16"
+while getopts b:r:t:n:m:d:h opt; do
     case $opt in
     b) build=$(cd "$OPTARG" && pwd) ;;
     r) runs=$OPTARG ;;
     t) threads=$OPTARG ;;
     n) new=$OPTARG ;;
     m) model=$OPTARG ;;
-    *) sed -n '2,15p' "$0"; exit 2 ;;
+    d) dtypes=$OPTARG ;;
+    *) sed -n '2,17p' "$0"; exit 2 ;;
     esac
 done
 zero="$build/zero"
@@ -49,38 +52,40 @@ if [ ! -e "$model/latest" ]; then
 fi
 
 for r in $(seq "$runs"); do
-    l=$(load)
+    load >"$out/load.$r"
     "$membw" --threads "$threads" | tail -1 >"$out/bw.$r.json"
-    "$zero" generate --model "$model" --prompt "Hello, world." --max-new-tokens "$new" --greedy \
-        --json --threads "$threads" >"$out/gen.$r.json" 2>"$out/gen.$r.log" ||
-        { cat "$out/gen.$r.log" >&2; exit 1; }
-    echo "$l" >"$out/load.$r"
+    for d in $dtypes; do
+        "$zero" generate --model "$model" --prompt "Hello, world." --max-new-tokens "$new" \
+            --greedy --dtype "$d" --json --threads "$threads" >"$out/gen.$d.$r.json" \
+            2>"$out/gen.$d.$r.log" || { cat "$out/gen.$d.$r.log" >&2; exit 1; }
+    done
 done
 
-python3 - "$out" "$runs" "$threads" <<'PY'
+python3 - "$out" "$runs" "$threads" $dtypes <<'PY'
 import json, statistics, sys
-out, runs, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-rows = []
-for r in range(1, runs + 1):
-    bw = json.load(open(f"{out}/bw.{r}.json"))["median_gb_s"]
-    g = json.load(open(f"{out}/gen.{r}.json"))
-    # KV bytes a step reads, averaged over the decode steps: 2 L C x 4 bytes per position held
-    per_pos = 2 * g["layers"] * g["dim"] * 4
-    kv = per_pos * (g["prompt_tokens"] + g["new_tokens"] / 2)
-    bound = bw * 1e9 / (g["weight_bytes"] + kv)
-    load = open(f"{out}/load.{r}").read().strip()
-    rows.append((g["decode_tokens_per_s"], bound, bw, g, load))
-print(f"| run | load avg | read GB/s | weights MB | bound tokens/s | decode tokens/s | of bound | "
-      f"TTFT ms | peak RSS MiB |")
-print("|---|---|---|---|---|---|---|---|---|")
-for i, (tps, bound, bw, g, load) in enumerate(rows, 1):
-    print(f"| {i} | {load} | {bw:.1f} | {g['weight_bytes'] / 1e6:.0f} | {bound:.1f} | {tps:.1f} | "
-          f"{tps / bound:.2f} | {g['ttft_s'] * 1e3:.0f} | {g['peak_rss_bytes'] / 2**20:.0f} |")
-med = lambda k: statistics.median(x[k] for x in rows)
-print(f"| median | | {med(2):.1f} | | {med(1):.1f} | {med(0):.1f} | "
-      f"{statistics.median(x[0] / x[1] for x in rows):.2f} | | |")
-g = rows[0][3]
-print(f"\nGPT-2 124M shape, {g['params']} parameters, fp32, batch 1, {threads} threads, "
-      f"prompt {g['prompt_tokens']} tokens, {g['new_tokens']} new (greedy); KV cache "
-      f"{g['kv_cache_bytes'] / 2**20:.1f} MiB")
+out, runs, threads, dtypes = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+print("| dtype | round | load avg | read GB/s | weights MB | bound tokens/s | decode tokens/s | "
+      "of bound | TTFT ms | peak RSS MiB |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for d in dtypes:
+    rows = []
+    for r in range(1, runs + 1):
+        bw = json.load(open(f"{out}/bw.{r}.json"))["median_gb_s"]
+        g = json.load(open(f"{out}/gen.{d}.{r}.json"))
+        # KV bytes a step reads, averaged over the decode steps: 2 L C x element bytes per
+        # position held
+        per_pos = 2 * g["layers"] * g["dim"] * (2 if d == "bf16" else 4)
+        kv = per_pos * (g["prompt_tokens"] + g["new_tokens"] / 2)
+        bound = bw * 1e9 / (g["weight_bytes"] + kv)
+        load = open(f"{out}/load.{r}").read().strip()
+        rows.append((g["decode_tokens_per_s"], bound, bw, g, load))
+        print(f"| {d} | {r} | {load} | {bw:.1f} | {g['weight_bytes'] / 1e6:.0f} | {bound:.1f} | "
+              f"{rows[-1][0]:.1f} | {rows[-1][0] / bound:.2f} | {g['ttft_s'] * 1e3:.0f} | "
+              f"{g['peak_rss_bytes'] / 2**20:.0f} |")
+    med = lambda k: statistics.median(x[k] for x in rows)
+    print(f"| {d} | median | | {med(2):.1f} | | {med(1):.1f} | {med(0):.1f} | "
+          f"{statistics.median(x[0] / x[1] for x in rows):.2f} | | |")
+g = json.load(open(f"{out}/gen.{dtypes[0]}.1.json"))
+print(f"\nGPT-2 124M shape, {g['params']} parameters, batch 1, {threads} threads, prompt "
+      f"{g['prompt_tokens']} tokens, {g['new_tokens']} new (greedy)")
 PY

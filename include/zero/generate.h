@@ -3,7 +3,7 @@
  * A generator loads the weights of a GPT-2-shaped model, either from a zero checkpoint saved at
  * any world size (the manifest gives the model's shape) or from a safetensors file with Hugging
  * Face GPT-2 names (zero convert's output, or a file zero did not write), keeps them in RAM as
- * fp32, and runs `batch` sequences side by side: zero_generator_prefill appends a prompt,
+ * fp32 or bf16, and runs `batch` sequences side by side: zero_generator_prefill appends a prompt,
  * zero_generator_step one token per sequence; each returns the next-token logits. Every
  * position's keys and values stay in a cache of max_seq positions per sequence, so a step costs
  * one pass over the weights plus the cache, not a forward over the whole sequence. The kernels
@@ -39,17 +39,22 @@ typedef struct zero_generator_params {
      * file (Hugging Face), then dim / 64 (GPT-2's head size). Checked against a checkpoint's
      * manifest when > 0. */
     int heads;
+    /* Weights, activations and KV cache: ZERO_DTYPE_FP32, or ZERO_DTYPE_BF16 (weights rounded to
+     * nearest even on load; the training model's 16-bit kernels, fp32 accumulation, fp32
+     * logits): half the bytes a step reads. */
+    zero_dtype_t dtype;
 } zero_generator_params_t;
 
-/* Defaults: batch 1, max_seq 0 (the context), 1 thread, heads 0 (from the file). */
+/* Defaults: batch 1, max_seq 0 (the context), 1 thread, heads 0 (from the file), fp32. */
 ZERO_API zero_generator_params_t zero_generator_params_default(void);
 
 typedef struct zero_generator_info {
     int layers, heads, dim, vocab, seq; /* the model; seq: its context length */
     int batch, max_seq;                 /* as loaded */
     size_t param_count;                 /* parameters (the tied head counted once) */
-    size_t weight_bytes;                /* resident weights (fp32, per-tensor padding included) */
-    size_t kv_cache_bytes;              /* 2 x layers x batch x max_seq x dim x 4 */
+    zero_dtype_t dtype;                 /* of the weights, activations and cache */
+    size_t weight_bytes;                /* resident weights (per-tensor padding included) */
+    size_t kv_cache_bytes;              /* 2 x layers x batch x max_seq x dim x dtype size */
     size_t activation_bytes;            /* working buffers of a forward */
     const char *format;                 /* "checkpoint" or "safetensors" */
 } zero_generator_info_t;

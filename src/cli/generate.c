@@ -23,7 +23,7 @@ static void usage(FILE *out) {
         "F)\n"
         "                     [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
         "                     [--seed S] [--batch B] [--greedy] [--stream] [--json]\n"
-        "                     [--threads N] [--heads H]\n\n"
+        "                     [--dtype fp32|bf16] [--threads N] [--heads H]\n\n"
         "  --model           a checkpoint directory (step-00000123), a save directory (its\n"
         "                    `latest`), SAVE_DIR/latest, or a safetensors file with Hugging\n"
         "                    Face GPT-2 names (zero convert's, or another's)\n"
@@ -40,10 +40,12 @@ static void usage(FILE *out) {
         "  --greedy          the likeliest token every time (no sampling)\n"
         "  --stream          print tokens as they come (batch 1)\n"
         "  --json            one JSON object on stdout: the text, the tokens and the figures\n"
+        "  --dtype           weights, activations and KV cache: fp32 (default) or bf16\n"
+        "                    (weights rounded to nearest even: half the bytes per step)\n"
         "  --threads         cores to use (default: all)\n"
         "  --heads           attention heads of a safetensors file that does not say (default:\n"
         "                    zero convert's metadata, config.json beside the file, dim / 64)\n\n"
-        "Weights and KV cache are fp32 in RAM. Unless OMP_WAIT_POLICY is set, threads sleep\n"
+        "Weights and KV cache are in RAM. Unless OMP_WAIT_POLICY is set, threads sleep\n"
         "between parallel regions (passive; the program restarts itself to set it).\n"
         "docs/inference.md has the details.\n");
 }
@@ -51,14 +53,16 @@ static void usage(FILE *out) {
 typedef struct opts {
     const char *model, *prompt, *prompt_file;
     int max_new, top_k, batch, greedy, stream, json, threads, heads;
+    zero_dtype_t dtype;
     double temperature, top_p;
     uint64_t seed;
 } opts_t;
 
 static int parse(int argc, char **argv, opts_t *o) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    *o = (opts_t){NULL, NULL, NULL, 64,  0, 1, 0, 0, 0, cores > 0 ? (int)cores : 1,
-                  0,    1.0,  1.0,  1337};
+    *o = (opts_t){
+        NULL, NULL, NULL, 64, 0, 1, 0, 0, 0, cores > 0 ? (int)cores : 1, 0, ZERO_DTYPE_FP32,
+        1.0,  1.0,  1337};
     const char *const prog = "zero generate";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -102,6 +106,14 @@ static int parse(int argc, char **argv, opts_t *o) {
         } else if ((v = zero__cli_arg_value(argc, argv, &i, "--threads"))) {
             if (!zero__cli_number(prog, a, v, 1, 1, &d)) return 2;
             o->threads = (int)d;
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--dtype"))) {
+            if (!strcmp(v, "fp32") || !strcmp(v, "bf16")) {
+                o->dtype = !strcmp(v, "bf16") ? ZERO_DTYPE_BF16 : ZERO_DTYPE_FP32;
+            } else {
+                fprintf(stderr, "zero generate: --dtype '%s' is invalid (expected fp32 or bf16)\n",
+                        v);
+                return 2;
+            }
         } else if ((v = zero__cli_arg_value(argc, argv, &i, "--heads"))) {
             if (!zero__cli_number(prog, a, v, 1, 1, &d)) return 2;
             o->heads = (int)d;
@@ -204,6 +216,7 @@ int zero__cli_generate(int argc, char **argv) {
     gp.batch = o.batch;
     gp.threads = o.threads;
     gp.heads = o.heads;
+    gp.dtype = o.dtype;
     /* the cache holds the prompt and every new token but the last (capped at the context) */
     gp.max_seq = plen + (size_t)o.max_new - 1 > (size_t)1 << 30 ? 0 : (int)plen + o.max_new - 1;
     double t0 = zero_time_now();
@@ -293,6 +306,7 @@ int zero__cli_generate(int argc, char **argv) {
         free(seq);
         cJSON_AddStringToObject(j, "model", o.model);
         cJSON_AddStringToObject(j, "format", in->format);
+        cJSON_AddStringToObject(j, "dtype", zero_dtype_name(in->dtype));
         const struct {
             const char *k;
             double v;
@@ -346,12 +360,12 @@ int zero__cli_generate(int argc, char **argv) {
                 "  prompt %d tokens x batch %d: time to first token %.2f ms (prefill %.0f "
                 "tokens/s)\n"
                 "  decode: %d tokens x batch %d in %.3f s, %.1f tokens/s (%d threads)\n"
-                "  memory: peak RSS %.1f MiB, weights %.1f MiB (fp32), KV cache %.1f MiB (%d "
+                "  memory: peak RSS %.1f MiB, weights %.1f MiB (%s), KV cache %.1f MiB (%d "
                 "positions x batch %d), working buffers %.1f MiB\n",
                 in->format, in->layers, in->dim, in->param_count, load_s, P, B, ttft * 1e3,
                 ttft > 0 ? (double)P * B / ttft : 0, n > 0 ? n - 1 : 0, B, decode_s, decode_tps,
                 o.threads, peak / 1048576.0, (double)in->weight_bytes / 1048576.0,
-                (double)in->kv_cache_bytes / 1048576.0, in->max_seq, B,
+                zero_dtype_name(in->dtype), (double)in->kv_cache_bytes / 1048576.0, in->max_seq, B,
                 (double)in->activation_bytes / 1048576.0);
     }
     rc = 0;

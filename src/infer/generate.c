@@ -1,25 +1,31 @@
-/* generate.c — the generator of zero/generate.h: a GPT-2 model's weights in RAM (fp32) loaded
- * from a checkpoint or a safetensors file, and a forward that appends tokens to a KV cache.
+/* generate.c — the generator of zero/generate.h: a GPT-2 model's weights in RAM (fp32 or bf16)
+ * loaded from a checkpoint or a safetensors file, and a forward that appends tokens to a KV
+ * cache.
  *
  * Weights: one block holding the units of the training model (zero__gpt_unit_descs: embeddings,
  * block.N, final), each laid out by the engine's rule (every tensor at a multiple of 16
  * elements), so a checkpoint's units load as they are (zero_ckpt_load at world 1, the layout
- * checked) and the safetensors import fills the same layout through the GPT-2 name map.
+ * checked) and the safetensors import fills the same layout through the GPT-2 name map; both
+ * deliver fp32, rounded to nearest even into a bf16 generator's block.
  * KV cache: per layer, keys then values, (batch, heads, max_seq, head size) each, so the
  * attention of one (sequence, head) reads its rows contiguously (zero__attention_decode).
  * Forward of T new tokens at positions [pos, pos + T): the training block's kernels in its order
  * (layernorm, qkv, attention, projection, residual, layernorm, fc, GELU, projection, residual) on
  * T rows per sequence, the new keys and values copied into the cache before the attention; the
  * head only on each sequence's last row. Prompts longer than CHUNK run in chunks of CHUNK
- * tokens, so the working buffers are batch x CHUNK rows whatever the context.
- * Not here: 16-bit weights (a bf16 file is widened on load), MoE layers (refused), sampling
- * (sample.c), timing and printing (the CLI).
+ * tokens, so the working buffers are batch x CHUNK rows whatever the context. bf16: the
+ * training model's 16-bit I/O kernels (kernels_lp.h) on bf16 weights, activations and cache,
+ * fp32 logits, as gpt.c runs them.
+ * Not here: quantized weights, MoE layers (refused), sampling (sample.c), timing and printing
+ * (the CLI).
  */
 #include "zero/generate.h"
 
 #include "ckpt/ckpt_internal.h"
 #include "core/core_internal.h"
 #include "kernels/kernels.h"
+#include "kernels/kernels_lp.h"
+#include "model/carve.h"
 #include "model/gpt.h"
 #include "zero/ckpt.h"
 
@@ -42,6 +48,8 @@ struct zero_generator {
     zero_generator_info_t info;
     zero_gpt_config_t cfg;
     int threads, pos;
+    zero_dtype_t dt; /* weights, activations and the cache: fp32 or bf16 */
+    size_t es;       /* its element size */
     /* the layout: L + 2 units of the descriptions in descs */
     zero_tensor_desc_t
         descs[ZERO_GPT_EMB_TENSORS + ZERO_GPT_BLOCK_TENSORS + ZERO_GPT_FINAL_TENSORS];
@@ -50,18 +58,24 @@ struct zero_generator {
     char (*unit_names)[24];      /* (L + 2) owned */
     size_t *unit_offset;         /* (L + 2) owned: each unit's first element in w */
     zero_ckpt_layout_t layout;
-    float *w;                             /* owned: every unit, padded */
-    const float *wte, *wpe, *lnfw, *lnfb; /* views into w */
-    const float *(*blk)[BLOCK_TENSORS];   /* (L) owned: views into w */
-    float *kv;                            /* owned: (L, 2, B, NH, max_seq, hs) */
+    void *w;                             /* owned: every unit, padded, in dt */
+    const void *wte, *wpe, *lnfw, *lnfb; /* views into w */
+    const void *(*blk)[BLOCK_TENSORS];   /* (L) owned: views into w */
+    void *kv;                            /* owned: (L, 2, B, NH, max_seq, hs) in dt */
     /* working buffers, one owned block: rows = batch x CHUNK */
     void *act;
-    float *x, *ln, *atty, *res2, *qkv, *fch, *mean, *rstd, *last, *logits, *scratch;
-    int32_t *tok; /* (rows) the chunk's tokens, contiguous */
+    void *x, *ln, *atty, *res2, *qkv, *fch, *last; /* (rows, ...) in dt */
+    float *mean, *rstd, *logits, *scratch;         /* fp32 */
+    int32_t *tok;                                  /* (rows) the chunk's tokens, contiguous */
 };
 
+/* Element i of a dt buffer. */
+static void *at(const zero_generator_t *g, const void *base, size_t i) {
+    return (char *)(uintptr_t)base + i * g->es;
+}
+
 zero_generator_params_t zero_generator_params_default(void) {
-    zero_generator_params_t p = {1, 0, 1, 0};
+    zero_generator_params_t p = {1, 0, 1, 0, ZERO_DTYPE_FP32};
     return p;
 }
 
@@ -112,14 +126,14 @@ static zero_status_t build_layout(zero_generator_t *g) {
         k += (size_t)n;
     }
     g->layout = (zero_ckpt_layout_t){nu, g->units};
-    g->info.weight_bytes = total * sizeof(float);
+    g->info.weight_bytes = total * g->es;
     g->info.param_count = zero__gpt_param_count(&g->cfg);
     g->w = zero_mem_calloc(NULL, ZERO_MEM_PARAMS, g->info.weight_bytes, 64);
     if (!g->w)
         return zero__error(ZERO_ERR_OUT_OF_MEMORY,
                            "generate: cannot allocate %.1f MiB of weights (%zu parameters)",
                            (double)g->info.weight_bytes / 1048576.0, g->info.param_count);
-#define VIEW(u, t) (g->w + g->unit_offset[u] + g->units[u].tensors[t].offset)
+#define VIEW(u, t) at(g, g->w, g->unit_offset[u] + g->units[u].tensors[t].offset)
     g->wte = VIEW(0, 0);
     g->wpe = VIEW(0, 1);
     for (int l = 0; l < L; l++)
@@ -140,7 +154,7 @@ static zero_status_t put_params(void *user, int rank, int unit, zero_ckpt_state_
         return zero__error(ZERO_ERR_INVALID_ARG,
                            "generate: load of %zu elements at %zu of unit %d outside the model",
                            count, offset, unit);
-    memcpy(g->w + g->unit_offset[unit] + offset, in, count * sizeof *in);
+    zero__narrow(at(g, g->w, g->unit_offset[unit] + offset), in, count, g->dt); /* RNE */
     return ZERO_OK;
 }
 
@@ -335,31 +349,36 @@ done:
 
 /* ------------------------------------------------------------------------------ lifecycle */
 
+/* The working buffers' views in one block (carve.h: base NULL counts the bytes). */
+static size_t carve_buffers(zero_generator_t *g, char *base) {
+    const size_t B = (size_t)g->info.batch, S = (size_t)g->info.max_seq, e = g->es;
+    const size_t C = (size_t)g->cfg.dim, V = (size_t)g->cfg.vocab, f = sizeof(float);
+    const size_t R = B * (size_t)ZERO_MIN(CHUNK, g->info.max_seq);
+    const size_t scratch =
+        g->dt == ZERO_DTYPE_FP32
+            ? zero__attention_decode_scratch_count(S, g->threads)
+            : zero__attention_decode_scratch_count_lp(S, C / (size_t)g->cfg.heads, g->threads);
+    size_t off = 0;
+    zero__carve(base, &off, R * C, e, &g->x);
+    zero__carve(base, &off, R * C, e, &g->ln);
+    zero__carve(base, &off, R * C, e, &g->atty);
+    zero__carve(base, &off, R * C, e, &g->res2);
+    zero__carve(base, &off, R * 3 * C, e, &g->qkv);
+    zero__carve(base, &off, R * 4 * C, e, &g->fch);
+    zero__carve(base, &off, B * C, e, &g->last);
+    zero__carve(base, &off, R, f, &g->mean);
+    zero__carve(base, &off, R, f, &g->rstd);
+    zero__carve(base, &off, B * V, f, &g->logits);
+    zero__carve(base, &off, scratch, f, &g->scratch);
+    zero__carve(base, &off, R, sizeof(int32_t), &g->tok);
+    return off;
+}
+
 static zero_status_t alloc_buffers(zero_generator_t *g) {
     const size_t B = (size_t)g->info.batch, S = (size_t)g->info.max_seq;
-    const size_t C = (size_t)g->cfg.dim, V = (size_t)g->cfg.vocab, L = (size_t)g->cfg.layers;
-    const size_t R = B * (size_t)ZERO_MIN(CHUNK, g->info.max_seq), f = sizeof(float);
-    g->info.kv_cache_bytes = 2 * L * B * S * C * f;
+    g->info.kv_cache_bytes = 2 * (size_t)g->cfg.layers * B * S * (size_t)g->cfg.dim * g->es;
+    g->info.activation_bytes = carve_buffers(g, NULL);
     g->kv = zero_mem_alloc(NULL, ZERO_MEM_ACTIVATIONS, g->info.kv_cache_bytes, 64);
-    float *tok = NULL; /* int32 tokens, as many as floats */
-    const size_t counts[] = {R * C,
-                             R * C,
-                             R * C,
-                             R * C,
-                             R * 3 * C,
-                             R * 4 * C,
-                             R,
-                             R,
-                             B * C,
-                             B * V,
-                             zero__attention_decode_scratch_count(S, g->threads),
-                             R};
-    float **views[] = {&g->x,    &g->ln,   &g->atty, &g->res2,   &g->qkv,     &g->fch,
-                       &g->mean, &g->rstd, &g->last, &g->logits, &g->scratch, &tok};
-    _Static_assert(ZERO_ARRAY_LEN(counts) == ZERO_ARRAY_LEN(views), "a count per view");
-    size_t total = 0;
-    for (size_t i = 0; i < ZERO_ARRAY_LEN(counts); i++) total += zero__align_up(counts[i], 16);
-    g->info.activation_bytes = total * f;
     g->act = zero_mem_calloc(NULL, ZERO_MEM_ACTIVATIONS, g->info.activation_bytes, 64);
     if (!g->kv || !g->act)
         return zero__error(ZERO_ERR_OUT_OF_MEMORY,
@@ -368,12 +387,7 @@ static zero_status_t alloc_buffers(zero_generator_t *g) {
                            "max_seq)",
                            (double)g->info.kv_cache_bytes / 1048576.0, B, S,
                            (double)g->info.activation_bytes / 1048576.0);
-    float *p = g->act;
-    for (size_t i = 0; i < ZERO_ARRAY_LEN(counts); i++) {
-        *views[i] = p;
-        p += zero__align_up(counts[i], 16);
-    }
-    g->tok = (int32_t *)(void *)tok;
+    carve_buffers(g, g->act);
     return ZERO_OK;
 }
 
@@ -388,6 +402,10 @@ zero_status_t zero_generator_init(zero_generator_t **out, const char *path,
                            "generate: batch = %d, threads = %d, max_seq = %d, heads = %d (expected "
                            "batch and threads >= 1, max_seq and heads >= 0)",
                            p.batch, p.threads, p.max_seq, p.heads);
+    if (p.dtype != ZERO_DTYPE_FP32 && p.dtype != ZERO_DTYPE_BF16)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "generate: dtype %s is not supported (expected fp32 or bf16)",
+                           zero_dtype_name(p.dtype));
     struct stat sb;
     if (stat(path, &sb) != 0)
         return zero__error(ZERO_ERR_IO,
@@ -397,6 +415,9 @@ zero_status_t zero_generator_init(zero_generator_t **out, const char *path,
     zero_generator_t *g = calloc(1, sizeof *g);
     if (!g) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "generate: out of memory");
     g->threads = p.threads;
+    g->dt = p.dtype;
+    g->es = zero_dtype_size(p.dtype);
+    g->info.dtype = p.dtype;
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     zero_status_t st = S_ISDIR(sb.st_mode) || !strcmp(base, "latest")
@@ -441,46 +462,93 @@ void zero_generator_reset(zero_generator_t *g) {
 
 /* ------------------------------------------------------------------------------ forward */
 
+/* The kernels in the generator's dtype: the fp32 ones (kernels.h) or their 16-bit I/O twins
+ * (kernels_lp.h), as the training model picks them (gpt.c). */
+#define LP (g->dt != ZERO_DTYPE_FP32)
+
+static void k_layernorm(zero_generator_t *g, void *out, const void *inp, const void *w,
+                        const void *b, size_t rows) {
+    const size_t C = (size_t)g->cfg.dim;
+    if (LP)
+        zero__layernorm_forward_lp(out, g->mean, g->rstd, inp, w, b, g->dt, rows, C, g->threads);
+    else
+        zero__layernorm_forward(out, g->mean, g->rstd, inp, w, b, rows, C, g->threads);
+}
+
+static void k_matmul(const zero_generator_t *g, void *out, const void *inp, const void *w,
+                     const void *bias, size_t rows, size_t C, size_t OC) {
+    if (LP)
+        zero__matmul_forward_lp(out, g->dt, inp, w, bias, g->dt, rows, C, OC, g->threads);
+    else
+        zero__matmul_forward(out, inp, w, bias, rows, C, OC, g->threads);
+}
+
+static void k_residual(const zero_generator_t *g, void *out, const void *a, const void *b,
+                       size_t n) {
+    if (LP)
+        zero__residual_forward_lp(out, a, b, g->dt, n, g->threads);
+    else
+        zero__residual_forward(out, a, b, n, g->threads);
+}
+
 /* T (<= CHUNK) new tokens per sequence, tokens[b * ld + t], at positions [pos, pos + T):
  * through every block into the cache, then the head on each sequence's last row. */
 static void forward(zero_generator_t *g, const int32_t *tokens, size_t ld, size_t T) {
     const size_t B = (size_t)g->info.batch, C = (size_t)g->cfg.dim, V = (size_t)g->cfg.vocab;
     const size_t NH = (size_t)g->cfg.heads, hs = C / NH, S = (size_t)g->info.max_seq;
-    const size_t BT = B * T, pos = (size_t)g->pos, hstride = S * hs;
+    const size_t BT = B * T, pos = (size_t)g->pos, hstride = S * hs, es = g->es;
     const int th = g->threads;
     for (size_t b = 0; b < B; b++) memcpy(g->tok + b * T, tokens + b * ld, T * sizeof *g->tok);
     /* positions [pos, pos + T): wpe from row pos */
-    zero__embedding_forward(g->x, g->tok, g->wte, g->wpe + pos * C, B, T, C, th);
+    if (LP)
+        zero__embedding_forward_lp(g->x, g->tok, g->wte, at(g, g->wpe, pos * C), g->dt, B, T, C,
+                                   th);
+    else
+        zero__embedding_forward(g->x, g->tok, g->wte, at(g, g->wpe, pos * C), B, T, C, th);
     for (int l = 0; l < g->cfg.layers; l++) {
-        const float *const *w = g->blk[l];
-        float *kc = g->kv + (size_t)l * 2 * B * NH * hstride, *vc = kc + B * NH * hstride;
-        zero__layernorm_forward(g->ln, g->mean, g->rstd, g->x, w[LN1W], w[LN1B], BT, C, th);
-        zero__matmul_forward(g->qkv, g->ln, w[QKVW], w[QKVB], BT, C, 3 * C, th);
+        const void *const *w = g->blk[l];
+        void *kc = at(g, g->kv, (size_t)l * 2 * B * NH * hstride);
+        void *vc = at(g, kc, B * NH * hstride);
+        k_layernorm(g, g->ln, g->x, w[LN1W], w[LN1B], BT);
+        k_matmul(g, g->qkv, g->ln, w[QKVW], w[QKVB], BT, C, 3 * C);
         for (size_t b = 0; b < B; b++)
             for (size_t t = 0; t < T; t++) {
-                const float *row = g->qkv + (b * T + t) * 3 * C;
+                const char *row = at(g, g->qkv, (b * T + t) * 3 * C);
                 for (size_t h = 0; h < NH; h++) {
-                    const size_t at = (b * NH + h) * hstride + (pos + t) * hs;
-                    memcpy(kc + at, row + C + h * hs, hs * sizeof(float));
-                    memcpy(vc + at, row + 2 * C + h * hs, hs * sizeof(float));
+                    const size_t to = (b * NH + h) * hstride + (pos + t) * hs;
+                    memcpy(at(g, kc, to), row + (C + h * hs) * es, hs * es);
+                    memcpy(at(g, vc, to), row + (2 * C + h * hs) * es, hs * es);
                 }
             }
-        zero__attention_decode(g->atty, g->scratch, g->qkv, 3 * C, kc, vc, hstride, B, T, pos, C,
-                               NH, th);
-        zero__matmul_forward(g->ln, g->atty, w[APW], w[APB], BT, C, C, th); /* ln: the proj */
-        zero__residual_forward(g->res2, g->x, g->ln, BT * C, th);
-        zero__layernorm_forward(g->ln, g->mean, g->rstd, g->res2, w[LN2W], w[LN2B], BT, C, th);
-        zero__matmul_forward(g->fch, g->ln, w[FCW], w[FCB], BT, C, 4 * C, th);
-        zero__gelu_forward(g->fch, g->fch, BT * 4 * C, th);
-        zero__matmul_forward(g->ln, g->fch, w[FPW], w[FPB], BT, 4 * C, C, th);
-        zero__residual_forward(g->x, g->res2, g->ln, BT * C, th);
+        if (LP)
+            zero__attention_decode_lp(g->atty, g->scratch, g->qkv, 3 * C, kc, vc, hstride, g->dt, B,
+                                      T, pos, C, NH, S, th);
+        else
+            zero__attention_decode(g->atty, g->scratch, g->qkv, 3 * C, kc, vc, hstride, B, T, pos,
+                                   C, NH, th);
+        k_matmul(g, g->ln, g->atty, w[APW], w[APB], BT, C, C); /* ln: the projection */
+        k_residual(g, g->res2, g->x, g->ln, BT * C);
+        k_layernorm(g, g->ln, g->res2, w[LN2W], w[LN2B], BT);
+        k_matmul(g, g->fch, g->ln, w[FCW], w[FCB], BT, C, 4 * C);
+        if (LP)
+            zero__gelu_forward_lp(g->fch, g->fch, g->dt, BT * 4 * C, th);
+        else
+            zero__gelu_forward(g->fch, g->fch, BT * 4 * C, th);
+        k_matmul(g, g->ln, g->fch, w[FPW], w[FPB], BT, 4 * C, C);
+        k_residual(g, g->x, g->res2, g->ln, BT * C);
     }
     for (size_t b = 0; b < B; b++)
-        memcpy(g->last + b * C, g->x + (b * T + T - 1) * C, C * sizeof(float));
-    zero__layernorm_forward(g->ln, g->mean, g->rstd, g->last, g->lnfw, g->lnfb, B, C, th);
-    zero__matmul_forward(g->logits, g->ln, g->wte, NULL, B, C, V, th); /* the tied head */
+        memcpy(at(g, g->last, b * C), at(g, g->x, (b * T + T - 1) * C), C * es);
+    k_layernorm(g, g->ln, g->last, g->lnfw, g->lnfb, B);
+    /* the tied head; logits fp32 in every dtype (the GEMM accumulates in fp32) */
+    if (LP)
+        zero__matmul_forward_lp(g->logits, ZERO_DTYPE_FP32, g->ln, g->wte, NULL, g->dt, B, C, V,
+                                th);
+    else
+        zero__matmul_forward(g->logits, g->ln, g->wte, NULL, B, C, V, th);
     g->pos += (int)T;
 }
+#undef LP
 
 zero_status_t zero_generator_prefill(zero_generator_t *g, const int32_t *tokens, int T,
                                      const float **logits) {

@@ -652,6 +652,47 @@ void zero__attention_forward_lp(void *out, float *att, const void *inp, float *s
     }
 }
 
+/* Per thread: P (QB, round_nr(keys)), q and o (QB, hs), k and v (round_nr(keys), hs). */
+size_t zero__attention_decode_scratch_count_lp(size_t max_keys, size_t hs, int threads) {
+    size_t nt = threads < 1 ? 1 : (size_t)threads, kp = round_nr(max_keys);
+    return nt * ((size_t)QB * kp + 2 * (size_t)QB * hs + 2 * kp * hs);
+}
+
+void zero__attention_decode_lp(void *out, float *scratch, const void *q, size_t ldq, const void *kc,
+                               const void *vc, size_t head_stride, zero_dtype_t dt, size_t B,
+                               size_t T, size_t pos, size_t C, size_t NH, size_t max_keys,
+                               int threads) {
+    ZERO_ASSERT(out && scratch && q && kc && vc && NH > 0 && C % NH == 0 && threads >= 1 && T &&
+                pos + T <= max_keys);
+    const size_t hs = C / NH, keys = pos + T, lp = round_nr(keys), es = zero_dtype_size(dt);
+    const float scale = 1.0f / sqrtf((float)hs);
+    const size_t nblk = (T + QB - 1) / QB, ntask = B * NH * nblk;
+    const size_t per = zero__attention_decode_scratch_count_lp(max_keys, hs, 1);
+    int nt = (int)ZERO_MIN((size_t)threads, ntask);
+    if (nt < 1) nt = 1;
+#pragma omp parallel num_threads(nt)
+    {
+        int id, team;
+        kteam(&id, &team);
+        float *P = scratch + (size_t)id * per, *qf = P + (size_t)QB * round_nr(max_keys);
+        float *of = qf + (size_t)QB * hs, *kf = of + (size_t)QB * hs;
+        float *vf = kf + round_nr(max_keys) * hs;
+#pragma omp for schedule(dynamic, 1)
+        for (size_t task = 0; task < ntask; task++) {
+            size_t blk = nblk - 1 - task % nblk;
+            size_t bh = task / nblk, b = bh / NH, h = bh % NH;
+            size_t t0 = blk * QB, t1 = ZERO_MIN(T, t0 + QB), m = t1 - t0;
+            /* as zero__attention_forward_lp: the head's q, k, v widened, the fp32 block, one
+             * rounding of the output */
+            widen_rows(qf, (const char *)q + ((b * T + t0) * ldq + h * hs) * es, ldq, m, hs, dt);
+            zero__widen(kf, (const char *)kc + bh * head_stride * es, (pos + t1) * hs, dt);
+            zero__widen(vf, (const char *)vc + bh * head_stride * es, (pos + t1) * hs, dt);
+            fwd_block(of, hs, P, lp, pos + t1, qf, hs, kf, vf, hs, pos + t0, pos + t1, hs, scale);
+            narrow_rows((char *)out + ((b * T + t0) * C + h * hs) * es, C, of, m, hs, dt);
+        }
+    }
+}
+
 void zero__attention_backward_lp(void *dinp, float *scratch, const void *dout, const void *inp,
                                  const float *att, zero_dtype_t dt, size_t B, size_t T, size_t C,
                                  size_t NH, int threads) {

@@ -120,6 +120,17 @@ void zero__attention_forward_lp(void *out, float *att, const void *inp, float *s
                                 zero_dtype_t dt, size_t B, size_t T, size_t C, size_t NH,
                                 int threads);
 
+/* zero__attention_decode (kernels.h) on 16-bit tensors: out (B, T, C), q (B, T, ldq) and the
+ * cache kc, vc (B, NH, head_stride) in dt; each task widens its head's queries and the cached
+ * keys and values of positions [0, pos + T) to fp32, runs the fp32 block and rounds the output
+ * once, as zero__attention_forward_lp does, so its rows are that kernel's. pos + T <= max_keys;
+ * scratch: zero__attention_decode_scratch_count_lp(max_keys, C / NH, threads) floats. */
+size_t zero__attention_decode_scratch_count_lp(size_t max_keys, size_t hs, int threads);
+void zero__attention_decode_lp(void *out, float *scratch, const void *q, size_t ldq, const void *kc,
+                               const void *vc, size_t head_stride, zero_dtype_t dt, size_t B,
+                               size_t T, size_t pos, size_t C, size_t NH, size_t max_keys,
+                               int threads);
+
 /* Attention backward, accumulates into dinp (B, T, 3C) dt: round(old + fp32 dq, dk, dv).
  * dout: (B, T, C) dt; inp: (B, T, 3C) dt; att: the forward's fp32 probabilities. */
 void zero__attention_backward_lp(void *dinp, float *scratch, const void *dout, const void *inp,

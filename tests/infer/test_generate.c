@@ -3,11 +3,14 @@
  * - The decode attention kernel against zero__attention_forward on the same q, k, v: one row at
  *   a time, a whole prefill and a chunk after a prefix; bitwise where the softmax runs on AVX2
  *   or above (kernels.h), else within 1e-6.
+ *   The same in bf16 against zero__attention_forward_lp.
  * - KV-cache decoding against the training forward (zero__gpt_forward over the whole sequence)
  *   of a random 2-layer model saved as a checkpoint at world 2: at every position of two
- *   sequences, stepping token by token, and after prefills of 1..160 tokens (two chunks). The
- *   tolerance, 1e-5 of the largest logit, allows the matmul library's other blocking for fewer
- *   rows; the run prints the largest difference and how many positions matched bitwise.
+ *   sequences, stepping token by token, and after prefills of 1..160 tokens (two chunks). fp32:
+ *   the tolerance, 1e-5 of the largest logit, allows the matmul library's other blocking for
+ *   fewer rows. bf16 (both sides in bf16 on the same rounded weights): 1e-2 of the largest logit
+ *   (a flipped bf16 rounding of an activation); on this machine the run is bitwise. The run
+ *   prints the largest difference and how many positions matched bitwise.
  * - A model trained for 30 steps on 2 ranks and saved: greedy decoding from the checkpoint and
  *   from its safetensors export (zero_ckpt_export_safetensors) gives the same tokens and the
  *   same logits bitwise, twice; sampling with a seed repeats; top-k 1 is greedy.
@@ -23,6 +26,7 @@
 #include "core/core_internal.h"
 #include "kernels/isa.h"
 #include "kernels/kernels.h"
+#include "kernels/kernels_lp.h"
 #include "model/gpt.h"
 #include "train/harness.h"
 #include "zero/zero.h"
@@ -91,6 +95,45 @@ static void test_attention_decode(void) {
     free(qkv), free(ref), free(att), free(out), free(kc), free(vc), free(scr);
 }
 
+/* The same in bf16: zero__attention_decode_lp against zero__attention_forward_lp, bitwise (both
+ * widen, run the fp32 block and round once). */
+static void test_attention_decode_lp(void) {
+    const size_t B = 2, T = 70, C = 64, NH = 4, hs = C / NH, S = 80;
+    const zero_dtype_t dt = ZERO_DTYPE_BF16;
+    uint16_t *qkv = malloc(B * T * 3 * C * 2), *ref = malloc(B * T * C * 2);
+    uint16_t *out = malloc(B * T * C * 2), *kc = calloc(B * NH * S * hs, 2);
+    uint16_t *vc = calloc(B * NH * S * hs, 2);
+    float *att = malloc(B * NH * T * T * sizeof(float));
+    float *scr = malloc(ZERO_MAX(zero__attention_scratch_count_lp(T, hs, 2),
+                                 zero__attention_decode_scratch_count_lp(S, hs, 2)) *
+                        sizeof(float));
+    for (size_t i = 0; i < B * T * 3 * C; i++) qkv[i] = zero_fp32_to_bf16((float)nrand());
+    zero__attention_forward_lp(ref, att, qkv, scr, dt, B, T, C, NH, 2);
+    for (size_t b = 0; b < B; b++)
+        for (size_t t = 0; t < T; t++)
+            for (size_t h = 0; h < NH; h++) {
+                const uint16_t *row = qkv + (b * T + t) * 3 * C + h * hs;
+                memcpy(kc + ((b * NH + h) * S + t) * hs, row + C, hs * 2);
+                memcpy(vc + ((b * NH + h) * S + t) * hs, row + 2 * C, hs * 2);
+            }
+    const size_t pieces[][2] = {{0, T}, {0, 30}, {30, T - 30}, {69, 1}, {5, 1}};
+    for (size_t k = 0; k < ZERO_ARRAY_LEN(pieces); k++) {
+        const size_t pos = pieces[k][0], n = pieces[k][1];
+        uint16_t *q = malloc(B * n * 3 * C * 2);
+        for (size_t b = 0; b < B; b++)
+            memcpy(q + b * n * 3 * C, qkv + (b * T + pos) * 3 * C, n * 3 * C * 2);
+        zero__attention_decode_lp(out, scr, q, 3 * C, kc, vc, S * hs, dt, B, n, pos, C, NH, S, 2);
+        size_t diff = 0;
+        for (size_t b = 0; b < B; b++)
+            for (size_t i = 0; i < n * C; i++)
+                diff += out[b * n * C + i] != ref[(b * T + pos) * C + i];
+        CHECK(diff == 0 || zero__isa_selected() < ZERO__ISA_AVX2,
+              "bf16 decode attention rows [%zu, %zu): %zu elements differ", pos, pos + n, diff);
+        free(q);
+    }
+    free(qkv), free(ref), free(out), free(kc), free(vc), free(att), free(scr);
+}
+
 /* ------------------------------------------------------------------------------ parity */
 
 /* Save the engine's weights as a checkpoint at world 2 under save_dir, with model_json. */
@@ -109,29 +152,32 @@ static void save_ckpt(zero_engine_t *eng, const char *save_dir, const char *mode
     zero_ckpt_engine_layout_free(&L);
 }
 
-static void test_parity(void) {
+/* dt: the generator's and the training forward's compute dtype; tol: of the largest logit */
+static void test_parity(zero_dtype_t dt, double rel_tol) {
     const zero_gpt_config_t cfg = {.layers = 2, .heads = 4, .dim = 64, .vocab = 256, .seq = 160};
     const int B = 2, T = 160, V = cfg.vocab;
     zero_engine_params_t ep = zero_engine_params_default();
     ep.threads = 2;
+    ep.compute_dtype = dt;
     zero_engine_t *eng = NULL;
     zero_gpt_t *gpt = NULL;
     CHECK(zero_engine_init(&eng, &ep) == ZERO_OK, "engine");
     CHECK(zero__gpt_init(&gpt, &cfg, eng, B, 0, 2) == ZERO_OK, "gpt");
     randomize(eng, 0.1);
     char save[300];
-    snprintf(save, sizeof save, "%s/parity", dir);
+    snprintf(save, sizeof save, "%s/parity-%s", dir, zero_dtype_name(dt));
     save_ckpt(eng, save,
               "{\"layers\": 2, \"heads\": 4, \"dim\": 64, \"vocab\": 256, \"seq\": 160}");
     int32_t *tok = malloc((size_t)B * T * sizeof *tok);
     for (int i = 0; i < B * T; i++) tok[i] = (int32_t)(urand() * V);
     CHECK(zero__gpt_forward(gpt, tok, NULL, B, T, NULL) == ZERO_OK, "full forward");
     const float *full = zero__gpt_logits(gpt);
-    const float scale = max_abs(full, (size_t)B * T * V), tol = 1e-5f * scale;
+    const float scale = max_abs(full, (size_t)B * T * V), tol = (float)rel_tol * scale;
 
     zero_generator_params_t gp = zero_generator_params_default();
     gp.batch = B;
     gp.threads = 2;
+    gp.dtype = dt;
     zero_generator_t *g = NULL;
     CHECK(zero_generator_init(&g, save, &gp) == ZERO_OK, "generator from %s", save);
     if (!g) goto out;
@@ -139,7 +185,12 @@ static void test_parity(void) {
     CHECK(in->layers == 2 && in->heads == 4 && in->dim == 64 && in->vocab == 256 &&
               in->seq == 160 && in->max_seq == 160 && !strcmp(in->format, "checkpoint"),
           "info");
-    CHECK(in->kv_cache_bytes == 2ull * 2 * B * 160 * 64 * 4, "KV bytes %zu", in->kv_cache_bytes);
+    CHECK(in->kv_cache_bytes == 2ull * 2 * B * 160 * 64 * zero_dtype_size(dt), "KV bytes %zu",
+          in->kv_cache_bytes);
+    CHECK(in->dtype == dt && in->weight_bytes >= in->param_count * zero_dtype_size(dt) &&
+              in->weight_bytes < (in->param_count + 16 * 30) * zero_dtype_size(dt),
+          "weight bytes %zu for %zu parameters of %s", in->weight_bytes, in->param_count,
+          zero_dtype_name(dt));
     CHECK(in->param_count == zero__gpt_param_count(&cfg), "params");
     int32_t *col = malloc((size_t)B * T * sizeof *col);
     double worst = 0;
@@ -188,9 +239,9 @@ static void test_parity(void) {
         COMPARE(lg, t, "step after prefill");
     }
 #undef COMPARE
-    printf("KV-cache logits against the full forward: largest difference %.3g (%.2g of the "
+    printf("%s KV-cache logits against the full forward: largest difference %.3g (%.2g of the "
            "largest logit), %d of %d positions bitwise\n",
-           worst, worst / scale, bitwise, positions);
+           zero_dtype_name(dt), worst, worst / scale, bitwise, positions);
     /* the cache is full: one more token is refused, naming the sizes */
     zero_status_t st = zero_generator_step(g, col, &lg);
     CHECK(st == ZERO_ERR_INVALID_ARG && strstr(zero_last_error(), "160 positions"),
@@ -462,8 +513,10 @@ int main(void) {
     snprintf(dir, sizeof dir, "test_generate.%d", (int)getpid());
     mkdir(dir, 0755);
     test_attention_decode();
+    test_attention_decode_lp();
     test_sampler();
-    test_parity();
+    test_parity(ZERO_DTYPE_FP32, 1e-5);
+    test_parity(ZERO_DTYPE_BF16, 1e-2);
     test_trained();
     test_errors();
     char cmd[300];

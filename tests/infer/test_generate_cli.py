@@ -4,6 +4,7 @@
 - a tiny model trained for 40 steps on 2 ranks and saved, then exported by `zero convert`;
 - --json parses, holds the model's shape, the sampling settings, positive timings and memory
   figures, and the KV-cache bytes in closed form (2 x layers x batch x positions x dim x 4);
+  --dtype bf16 halves the weight and KV bytes and decodes the checkpoint and its export alike;
 - --greedy from the checkpoint, from SAVE_DIR/latest and from the safetensors file: the same
   tokens; twice: the same; --top-k 1 equals --greedy; --seed repeats and --batch 3 gives each
   sequence its own stream (sequence 0 of a batch equals the batch-1 run with the same seed);
@@ -83,6 +84,16 @@ for args in (["--model", os.path.join(SAVE, "latest")], ["--model", ST], ["--mod
                  *([] if "--top-k" in args else ["--greedy"]))
     check(e["tokens"][0] == greedy, f"{args}: {e['tokens'][0]} vs greedy {greedy}")
 check(gen_json("--model", ST, "--prompt", "x", "--greedy")["format"] == "safetensors", "format")
+
+# bf16: half the weight and KV bytes; checkpoint and safetensors alike
+h1 = gen_json("--model", SAVE, "--prompt", "The cat", "--greedy", "--max-new-tokens", "20",
+              "--dtype", "bf16")
+h2 = gen_json("--model", ST, "--prompt", "The cat", "--greedy", "--max-new-tokens", "20",
+              "--dtype", "bf16")
+check(h1["dtype"] == "bf16" and d["dtype"] == "fp32", f"dtype {h1['dtype']} / {d['dtype']}")
+check(h1["tokens"] == h2["tokens"], "bf16 greedy: checkpoint and safetensors alike")
+check(2 * h1["kv_cache_bytes"] == d["kv_cache_bytes"], "bf16 KV bytes: half")
+check(2 * h1["weight_bytes"] == d["weight_bytes"], "bf16 weight bytes: half")
 
 # seeds: reproducible; batch sequences draw from seed + b
 s1 = gen_json("--model", SAVE, "--prompt", "The", "--seed", "5", "--temperature", "1.2")
@@ -202,6 +213,7 @@ bad(["--model", SAVE, "--prompt", "x", "--top-p", "0"], "--top-p", 2)
 bad(["--model", SAVE, "--prompt", "x", "--max-new-tokens", "0"], "--max-new-tokens", 2)
 bad(["--model", SAVE, "--prompt", "x", "--stream", "--json"], "exclude", 2)
 bad(["--model", SAVE, "--prompt", "x", "--bogus"], "--bogus", 2)
+bad(["--model", SAVE, "--prompt", "x", "--dtype", "fp16"], "--dtype", 2)
 
 print("failures:", failures)
 sys.exit(1 if failures else 0)
