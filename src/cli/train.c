@@ -413,7 +413,8 @@ int zero__cli_train(int argc, char **argv) {
     free(args);
     if (rc) return rc;
     if (print_config) {
-        if (zero__train_config_check(&cfg, zero__train_world_size(&cfg)))
+        if (zero__train_data_vocab(&cfg) ||
+            zero__train_config_check(&cfg, zero__train_world_size(&cfg)))
             return fail("invalid configuration");
         zero__train_config_print(&cfg, stdout);
         print_needs(&cfg);

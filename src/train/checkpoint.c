@@ -437,6 +437,12 @@ static void check_data(const zero_ckpt_t *c, const zero_train_config_t *cfg) {
                   path->valuestring[0] ? "'" : "", cfg->data_path[0] ? "'" : "",
                   cfg->data_path[0] ? cfg->data_path : "the built-in corpus",
                   cfg->data_path[0] ? "'" : "");
+    const cJSON *val = cJSON_GetObjectItemCaseSensitive(data, "val_path");
+    if (cJSON_IsString(val) && strcmp(val->valuestring, cfg->val_path) != 0)
+        zero__log(ZERO_LOG_WARN, -1, 0,
+                  "checkpoint %s was validated on '%s', this run on '%s' (data.val_path): "
+                  "validation losses are not comparable across the resume",
+                  zero_ckpt_path(c), val->valuestring, cfg->val_path);
     /* The sampler state means a window index under one order and an RNG state under the other
      * (absent: a checkpoint older than data.order, drawn at random). */
     const cJSON *order = cJSON_GetObjectItemCaseSensitive(data, "order");

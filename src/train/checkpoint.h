@@ -55,10 +55,10 @@ zero_status_t zero__train_ckpt_save(const zero_train_config_t *cfg, zero_engine_
  * m and v, the engine's step and the trainer's position, run id and elapsed time. Any world size
  * and stage may load any checkpoint of the same model (re-slicing); another model shape fails
  * with ZERO_ERR_MISMATCH naming the key (model.heads, ...) and both values before anything is
- * loaded; another data file warns, naming both. Not collective: every rank reads what it holds
- * (the caller agrees on the status across ranks); rank 0 alone logs the warnings. path_out
- * receives the checkpoint's path, or "" when "latest" found no checkpoint in cfg->save_dir yet
- * (a fresh start: *pos is unchanged). */
+ * loaded; another data file, validation file or data.order warns, naming both. Not collective:
+ * every rank reads what it holds (the caller agrees on the status across ranks); rank 0 alone logs
+ * the warnings. path_out receives the checkpoint's path, or "" when "latest" found no checkpoint in
+ * cfg->save_dir yet (a fresh start: *pos is unchanged). */
 zero_status_t zero__train_ckpt_resume(const zero_train_config_t *cfg, zero_engine_t *eng, int rank,
                                       zero_train_position_t *pos, char *path_out,
                                       size_t path_out_size);

@@ -286,8 +286,8 @@ static zero_status_t add_files(zero_dataset_t *ds, const char *path, const char 
             ds->format = format;
         } else if (format != ds->format) {
             st = zero__error(ZERO_ERR_FORMAT,
-                             "data file '%s' is a %s but '%s' is a %s (expected one format for "
-                             "all training and validation files)",
+                             "data files '%s' (%s) and '%s' (%s) differ in format (expected one "
+                             "format for all training and validation files)",
                              sh->path, zero__data_format_name(format), ds->shards[0].path,
                              zero__data_format_name(ds->format));
             break;

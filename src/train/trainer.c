@@ -1066,6 +1066,16 @@ static zero_status_t run_mpi(job_t *job, zero_train_report_t *rep) {
     return st;
 }
 
+zero_status_t zero__train_data_vocab(zero_train_config_t *cfg) {
+    if (!cfg->data_path[0] || zero__train_config_is_set(cfg, "model.vocab")) return ZERO_OK;
+    int vocab = 0;
+    zero_status_t st = zero__data_dir_vocab(cfg->data_path, &vocab);
+    if (st || vocab == 0) return st;
+    char value[32];
+    snprintf(value, sizeof value, "%d", vocab);
+    return zero__train_config_set(cfg, "model.vocab", value); /* checks the key's range */
+}
+
 zero_status_t zero__train_run(zero_train_config_t *cfg, const zero_train_io_t *io_in,
                               zero_train_report_t *rep_out) {
     static const zero_train_io_t io_default = {.measure_peak = 1};
@@ -1079,17 +1089,8 @@ zero_status_t zero__train_run(zero_train_config_t *cfg, const zero_train_io_t *i
 
     zero_status_t st = choose_backend(cfg, &job.backend);
     if (st) return st;
-    /* A nanoGPT data directory gives its vocabulary in meta.pkl, unless model.vocab is set. */
-    if (cfg->data_path[0] && !zero__train_config_is_set(cfg, "model.vocab")) {
-        int vocab = 0;
-        char value[32];
-        st = zero__data_dir_vocab(cfg->data_path, &vocab);
-        if (!st && vocab > 0) {
-            snprintf(value, sizeof value, "%d", vocab);
-            st = zero__train_config_set(cfg, "model.vocab", value);
-        }
-        if (st) return st;
-    }
+    st = zero__train_data_vocab(cfg);
+    if (st) return st;
     job.world = zero__train_world_size(cfg);
     st = zero__train_config_check(cfg, job.world);
     if (st) return st;

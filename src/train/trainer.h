@@ -108,6 +108,11 @@ int zero__train_world_size(const zero_train_config_t *cfg);
 /* Compute threads a run of cfg keeps busy on this machine: its local ranks x threads per rank. */
 int zero__train_machine_threads(const zero_train_config_t *cfg);
 
+/* A nanoGPT data directory (data.path) names its vocabulary in meta.pkl: set model.vocab from it
+ * unless the file or the command line set it. Anything else: nothing to do. ZERO_ERR_IO /
+ * ZERO_ERR_FORMAT naming meta.pkl when it is missing or unreadable (zero__data_dir_vocab). */
+zero_status_t zero__train_data_vocab(zero_train_config_t *cfg);
+
 /* Run a training job over zero__train_world_size(cfg) ranks. cfg is checked (and its batch sizes
  * resolved) for that world. rep may be NULL; on success it is filled on every process, with
  * rep->rank telling whether this process holds rank 0's full report (ranks != NULL). Free it

@@ -84,6 +84,10 @@ def test_nanogpt_dir(zero, tmp):
         rc, out, err = run(zero, ["--data", d, "--steps", "2"])
         check(rc == 0 and f"vocab {len(chars)}," in out,
               f"protocol {proto}: vocab {len(chars)} from meta.pkl ({err.strip()[-200:]})")
+    p = subprocess.run([zero, "train", "--data", d, "--print-config"], capture_output=True,
+                       text=True, env=ENV, timeout=60)
+    check(p.returncode == 0 and json.loads(p.stdout)["model"]["vocab"] == len(chars),
+          f"--print-config shows meta.pkl's vocabulary ({p.stderr.strip()[-200:]})")
     check(f"{cut} train, {len(ids) - cut} validation from '{os.path.join(d, 'val.bin')}'" in out,
           "val.bin validates: " + next((l for l in out.splitlines() if l.startswith("data:")), ""))
     os.unlink(os.path.join(d, "meta.pkl"))
@@ -108,6 +112,7 @@ def test_shards(zero, tmp):
     write_u16(os.path.join(tmp, "fw_val_000000.bin"), val, True)
     write_u16(os.path.join(tmp, "whole.bin"), ids)
     write_u16(os.path.join(tmp, "whole_val.bin"), val)
+    write_u16(os.path.join(tmp, "other_val.bin"), val[:2000], True)
     prints = {}
     for order in ("random", "sequential"):
         common = ["--steps", "3", "--set", "model.vocab=50257", "--ranks", "2", "--set",
@@ -142,6 +147,14 @@ def test_shards(zero, tmp):
               f"{err_b.strip()})")
     check(len(prints) == 2 and prints["random"] != prints["sequential"],
           "data.order changes the batches")
+    # the sequential checkpoint resumed at random order and on another validation file: warned
+    rc, _, err = run(zero, ["--steps", "4", "--set", "model.vocab=50257", "--ranks", "2",
+                            "--data", os.path.join(tmp, "fw_train_*.bin"), "--val-data",
+                            os.path.join(tmp, "other_val.bin"), "--save-dir",
+                            os.path.join(tmp, "ckpt_sequential"), "--resume", "latest"])
+    check(rc == 0 and "data.order sequential, this run in random" in err and
+          "data.val_path" in err and "other_val.bin" in err,
+          f"a resume under another order and validation file warns ({err.strip()})")
 
 
 def test_memory(zero, tmp):
