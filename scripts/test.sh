@@ -18,6 +18,18 @@ clang-format --dry-run --Werror "${sources[@]}"
 
 echo "== optimised build"
 bash scripts/setup.sh
+# Test tooling only (the product needs neither): venv for the independent readers of
+# tests/pyvenv.py, and Debian's torch under Hugging Face's GPT-2 (test_hf_export).
+missing=()
+for p in python3-torch; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "test.sh: installing test tools ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
 ctest --test-dir build --output-on-failure -j "$jobs"
 
 echo "== install check (portable build, installed, examples built against it)"

@@ -1,10 +1,13 @@
 """pyvenv.py — a Python with the packages of tests/requirements.txt, for tests that check zero's
-files with an independent reader (TensorBoard's event reader, ...).
+files with an independent reader (TensorBoard's event reader, Hugging Face's GPT-2, ...).
 
 The virtual environment is made on first use, under $ZERO_TEST_VENV or ~/.cache/zero/test-venv
-(shared by every build directory), and made again when requirements.txt changes. A lock keeps two
-tests running at once from building it together. When it cannot be made (no network for pip, no
-venv module) python() returns None and the reason, and the test skips with one line.
+(shared by every build directory), and made again when requirements.txt changes. It is built on
+Debian's /usr/bin/python3 with its system packages visible, so that Debian's python3-torch (which
+scripts/test.sh installs; PyPI's torch wheels are CUDA builds of gigabytes) serves transformers.
+A lock keeps two tests running at once from building it together. When it cannot be made (no
+network for pip, no venv module) or a module a test needs does not import, python() returns None
+and the reason, and the test skips with one line.
 """
 import fcntl
 import os
@@ -14,28 +17,42 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 REQUIREMENTS = os.path.join(HERE, "requirements.txt")
 SKIP = 77  # CTest's SKIP_RETURN_CODE for these tests
+BASE = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
 
-def python():
+def _make(root, py, stamp, want):
+    steps = ([BASE, "-m", "venv", "--clear", "--system-site-packages", root],
+             [py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r",
+              REQUIREMENTS])
+    for cmd in steps:
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            last = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["(no output)"]
+            return "cannot make the test venv %s (%s): %s" % (root, " ".join(cmd[:4]), last[0])
+    with open(stamp, "w") as f:
+        f.write(want)
+    return None
+
+
+def python(modules=()):
+    """(path of the venv's python, None), or (None, why not) when it cannot be made or one of
+    `modules` does not import in it."""
     root = os.environ.get("ZERO_TEST_VENV") or os.path.join(
         os.path.expanduser("~"), ".cache", "zero", "test-venv")
     py = os.path.join(root, "bin", "python")
     stamp = os.path.join(root, "zero-requirements.txt")
-    want = open(REQUIREMENTS).read()
+    want = "%s\n%s" % (BASE, open(REQUIREMENTS).read())
     os.makedirs(os.path.dirname(root) or ".", exist_ok=True)
     with open(root + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.path.exists(py) and os.path.exists(stamp) and open(stamp).read() == want:
-            return py, None
-        steps = ([sys.executable, "-m", "venv", "--clear", root],
-                 [py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r",
-                  REQUIREMENTS])
-        for cmd in steps:
-            p = subprocess.run(cmd, capture_output=True, text=True)
-            if p.returncode != 0:
-                last = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["(no output)"]
-                return None, "cannot make the test venv %s (%s): %s" % (root, " ".join(cmd[:4]),
-                                                                        last[0])
-        with open(stamp, "w") as f:
-            f.write(want)
+        if not (os.path.exists(py) and os.path.exists(stamp) and open(stamp).read() == want):
+            why = _make(root, py, stamp, want)
+            if why:
+                return None, why
+    for m in modules:
+        p = subprocess.run([py, "-c", "import " + m], capture_output=True, text=True)
+        if p.returncode != 0:
+            last = p.stderr.strip().splitlines()[-1:] or ["(no output)"]
+            hint = " (install Debian's python3-torch)" if m in ("torch", "transformers") else ""
+            return None, "module %s does not import in %s: %s%s" % (m, root, last[0], hint)
     return py, None

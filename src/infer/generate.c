@@ -220,17 +220,6 @@ static zero_status_t load_checkpoint(zero_generator_t *g, const char *path, int 
     return st;
 }
 
-/* The GPT-2 name map under a prefix (files saved from GPT2LMHeadModel name the body
- * "transformer."). */
-static int prefixed_name(const void *user, const char *unit, const char *tensor, char *out,
-                         size_t out_size, int *transposed) {
-    const zero_ckpt_name_map_t *base = zero__gpt_names();
-    char name[256];
-    if (!base->name(base->user, unit, tensor, name, sizeof name, transposed)) return 0;
-    snprintf(out, out_size, "%s%s", (const char *)user, name);
-    return 1;
-}
-
 /* The shape of file tensor `name`: its dims into shape[0..*nd); 0 when present. */
 static int st_shape(const cJSON *hdr, const char *name, size_t *shape, int *nd) {
     const cJSON *js =
@@ -337,11 +326,10 @@ static zero_status_t load_safetensors(zero_generator_t *g, const char *path, int
     }
     if ((st = zero__gpt_config_check(&g->cfg)) != ZERO_OK) goto done;
     if ((st = build_layout(g)) != ZERO_OK) goto done;
-    zero_ckpt_name_map_t names = *zero__gpt_names();
-    names.name = prefixed_name;
-    names.user = prefix;
+    const zero_ckpt_name_map_t *names = NULL; /* the prefix's, and the LM head tied */
+    if ((st = zero__gpt_names_of_file(path, &names)) != ZERO_OK) goto done;
     zero_ckpt_shard_io_t io = {NULL, put_params, g};
-    st = zero_ckpt_import_safetensors(path, &g->layout, &names, &io);
+    st = zero_ckpt_import_safetensors(path, &g->layout, names, &io);
 done:
     cJSON_Delete(hdr);
     return st;

@@ -296,9 +296,8 @@ static const struct {
 };
 _Static_assert(ZERO_ARRAY_LEN(hf_block) == B_COUNT, "a Hugging Face name for every block tensor");
 
-static int hf_name(const void *user, const char *unit, const char *tensor, char *out,
-                   size_t out_size, int *transposed) {
-    (void)user;
+static int hf_name_bare(const char *unit, const char *tensor, char *out, size_t out_size,
+                        int *transposed) {
     *transposed = 0;
     const char *hf = NULL;
     if (!strcmp(unit, "embeddings")) {
@@ -329,9 +328,25 @@ static int hf_name(const void *user, const char *unit, const char *tensor, char 
     return hf != NULL;
 }
 
+/* user: the prefix of every name ("" or "transformer.") */
+static int hf_name(const void *user, const char *unit, const char *tensor, char *out,
+                   size_t out_size, int *transposed) {
+    const char *prefix = user;
+    const size_t n = strlen(prefix);
+    if (n >= out_size || !hf_name_bare(unit, tensor, out + n, out_size - n, transposed)) return 0;
+    memcpy(out, prefix, n);
+    return 1;
+}
+
 const zero_ckpt_name_map_t *zero__gpt_names(void) {
     static const zero_ckpt_name_map_t map = {
-        "Hugging Face GPT-2 (units embeddings, block.N, final)", hf_name, NULL};
+        "Hugging Face GPT-2 (units embeddings, block.N, final)", hf_name, ""};
+    return &map;
+}
+
+const zero_ckpt_name_map_t *zero__gpt_names_transformer(void) {
+    static const zero_ckpt_name_map_t map = {
+        "Hugging Face GPT2LMHeadModel (transformer.wte.weight, ...)", hf_name, "transformer."};
     return &map;
 }
 

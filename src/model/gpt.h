@@ -144,5 +144,14 @@ const zero_gpt_config_t *zero__gpt_config(const zero_gpt_t *gpt);
  * h.N.ln_1.weight, h.N.attn.c_attn.weight in Conv1D [in, out] layout, ..., ln_f.bias), for
  * zero_ckpt_export_safetensors and zero_ckpt_import_safetensors. Static: never freed. */
 const zero_ckpt_name_map_t *zero__gpt_names(void);
+/* The same names under "transformer.", as GPT2LMHeadModel.save_pretrained writes them. */
+const zero_ckpt_name_map_t *zero__gpt_names_transformer(void);
+
+/* The name map of the GPT-2 safetensors file at path: zero__gpt_names when it holds wte.weight,
+ * zero__gpt_names_transformer when it holds transformer.wte.weight (else zero__gpt_names, whose
+ * import then names the missing tensor). A tensor lm_head.weight there must hold the token
+ * embedding's values (GPT-2 ties the two, and so does zero's GPT): ZERO_ERR_MISMATCH naming the
+ * file and both tensors otherwise; ZERO_ERR_IO / ZERO_ERR_FORMAT for an unreadable file. */
+zero_status_t zero__gpt_names_of_file(const char *path, const zero_ckpt_name_map_t **names);
 
 #endif /* ZERO_MODEL_GPT_H */

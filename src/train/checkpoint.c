@@ -527,7 +527,9 @@ zero_status_t zero__train_init_from(const zero_train_config_t *cfg, zero_engine_
     zero_status_t st = zero_ckpt_engine_layout_init(&L, eng);
     if (st) return st;
     zero_ckpt_shard_io_t io = zero_ckpt_engine_io(eng);
-    st = zero_ckpt_import_safetensors(cfg->init_from, &L.layout, zero__gpt_names(), &io);
+    const zero_ckpt_name_map_t *names = NULL;
+    st = zero__gpt_names_of_file(cfg->init_from, &names);
+    if (!st) st = zero_ckpt_import_safetensors(cfg->init_from, &L.layout, names, &io);
     zero_ckpt_engine_layout_free(&L);
     return st;
 }

@@ -158,7 +158,9 @@ def to_bf16(raw):  # truncate fp32 to bf16 (an exact input: the reader widens it
 foreign = {"transformer." + k: ("BF16", s, to_bf16(v)) for k, (_, s, v) in tensors.items()}
 foreign["lm_head.weight"] = foreign["transformer.wte.weight"]
 foreign["transformer.h.0.attn.masked_bias"] = ("F32", [], struct.pack("<f", -1e4))
-FOREIGN = os.path.join(WORK, "foreign.safetensors")
+# in a directory of its own: zero convert wrote a config.json beside model.safetensors
+os.makedirs(os.path.join(WORK, "foreign"), exist_ok=True)
+FOREIGN = os.path.join(WORK, "foreign", "model.safetensors")
 write_st(FOREIGN, {}, foreign)
 rc, out, err = run("--model", FOREIGN, "--prompt", "The cat", "--greedy", "--json")
 check(rc == 1 and "heads" in err, f"no heads anywhere, dim 32: named: {err}")
@@ -166,7 +168,7 @@ f = gen_json("--model", FOREIGN, "--prompt", "The cat", "--greedy", "--heads", "
 # 7 prompt tokens and the default 64 new ones stop at the context of 48: 42 new tokens
 check(f and f["heads"] == 2 and f["new_tokens"] == 42 and f["stopped"] == "context",
       "a foreign bf16 file generates")
-with open(os.path.join(WORK, "config.json"), "w") as cf:
+with open(os.path.join(WORK, "foreign", "config.json"), "w") as cf:
     json.dump({"n_head": 2, "n_embd": 32}, cf)
 f = gen_json("--model", FOREIGN, "--prompt", "The cat", "--greedy", "--max-new-tokens", "5")
 check(f and f["heads"] == 2, "heads from config.json beside the file")

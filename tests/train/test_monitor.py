@@ -131,7 +131,7 @@ def same(got, want, what, rel):
 
 
 def main():
-    py, why = pyvenv.python()
+    py, why = pyvenv.python(("tensorboard",))
     if not py:
         print("SKIP: %s" % why)
         return pyvenv.SKIP
