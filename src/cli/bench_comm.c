@@ -23,6 +23,7 @@
  * computed here independently of the library; recv buffers are poisoned before
  * each run so a stale result cannot pass.
  */
+#include "comm/comm_internal.h"
 #include "zero/zero.h"
 
 #ifdef ZERO_HAVE_MPI
@@ -110,18 +111,6 @@ typedef struct rank_ctx {
 
 /* ------------------------------------------------------------------------------
  * utilities */
-
-/* The rank an MPI launcher gave this process, or -1: lets only the first
- * process print usage errors, which every process of an mpirun job detects
- * before MPI is initialised. */
-static int launcher_rank(void) {
-    const char *names[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        const char *v = getenv(names[i]);
-        if (v && *v) return atoi(v);
-    }
-    return -1;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -882,7 +871,7 @@ static void usage(FILE *out) {
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int usage_error(const char *fmt, ...) {
-    if (launcher_rank() <= 0) {
+    if (zero__launch_rank() <= 0) {
         va_list ap;
         va_start(ap, fmt);
         fprintf(stderr, "zero bench comm: ");
@@ -1116,7 +1105,7 @@ static int run_mpi(const options_t *o) {
     zero_comm_t *comm = NULL;
     zero_status_t st = zero_comm_mpi_init(&comm, &params);
     if (st != ZERO_OK) {
-        if (launcher_rank() <= 0)
+        if (zero__launch_rank() <= 0)
             fprintf(stderr, "zero bench comm: MPI backend: %s: %s\n", zero_status_str(st),
                     zero_last_error());
         return 1;
@@ -1144,7 +1133,7 @@ int zero__bench_comm(int argc, char **argv) {
     int rc = parse_options(argc, argv, &o);
     if (rc) return rc;
     if (o.help) {
-        if (launcher_rank() <= 0) usage(stdout);
+        if (zero__launch_rank() <= 0) usage(stdout);
         return 0;
     }
     if (!o.backend_set && zero_comm_mpi_launched()) o.backend = ZERO_BACKEND_MPI;

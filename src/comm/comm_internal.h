@@ -132,4 +132,15 @@ void zero__coll_traffic(const zero_comm_t *comm, const zero__coll_args_t *args, 
  * them in the order of their lowest rank. ZERO_ERR_OUT_OF_MEMORY leaves one node. */
 zero_status_t zero__comm_set_nodes(zero_comm_t *comm, const int32_t *keys);
 
+/* ---- the launcher's environment before MPI_Init (launch.c) */
+/* This process's rank as the launcher numbered it (mpirun, PMI, srun), or -1 when not launched. */
+int zero__launch_rank(void);
+/* The job's number of ranks, or 0 when no launcher says. */
+int zero__launch_size(void);
+/* The job's ranks on this machine, or 0 when no launcher says. */
+int zero__launch_local_size(void);
+/* Entry `node` (0-based) of Slurm's tasks-per-node list ("2(x3),1" is 2, 2, 2, 1), or -1 when the
+ * list is malformed or shorter. */
+int zero__slurm_tasks_on_node(const char *list, int node);
+
 #endif /* ZERO_COMM_INTERNAL_H */

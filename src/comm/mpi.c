@@ -230,10 +230,6 @@ fail_oom:
 
 int zero_comm_mpi_available(void) { return 1; }
 
-int zero_comm_mpi_launched(void) {
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
-}
-
 static const char *thread_level_name(int level) {
     switch (level) {
     case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";

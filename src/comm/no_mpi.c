@@ -3,10 +3,6 @@
 
 int zero_comm_mpi_available(void) { return 0; }
 
-int zero_comm_mpi_launched(void) {
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
-}
-
 zero_status_t zero_comm_mpi_init(zero_comm_t **out, const zero_comm_params_t *params) {
     (void)params;
     if (out) *out = NULL;

@@ -13,6 +13,7 @@
  */
 #include "train/trainer.h"
 
+#include "comm/comm_internal.h"
 #include "core/core_internal.h"
 #include "core/fileio.h"
 #include "kernels/kernels.h"
@@ -26,11 +27,13 @@
 
 #include <cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Shared by the ranks of one process. */
@@ -486,6 +489,47 @@ static zero_status_t gather_reports(run_t *r, const zero_train_rank_report_t *mi
     return st;
 }
 
+/* Every rank writes its shard files into the temporary directory rank 0 makes in train.save_dir
+ * (docs/checkpoint-format.md), so the ranks must share that directory: on nodes whose save_dir
+ * is a local disk the first save would fail after a whole interval of training. Checked before
+ * step 1: rank 0 creates a probe file named by a token it shares, every rank looks for it. */
+static zero_status_t check_save_dir_shared(run_t *r) {
+    const zero_train_config_t *cfg = r->cfg;
+    if (!cfg->save_dir[0] || r->job->world == 1 || r->job->backend != ZERO_BACKEND_MPI)
+        return ZERO_OK; /* thread ranks share one process's file system */
+    /* below 2^53: exact in the double the sum carries */
+    const uint64_t mine = ((uint64_t)getpid() << 32 ^ (uint64_t)(zero_time_now() * 1e6)) >> 11;
+    double token = r->rank == 0 ? (double)mine : 0.0;
+    zero_status_t st = sum_ranks(r, &token, 1);
+    if (st) return st;
+    char probe[ZERO_CONFIG_STR_MAX + 64];
+    snprintf(probe, sizeof probe, "%s/.shared-probe-%.0f", cfg->save_dir, token);
+    if (r->rank == 0) {
+        int fd = open(probe, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        if (fd < 0)
+            st = zero__error(ZERO_ERR_IO, "train.save_dir: cannot create %s: %s", probe,
+                             strerror(errno));
+        else
+            close(fd);
+    }
+    st = agree_status(r, st, "create a probe file in train.save_dir");
+    if (st) return st;
+    struct stat sb;
+    if (r->rank != 0 && stat(probe, &sb) != 0)
+        st = zero__error(ZERO_ERR_CONFIG,
+                         "train.save_dir = \"%s\" is not the directory rank 0 writes: rank %d "
+                         "does not see rank 0's probe file %s (expected a directory every rank "
+                         "shares, such as a shared file system: each rank writes its shard files "
+                         "into the checkpoint directory rank 0 creates; docs/multinode.md)",
+                         cfg->save_dir, r->rank, probe);
+    /* the others have looked once every rank has come back */
+    zero_status_t agreed = agree_status(r, st,
+                                        "see train.save_dir as rank 0 does (expected a "
+                                        "directory every rank shares; docs/multinode.md)");
+    if (r->rank == 0) unlink(probe);
+    return agreed;
+}
+
 /* Before step 1: output checks, engine, model, batch buffers, the start-up report, the
  * matmul peak, the resume point, the checkpoint and metrics checks and the first
  * evaluation. Leaves r->pos, r->ckpt_path, r->start and r->my_peak. */
@@ -501,6 +545,7 @@ static zero_status_t rank_setup(run_t *r, zero_train_report_t *rep) {
     st = zero__train_outputs_check(cfg, job->io->report_path, job->io->metrics_path, rank);
     if (!st && rank == 0) st = zero__monitor_check(cfg);
     st = agree_status(r, st, "use the output paths");
+    if (!st) st = check_save_dir_shared(r);
     if (st) return st;
 
     /* engine + model */
@@ -919,23 +964,17 @@ static zero_status_t choose_backend(const zero_train_config_t *cfg, zero_backend
     return ZERO_OK;
 }
 
-static int env_int(const char *name) {
-    const char *v = getenv(name);
-    return v && *v ? atoi(v) : 0;
-}
-
 int zero__train_world_size(const zero_train_config_t *cfg) {
     zero_backend_t b = ZERO_BACKEND_THREADS;
     if (choose_backend(cfg, &b) || b == ZERO_BACKEND_THREADS) return cfg->ranks;
-    /* Before MPI_Init: the launcher's environment (Open MPI, then PMI). */
-    int n = env_int("OMPI_COMM_WORLD_SIZE");
-    if (n <= 0) n = env_int("PMI_SIZE");
+    /* Before MPI_Init: the launcher's environment (comm/launch.c). */
+    int n = zero__launch_size();
     return n > 0 ? n : 1;
 }
 
-/* Ranks of the job on this machine: all of them, or mpirun's local count. */
+/* Ranks of the job on this machine: all of them, or the launcher's local count. */
 static int local_ranks(zero_backend_t b, int world) {
-    int local = b == ZERO_BACKEND_MPI ? env_int("OMPI_COMM_WORLD_LOCAL_SIZE") : 0;
+    int local = b == ZERO_BACKEND_MPI ? zero__launch_local_size() : 0;
     return local > 0 ? local : world;
 }
 
@@ -949,7 +988,7 @@ static int threads_per_rank(const zero_train_config_t *cfg, zero_backend_t b, in
 
 /* The process that prints before the ranks exist: the only one, or MPI's rank 0. */
 static int first_process(zero_backend_t b) {
-    return b != ZERO_BACKEND_MPI || env_int("OMPI_COMM_WORLD_RANK") == 0;
+    return b != ZERO_BACKEND_MPI || zero__launch_rank() <= 0;
 }
 
 int zero__train_machine_threads(const zero_train_config_t *cfg) {
