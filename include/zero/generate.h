@@ -11,7 +11,7 @@
  * zero_sample draws a token from logits.
  *
  * Not here: tokenizers (the trainer's byte-level models take bytes; a larger vocabulary takes
- * token ids), quantized weights, weights on disk, generation sharded over ranks, MoE models
+ * token ids), weights on disk, generation sharded over ranks, MoE models
  * (refused, naming the key).
  *
  * Ownership: paths and params are borrowed for the call; logits pointers stay valid until the
@@ -43,9 +43,19 @@ typedef struct zero_generator_params {
      * nearest even on load; the training model's 16-bit kernels, fp32 accumulation, fp32
      * logits): half the bytes a step reads. */
     zero_dtype_t dtype;
+    /* 0: every weight in dtype. 8 or 4: the weight matrices (attention qkv and projection, MLP
+     * fc and projection, wte: the tied head and the embedding rows) stored as int8 or int4,
+     * group-wise symmetric (ZeRO-Inference's scheme): each row's input features in groups of
+     * group_size, one fp32 scale per group, s = max|w| / 127 (int4: / 7), q = round(w / s).
+     * The matmuls convert the weights in registers (never the whole matrix); activations stay
+     * fp32 (dtype must be fp32). About 1 + 4 / group_size (int4: 0.5 + 4 / group_size) bytes per
+     * weight. */
+    int weight_bits;
+    int group_size; /* elements per scale: even, 2..1024 (64, DeepSpeed's default) */
 } zero_generator_params_t;
 
-/* Defaults: batch 1, max_seq 0 (the context), 1 thread, heads 0 (from the file), fp32. */
+/* Defaults: batch 1, max_seq 0 (the context), 1 thread, heads 0 (from the file), fp32, weights
+ * not quantized (weight_bits 0, group_size 64). */
 ZERO_API zero_generator_params_t zero_generator_params_default(void);
 
 typedef struct zero_generator_info {
@@ -53,10 +63,11 @@ typedef struct zero_generator_info {
     int batch, max_seq;                 /* as loaded */
     size_t param_count;                 /* parameters (the tied head counted once) */
     zero_dtype_t dtype;                 /* of the weights, activations and cache */
-    size_t weight_bytes;                /* resident weights (per-tensor padding included) */
-    size_t kv_cache_bytes;              /* 2 x layers x batch x max_seq x dim x dtype size */
-    size_t activation_bytes;            /* working buffers of a forward */
-    const char *format;                 /* "checkpoint" or "safetensors" */
+    int weight_bits, group_size;        /* quantized matrices: 8 or 4 and the group; else 0 */
+    size_t weight_bytes;   /* the weights as stored (quantized rows and scales, padding included) */
+    size_t kv_cache_bytes; /* 2 x layers x batch x max_seq x dim x dtype size */
+    size_t activation_bytes; /* working buffers of a forward */
+    const char *format;      /* "checkpoint" or "safetensors" */
 } zero_generator_info_t;
 
 typedef struct zero_generator zero_generator_t;

@@ -23,7 +23,8 @@ static void usage(FILE *out) {
         "F)\n"
         "                     [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
         "                     [--seed S] [--batch B] [--greedy] [--stream] [--json]\n"
-        "                     [--dtype fp32|bf16] [--threads N] [--heads H]\n\n"
+        "                     [--dtype fp32|bf16] [--weights int8|int4] [--group-size G]\n"
+        "                     [--threads N] [--heads H]\n\n"
         "  --model           a checkpoint directory (step-00000123), a save directory (its\n"
         "                    `latest`), SAVE_DIR/latest, or a safetensors file with Hugging\n"
         "                    Face GPT-2 names (zero convert's, or another's)\n"
@@ -42,6 +43,9 @@ static void usage(FILE *out) {
         "  --json            one JSON object on stdout: the text, the tokens and the figures\n"
         "  --dtype           weights, activations and KV cache: fp32 (default) or bf16\n"
         "                    (weights rounded to nearest even: half the bytes per step)\n"
+        "  --weights         int8 or int4: the weight matrices quantized group-wise\n"
+        "                    (symmetric, one fp32 scale per group; activations fp32)\n"
+        "  --group-size      input features per scale of --weights (default 64; even, <= 1024)\n"
         "  --threads         cores to use (default: all)\n"
         "  --heads           attention heads of a safetensors file that does not say (default:\n"
         "                    zero convert's metadata, config.json beside the file, dim / 64)\n\n"
@@ -50,9 +54,16 @@ static void usage(FILE *out) {
         "docs/inference.md has the details.\n");
 }
 
+/* "int8" / "int4" for quantized weights, else the dtype's name. */
+static const char *weights_name(const zero_generator_info_t *in) {
+    return in->weight_bits == 8   ? "int8"
+           : in->weight_bits == 4 ? "int4"
+                                  : zero_dtype_name(in->dtype);
+}
+
 typedef struct opts {
     const char *model, *prompt, *prompt_file;
-    int max_new, top_k, batch, greedy, stream, json, threads, heads;
+    int max_new, top_k, batch, greedy, stream, json, threads, heads, weight_bits, group_size;
     zero_dtype_t dtype;
     double temperature, top_p;
     uint64_t seed;
@@ -61,7 +72,7 @@ typedef struct opts {
 static int parse(int argc, char **argv, opts_t *o) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (opts_t){
-        NULL, NULL, NULL, 64, 0, 1, 0, 0, 0, cores > 0 ? (int)cores : 1, 0, ZERO_DTYPE_FP32,
+        NULL, NULL, NULL, 64, 0, 1, 0, 0, 0, cores > 0 ? (int)cores : 1, 0, 0, 64, ZERO_DTYPE_FP32,
         1.0,  1.0,  1337};
     const char *const prog = "zero generate";
     for (int i = 1; i < argc; i++) {
@@ -114,6 +125,24 @@ static int parse(int argc, char **argv, opts_t *o) {
                         v);
                 return 2;
             }
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--weights"))) {
+            if (!strcmp(v, "int8") || !strcmp(v, "int4")) {
+                o->weight_bits = !strcmp(v, "int8") ? 8 : 4;
+            } else {
+                fprintf(stderr,
+                        "zero generate: --weights '%s' is invalid (expected int8 or int4)\n", v);
+                return 2;
+            }
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--group-size"))) {
+            if (!zero__cli_number(prog, a, v, 2, 1, &d)) return 2;
+            if ((long long)d % 2 || d > 1024) {
+                fprintf(stderr,
+                        "zero generate: --group-size '%s' is invalid (expected an even number "
+                        "from 2 to 1024)\n",
+                        v);
+                return 2;
+            }
+            o->group_size = (int)d;
         } else if ((v = zero__cli_arg_value(argc, argv, &i, "--heads"))) {
             if (!zero__cli_number(prog, a, v, 1, 1, &d)) return 2;
             o->heads = (int)d;
@@ -126,7 +155,9 @@ static int parse(int argc, char **argv, opts_t *o) {
                       : !o->prompt == !o->prompt_file ? "give one of --prompt and --prompt-file"
                       : o->stream && o->json          ? "--stream and --json exclude each other"
                       : o->stream && o->batch > 1 ? "--stream prints one sequence: use --batch 1"
-                                                  : NULL;
+                      : o->weight_bits && o->dtype != ZERO_DTYPE_FP32
+                          ? "--weights runs on fp32 activations: drop --dtype bf16"
+                          : NULL;
     if (bad) {
         fprintf(stderr, "zero generate: %s (try `zero generate --help`)\n", bad);
         return 2;
@@ -217,6 +248,8 @@ int zero__cli_generate(int argc, char **argv) {
     gp.threads = o.threads;
     gp.heads = o.heads;
     gp.dtype = o.dtype;
+    gp.weight_bits = o.weight_bits;
+    gp.group_size = o.group_size;
     /* the cache holds the prompt and every new token but the last (capped at the context) */
     gp.max_seq = plen + (size_t)o.max_new - 1 > (size_t)1 << 30 ? 0 : (int)plen + o.max_new - 1;
     double t0 = zero_time_now();
@@ -307,6 +340,7 @@ int zero__cli_generate(int argc, char **argv) {
         cJSON_AddStringToObject(j, "model", o.model);
         cJSON_AddStringToObject(j, "format", in->format);
         cJSON_AddStringToObject(j, "dtype", zero_dtype_name(in->dtype));
+        cJSON_AddStringToObject(j, "weights", weights_name(in));
         const struct {
             const char *k;
             double v;
@@ -325,6 +359,7 @@ int zero__cli_generate(int argc, char **argv) {
                     {"prefill_tokens_per_s", ttft > 0 ? (double)P * B / ttft : 0},
                     {"decode_s", decode_s},
                     {"decode_tokens_per_s", decode_tps},
+                    {"group_size", in->group_size},
                     {"peak_rss_bytes", peak},
                     {"weight_bytes", (double)in->weight_bytes},
                     {"kv_cache_bytes", (double)in->kv_cache_bytes},
@@ -364,8 +399,8 @@ int zero__cli_generate(int argc, char **argv) {
                 "positions x batch %d), working buffers %.1f MiB\n",
                 in->format, in->layers, in->dim, in->param_count, load_s, P, B, ttft * 1e3,
                 ttft > 0 ? (double)P * B / ttft : 0, n > 0 ? n - 1 : 0, B, decode_s, decode_tps,
-                o.threads, peak / 1048576.0, (double)in->weight_bytes / 1048576.0,
-                zero_dtype_name(in->dtype), (double)in->kv_cache_bytes / 1048576.0, in->max_seq, B,
+                o.threads, peak / 1048576.0, (double)in->weight_bytes / 1048576.0, weights_name(in),
+                (double)in->kv_cache_bytes / 1048576.0, in->max_seq, B,
                 (double)in->activation_bytes / 1048576.0);
     }
     rc = 0;

@@ -16,8 +16,11 @@
  * tokens, so the working buffers are batch x CHUNK rows whatever the context. bf16: the
  * training model's 16-bit I/O kernels (kernels_lp.h) on bf16 weights, activations and cache,
  * fp32 logits, as gpt.c runs them.
- * Not here: quantized weights, MoE layers (refused), sampling (sample.c), timing and printing
- * (the CLI).
+ * Quantized weights (weight_bits 8 or 4): the units are stored tensor by tensor (each at a
+ * multiple of 64 bytes), the matrices (is_quantized) as one quant.c wire per row, quantized as
+ * the loaders deliver them (row by row, so the fp32 model is never held whole), and read by
+ * zero__matmul_forward_q; wte's embedding rows are dequantized one by one.
+ * Not here: MoE layers (refused), sampling (sample.c), timing and printing (the CLI).
  */
 #include "zero/generate.h"
 
@@ -25,6 +28,7 @@
 #include "core/core_internal.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_lp.h"
+#include "kernels/quant.h"
 #include "model/carve.h"
 #include "model/gpt.h"
 #include "zero/ckpt.h"
@@ -50,23 +54,32 @@ struct zero_generator {
     int threads, pos;
     zero_dtype_t dt; /* weights, activations and the cache: fp32 or bf16 */
     size_t es;       /* its element size */
+    int wbits;       /* 0: every weight in dt; 8 or 4: the matrices quantized (is_quantized) */
+    size_t group;    /* elements per scale of a quantized row */
     /* the layout: L + 2 units of the descriptions in descs */
     zero_tensor_desc_t
         descs[ZERO_GPT_EMB_TENSORS + ZERO_GPT_BLOCK_TENSORS + ZERO_GPT_FINAL_TENSORS];
-    zero_ckpt_unit_t *units;     /* (L + 2) owned */
+    zero_ckpt_unit_t *units;     /* (L + 2) owned: the fp32 layout the loaders fill */
     zero_ckpt_tensor_t *tensors; /* owned, every unit's */
     char (*unit_names)[24];      /* (L + 2) owned */
-    size_t *unit_offset;         /* (L + 2) owned: each unit's first element in w */
     zero_ckpt_layout_t layout;
-    void *w;                             /* owned: every unit, padded, in dt */
-    const void *wte, *wpe, *lnfw, *lnfb; /* views into w */
-    const void *(*blk)[BLOCK_TENSORS];   /* (L) owned: views into w */
-    void *kv;                            /* owned: (L, 2, B, NH, max_seq, hs) in dt */
+    /* Stored layout: unit u's region starts at byte region_off[u] of w; tensor k (of tensors)
+     * at byte tbyte[k] of its unit's region, in dt or quantized row by row. */
+    size_t *region_off;                /* (L + 2) owned */
+    size_t *tbyte;                     /* (tensors) owned */
+    void *w;                           /* owned: every unit's region */
+    const void *(*blk)[BLOCK_TENSORS]; /* (L) owned: views into w */
+    const void *wte, *wpe, *lnfw, *lnfb;
+    /* loading a quantized tensor: the row being assembled (largest row) and its filled count */
+    float *rowbuf;
+    size_t rowfill;
+    void *kv; /* owned: (L, 2, B, NH, max_seq, hs) in dt */
     /* working buffers, one owned block: rows = batch x CHUNK */
     void *act;
     void *x, *ln, *atty, *res2, *qkv, *fch, *last; /* (rows, ...) in dt */
     float *mean, *rstd, *logits, *scratch;         /* fp32 */
-    int32_t *tok;                                  /* (rows) the chunk's tokens, contiguous */
+    void *wrow;   /* (threads, 4C) bytes: the quantized matmuls' unpacked int4 rows */
+    int32_t *tok; /* (rows) the chunk's tokens, contiguous */
 };
 
 /* Element i of a dt buffer. */
@@ -75,13 +88,38 @@ static void *at(const zero_generator_t *g, const void *base, size_t i) {
 }
 
 zero_generator_params_t zero_generator_params_default(void) {
-    zero_generator_params_t p = {1, 0, 1, 0, ZERO_DTYPE_FP32};
+    zero_generator_params_t p = {1, 0, 1, 0, ZERO_DTYPE_FP32, 0, 64};
     return p;
 }
 
 /* ------------------------------------------------------------------------------ layout */
 
-/* Units and tensors of cfg in the engine's layout; the weight block and its views. */
+/* 1 when tensor t of unit u is stored quantized: with --weights int8|int4, the matrices the
+ * matmuls read (qkv, attention projection, fc, MLP projection) and wte (the tied head, and the
+ * embedding rows); wpe (one row read per token), biases and LayerNorms stay in dt. */
+static int is_quantized(const zero_generator_t *g, int u, int t) {
+    if (!g->wbits) return 0;
+    if (u == 0) return t == 0;
+    return u <= g->cfg.layers && (t == QKVW || t == APW || t == FCW || t == FPW);
+}
+
+/* Bytes of tensor t of unit u as stored. */
+static size_t stored_bytes(const zero_generator_t *g, int u, int t) {
+    const zero_ckpt_tensor_t *T = &g->units[u].tensors[t];
+    if (is_quantized(g, u, t))
+        return T->shape[0] * zero__q_row_bytes(g->wbits, T->shape[1], g->group);
+    size_t n = 1;
+    for (int i = 0; i < T->ndim; i++) n *= T->shape[i];
+    return n * g->es;
+}
+
+/* Tensor t of unit u as stored, in the region at base. */
+static const void *tensor_at(const zero_generator_t *g, const void *base, int u, int t) {
+    return (const char *)base + g->tbyte[g->units[u].tensors + t - g->tensors];
+}
+
+/* Units and tensors of cfg in the engine's layout (what the loaders fill); the stored layout
+ * (every tensor at a multiple of 64 bytes, in dt or quantized); the weight block and its views. */
 static zero_status_t build_layout(zero_generator_t *g) {
     const int L = g->cfg.layers, nu = L + 2;
     zero_tensor_desc_t *emb = g->descs, *blk = emb + ZERO_GPT_EMB_TENSORS;
@@ -93,9 +131,12 @@ static zero_status_t build_layout(zero_generator_t *g) {
     g->units = calloc((size_t)nu, sizeof *g->units);
     g->tensors = calloc(nt, sizeof *g->tensors);
     g->unit_names = calloc((size_t)nu, sizeof *g->unit_names);
-    g->unit_offset = calloc((size_t)nu, sizeof *g->unit_offset);
+    g->region_off = calloc((size_t)nu, sizeof *g->region_off);
+    g->tbyte = calloc(nt, sizeof *g->tbyte);
     g->blk = calloc((size_t)L, sizeof *g->blk);
-    if (!g->units || !g->tensors || !g->unit_names || !g->unit_offset || !g->blk)
+    g->rowbuf = malloc(4 * (size_t)ZERO_MAX(g->cfg.dim, 1) * sizeof *g->rowbuf);
+    if (!g->units || !g->tensors || !g->unit_names || !g->region_off || !g->tbyte || !g->blk ||
+        !g->rowbuf)
         return zero__error(ZERO_ERR_OUT_OF_MEMORY, "generate: out of memory for the layout");
     size_t k = 0, total = 0;
     for (int u = 0; u < nu; u++) {
@@ -121,19 +162,22 @@ static zero_status_t build_layout(zero_generator_t *g) {
             off = T->offset + (t + 1 < n ? zero__tensor_span(count) : count);
         }
         g->units[u] = (zero_ckpt_unit_t){g->unit_names[u], off, n, &g->tensors[k], 0};
-        g->unit_offset[u] = total;
-        total += zero__padded_count(off, 1);
+        g->region_off[u] = total;
+        for (int t = 0; t < n; t++) {
+            g->tbyte[k + (size_t)t] = total - g->region_off[u];
+            total += zero__align_up(stored_bytes(g, u, t), 64);
+        }
         k += (size_t)n;
     }
     g->layout = (zero_ckpt_layout_t){nu, g->units};
-    g->info.weight_bytes = total * g->es;
+    g->info.weight_bytes = total;
     g->info.param_count = zero__gpt_param_count(&g->cfg);
     g->w = zero_mem_calloc(NULL, ZERO_MEM_PARAMS, g->info.weight_bytes, 64);
     if (!g->w)
         return zero__error(ZERO_ERR_OUT_OF_MEMORY,
                            "generate: cannot allocate %.1f MiB of weights (%zu parameters)",
                            (double)g->info.weight_bytes / 1048576.0, g->info.param_count);
-#define VIEW(u, t) at(g, g->w, g->unit_offset[u] + g->units[u].tensors[t].offset)
+#define VIEW(u, t) tensor_at(g, (const char *)g->w + g->region_off[u], u, t)
     g->wte = VIEW(0, 0);
     g->wpe = VIEW(0, 1);
     for (int l = 0; l < L; l++)
@@ -144,7 +188,28 @@ static zero_status_t build_layout(zero_generator_t *g) {
     return ZERO_OK;
 }
 
-/* The loaders' io->put: elements of a unit's (unpadded) buffer. */
+/* Elements [lo, hi) of quantized tensor t of unit u, arriving in order (both loaders deliver a
+ * tensor front to back): gathered row by row in rowbuf, each full row quantized into place. */
+static void put_quantized(zero_generator_t *g, char *dst, const zero_ckpt_tensor_t *T,
+                          const float *in, size_t lo, size_t hi) {
+    const size_t K = T->shape[1], rb = zero__q_row_bytes(g->wbits, K, g->group);
+    for (size_t i = lo; i < hi;) {
+        const size_t idx = i - T->offset, r = idx / K, c = idx % K, m = ZERO_MIN(K - c, hi - i);
+        ZERO_ASSERT(c == g->rowfill); /* in order */
+        memcpy(g->rowbuf + c, in + (i - lo), m * sizeof *in);
+        g->rowfill += m;
+        i += m;
+        if (g->rowfill < K) continue;
+        if (g->wbits == 8)
+            zero__q8_quantize_g(dst + r * rb, g->rowbuf, ZERO_DTYPE_FP32, K, g->group, 1);
+        else
+            zero__q4_quantize_g(dst + r * rb, g->rowbuf, ZERO_DTYPE_FP32, K, g->group, 1);
+        g->rowfill = 0;
+    }
+}
+
+/* The loaders' io->put: elements of a unit's (unpadded) buffer, stored tensor by tensor (the
+ * padding between tensors is dropped). */
 static zero_status_t put_params(void *user, int rank, int unit, zero_ckpt_state_t state,
                                 size_t offset, size_t count, const float *in) {
     zero_generator_t *g = user;
@@ -154,7 +219,20 @@ static zero_status_t put_params(void *user, int rank, int unit, zero_ckpt_state_
         return zero__error(ZERO_ERR_INVALID_ARG,
                            "generate: load of %zu elements at %zu of unit %d outside the model",
                            count, offset, unit);
-    zero__narrow(at(g, g->w, g->unit_offset[unit] + offset), in, count, g->dt); /* RNE */
+    const zero_ckpt_unit_t *U = &g->units[unit];
+    char *region = (char *)g->w + g->region_off[unit];
+    for (int t = 0; t < U->tensor_count; t++) {
+        const zero_ckpt_tensor_t *T = &U->tensors[t];
+        size_t n = 1;
+        for (int i = 0; i < T->ndim; i++) n *= T->shape[i];
+        const size_t lo = ZERO_MAX(offset, T->offset), hi = ZERO_MIN(offset + count, T->offset + n);
+        if (lo >= hi) continue;
+        char *dst = region + g->tbyte[T - g->tensors];
+        if (is_quantized(g, unit, t))
+            put_quantized(g, dst, T, in + (lo - offset), lo, hi);
+        else /* RNE into bf16 */
+            zero__narrow(dst + (lo - T->offset) * g->es, in + (lo - offset), hi - lo, g->dt);
+    }
     return ZERO_OK;
 }
 
@@ -358,6 +436,7 @@ static size_t carve_buffers(zero_generator_t *g, char *base) {
     zero__carve(base, &off, R, f, &g->rstd);
     zero__carve(base, &off, B * V, f, &g->logits);
     zero__carve(base, &off, scratch, f, &g->scratch);
+    zero__carve(base, &off, g->wbits ? (size_t)g->threads * 4 * C : 0, 1, &g->wrow);
     zero__carve(base, &off, R, sizeof(int32_t), &g->tok);
     return off;
 }
@@ -394,6 +473,19 @@ zero_status_t zero_generator_init(zero_generator_t **out, const char *path,
         return zero__error(ZERO_ERR_CONFIG,
                            "generate: dtype %s is not supported (expected fp32 or bf16)",
                            zero_dtype_name(p.dtype));
+    if (p.weight_bits != 0 && p.weight_bits != 8 && p.weight_bits != 4)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "generate: weight_bits = %d (expected 0 for weights in the dtype, 8 "
+                           "for int8 or 4 for int4)",
+                           p.weight_bits);
+    if (p.weight_bits && (p.group_size < 2 || p.group_size > ZERO__Q_GROUP_MAX ||
+                          p.group_size % 2 || p.dtype != ZERO_DTYPE_FP32))
+        return zero__error(ZERO_ERR_CONFIG,
+                           "generate: int%d weights with group_size %d and dtype %s (expected an "
+                           "even group size in [2, %d] and dtype fp32: the activations of "
+                           "quantized weights are fp32)",
+                           p.weight_bits, p.group_size, zero_dtype_name(p.dtype),
+                           ZERO__Q_GROUP_MAX);
     struct stat sb;
     if (stat(path, &sb) != 0)
         return zero__error(ZERO_ERR_IO,
@@ -406,6 +498,10 @@ zero_status_t zero_generator_init(zero_generator_t **out, const char *path,
     g->dt = p.dtype;
     g->es = zero_dtype_size(p.dtype);
     g->info.dtype = p.dtype;
+    g->wbits = p.weight_bits;
+    g->group = g->wbits ? (size_t)p.group_size : 0;
+    g->info.weight_bits = p.weight_bits;
+    g->info.group_size = g->wbits ? p.group_size : 0;
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     zero_status_t st = S_ISDIR(sb.st_mode) || !strcmp(base, "latest")
@@ -433,7 +529,9 @@ void zero_generator_free(zero_generator_t *g) {
     zero_mem_free(g->kv);
     zero_mem_free(g->w);
     free(g->blk);
-    free(g->unit_offset);
+    free(g->rowbuf);
+    free(g->tbyte);
+    free(g->region_off);
     free(g->unit_names);
     free(g->tensors);
     free(g->units);
@@ -465,7 +563,10 @@ static void k_layernorm(zero_generator_t *g, void *out, const void *inp, const v
 
 static void k_matmul(const zero_generator_t *g, void *out, const void *inp, const void *w,
                      const void *bias, size_t rows, size_t C, size_t OC) {
-    if (LP)
+    if (g->wbits)
+        zero__matmul_forward_q(out, inp, w, g->wbits, g->group, bias, rows, C, OC, g->wrow,
+                               g->threads);
+    else if (LP)
         zero__matmul_forward_lp(out, g->dt, inp, w, bias, g->dt, rows, C, OC, g->threads);
     else
         zero__matmul_forward(out, inp, w, bias, rows, C, OC, g->threads);
@@ -488,7 +589,19 @@ static void forward(zero_generator_t *g, const int32_t *tokens, size_t ld, size_
     const int th = g->threads;
     for (size_t b = 0; b < B; b++) memcpy(g->tok + b * T, tokens + b * ld, T * sizeof *g->tok);
     /* positions [pos, pos + T): wpe from row pos */
-    if (LP)
+    if (g->wbits) /* wte's rows dequantized one by one, then wpe added (the kernel's sum) */
+        for (size_t r = 0; r < BT; r++) {
+            float *xr = (float *)g->x + r * C;
+            const float *pe = (const float *)g->wpe + (pos + r % T) * C;
+            const unsigned char *row = (const unsigned char *)g->wte +
+                                       (size_t)g->tok[r] * zero__q_row_bytes(g->wbits, C, g->group);
+            if (g->wbits == 8)
+                zero__q8_dequantize_g(xr, ZERO_DTYPE_FP32, row, C, g->group, 1);
+            else
+                zero__q4_dequantize_g(xr, ZERO_DTYPE_FP32, row, C, g->group, 1);
+            for (size_t i = 0; i < C; i++) xr[i] += pe[i];
+        }
+    else if (LP)
         zero__embedding_forward_lp(g->x, g->tok, g->wte, at(g, g->wpe, pos * C), g->dt, B, T, C,
                                    th);
     else
@@ -529,7 +642,9 @@ static void forward(zero_generator_t *g, const int32_t *tokens, size_t ld, size_
         memcpy(at(g, g->last, b * C), at(g, g->x, (b * T + T - 1) * C), C * es);
     k_layernorm(g, g->ln, g->last, g->lnfw, g->lnfb, B);
     /* the tied head; logits fp32 in every dtype (the GEMM accumulates in fp32) */
-    if (LP)
+    if (g->wbits)
+        k_matmul(g, g->logits, g->ln, g->wte, NULL, B, C, V);
+    else if (LP)
         zero__matmul_forward_lp(g->logits, ZERO_DTYPE_FP32, g->ln, g->wte, NULL, g->dt, B, C, V,
                                 th);
     else

@@ -47,42 +47,43 @@ static float block_scale(const float *x, size_t k, float qmax) {
 
 /* The block functions share one signature, for over_blocks: blocks [b0, b1) of an n-element
  * call from src into dst (quantize: x into the wire; dequantize: the wire into y, += with add). */
-typedef void (*blocks_fn)(void *dst, const void *src, zero_dtype_t dt, size_t n, size_t b0,
-                          size_t b1, int add);
+typedef void (*blocks_fn)(void *dst, const void *src, zero_dtype_t dt, size_t n, size_t G,
+                          size_t b0, size_t b1, int add);
 
 /* fn over the call's nb blocks on up to `threads` threads, in contiguous runs of whole blocks. */
 static void over_blocks(blocks_fn fn, void *dst, const void *src, zero_dtype_t dt, size_t n,
-                        size_t nb, int threads, int add) {
+                        size_t G, int threads, int add) {
+    ZERO_ASSERT(G >= 1 && G <= ZERO__Q_GROUP_MAX);
+    const size_t nb = zero__q_groups(n, G);
     const int nt = kthreads(n, threads);
     if (nt == 1) {
-        fn(dst, src, dt, n, 0, nb, add);
+        fn(dst, src, dt, n, G, 0, nb, add);
         return;
     }
 #pragma omp parallel num_threads(nt)
     {
         size_t lo, hi;
         kslice(nb, GRANULE, &lo, &hi);
-        if (hi > lo) fn(dst, src, dt, n, lo, hi, add);
+        if (hi > lo) fn(dst, src, dt, n, G, lo, hi, add);
     }
 }
 
-static void quantize_blocks(void *dst, const void *x, zero_dtype_t dt, size_t n, size_t b0,
-                            size_t b1, int add) {
+static void quantize_blocks(void *dst, const void *x, zero_dtype_t dt, size_t n, size_t G,
+                            size_t b0, size_t b1, int add) {
     (void)add;
     unsigned char *out = dst;
-    float buf[ZERO__Q8_BLOCK];
-    float *scales = (float *)out;
-    int8_t *q = (int8_t *)(out + 4 * zero__q8_blocks(n));
+    float buf[ZERO__Q_GROUP_MAX];
+    int8_t *q = (int8_t *)(out + 4 * zero__q_groups(n, G));
     const size_t es = zero_dtype_size(dt);
     for (size_t b = b0; b < b1; b++) {
-        const size_t lo = b * ZERO__Q8_BLOCK, k = ZERO_MIN((size_t)ZERO__Q8_BLOCK, n - lo);
+        const size_t lo = b * G, k = ZERO_MIN(G, n - lo);
         const float *xf = buf;
         if (dt == ZERO_DTYPE_FP32)
             xf = (const float *)x + lo;
         else
             zero__widen(buf, (const unsigned char *)x + lo * es, k, dt);
         const float s = block_scale(xf, k, 127.0f);
-        scales[b] = s;
+        memcpy(out + 4 * b, &s, sizeof s); /* any alignment: rows of a matrix pack end to end */
         int8_t *qb = q + lo;
         if (!(s > 0.0f)) { /* zeros, or NaN (the scale carries it) */
             memset(qb, 0, k);
@@ -96,17 +97,17 @@ static void quantize_blocks(void *dst, const void *x, zero_dtype_t dt, size_t n,
     }
 }
 
-static void dequantize_blocks(void *y, const void *src, zero_dtype_t dt, size_t n, size_t b0,
-                              size_t b1, int add) {
+static void dequantize_blocks(void *y, const void *src, zero_dtype_t dt, size_t n, size_t G,
+                              size_t b0, size_t b1, int add) {
     (void)add;
     const unsigned char *in = src;
-    float buf[ZERO__Q8_BLOCK];
-    const float *scales = (const float *)in;
-    const int8_t *q = (const int8_t *)(in + 4 * zero__q8_blocks(n));
+    float buf[ZERO__Q_GROUP_MAX];
+    const int8_t *q = (const int8_t *)(in + 4 * zero__q_groups(n, G));
     const size_t es = zero_dtype_size(dt);
     for (size_t b = b0; b < b1; b++) {
-        const size_t lo = b * ZERO__Q8_BLOCK, k = ZERO_MIN((size_t)ZERO__Q8_BLOCK, n - lo);
-        const float s = scales[b];
+        const size_t lo = b * G, k = ZERO_MIN(G, n - lo);
+        float s;
+        memcpy(&s, in + 4 * b, sizeof s);
         float *yf = dt == ZERO_DTYPE_FP32 ? (float *)y + lo : buf;
         const int8_t *qb = q + lo;
         for (size_t i = 0; i < k; i++) yf[i] = (float)qb[i] * s;
@@ -114,26 +115,36 @@ static void dequantize_blocks(void *y, const void *src, zero_dtype_t dt, size_t 
     }
 }
 
+void zero__q8_quantize_g(void *out, const void *x, zero_dtype_t dt, size_t n, size_t group,
+                         int threads) {
+    over_blocks(quantize_blocks, out, x, dt, n, group, threads, 0);
+}
+
+void zero__q8_dequantize_g(void *y, zero_dtype_t dt, const void *in, size_t n, size_t group,
+                           int threads) {
+    over_blocks(dequantize_blocks, y, in, dt, n, group, threads, 0);
+}
+
 void zero__q8_quantize(void *out, const void *x, zero_dtype_t dt, size_t n, int threads) {
-    over_blocks(quantize_blocks, out, x, dt, n, zero__q8_blocks(n), threads, 0);
+    zero__q8_quantize_g(out, x, dt, n, ZERO__Q8_BLOCK, threads);
 }
 
 void zero__q8_dequantize(void *y, zero_dtype_t dt, const void *in, size_t n, int threads) {
-    over_blocks(dequantize_blocks, y, in, dt, n, zero__q8_blocks(n), threads, 0);
+    zero__q8_dequantize_g(y, dt, in, n, ZERO__Q8_BLOCK, threads);
 }
 
 /* ------------------------------------------------------------------------------ int4 */
 
-static void q4_quantize_blocks(void *dst, const void *x, zero_dtype_t dt, size_t n, size_t b0,
-                               size_t b1, int add) {
+static void q4_quantize_blocks(void *dst, const void *x, zero_dtype_t dt, size_t n, size_t G,
+                               size_t b0, size_t b1, int add) {
     (void)add;
     unsigned char *out = dst;
-    float buf[ZERO__Q4_BLOCK];
-    int8_t t[ZERO__Q4_BLOCK + 1];
-    unsigned char *q = out + 4 * zero__q4_blocks(n);
+    float buf[ZERO__Q_GROUP_MAX];
+    int8_t t[ZERO__Q_GROUP_MAX + 1];
+    unsigned char *q = out + 4 * zero__q_groups(n, G);
     const size_t es = zero_dtype_size(dt);
     for (size_t b = b0; b < b1; b++) {
-        const size_t lo = b * ZERO__Q4_BLOCK, k = ZERO_MIN((size_t)ZERO__Q4_BLOCK, n - lo);
+        const size_t lo = b * G, k = ZERO_MIN(G, n - lo);
         const size_t bytes = (k + 1) / 2;
         const float *xf = buf;
         if (dt == ZERO_DTYPE_FP32)
@@ -182,14 +193,14 @@ static inline void q4_block_out(float *y, const unsigned char *qb, size_t k, flo
 }
 
 /* Blocks [b0, b1) of in into y (n elements of dt); add: y (then fp32) += q s instead. */
-static void q4_dequantize_blocks(void *y, const void *src, zero_dtype_t dt, size_t n, size_t b0,
-                                 size_t b1, int add) {
+static void q4_dequantize_blocks(void *y, const void *src, zero_dtype_t dt, size_t n, size_t G,
+                                 size_t b0, size_t b1, int add) {
     const unsigned char *in = src;
-    float buf[ZERO__Q4_BLOCK];
-    const unsigned char *q = in + 4 * zero__q4_blocks(n);
+    float buf[ZERO__Q_GROUP_MAX];
+    const unsigned char *q = in + 4 * zero__q_groups(n, G);
     const size_t es = zero_dtype_size(dt);
     for (size_t b = b0; b < b1; b++) {
-        const size_t lo = b * ZERO__Q4_BLOCK, k = ZERO_MIN((size_t)ZERO__Q4_BLOCK, n - lo);
+        const size_t lo = b * G, k = ZERO_MIN(G, n - lo);
         float s;
         memcpy(&s, in + 4 * b, sizeof s);
         float *yf = dt == ZERO_DTYPE_FP32 ? (float *)y + lo : buf;
@@ -198,14 +209,26 @@ static void q4_dequantize_blocks(void *y, const void *src, zero_dtype_t dt, size
     }
 }
 
+void zero__q4_quantize_g(void *out, const void *x, zero_dtype_t dt, size_t n, size_t group,
+                         int threads) {
+    ZERO_ASSERT(group % 2 == 0);
+    over_blocks(q4_quantize_blocks, out, x, dt, n, group, threads, 0);
+}
+
+void zero__q4_dequantize_g(void *y, zero_dtype_t dt, const void *in, size_t n, size_t group,
+                           int threads) {
+    ZERO_ASSERT(group % 2 == 0);
+    over_blocks(q4_dequantize_blocks, y, in, dt, n, group, threads, 0);
+}
+
 void zero__q4_quantize(void *out, const void *x, zero_dtype_t dt, size_t n, int threads) {
-    over_blocks(q4_quantize_blocks, out, x, dt, n, zero__q4_blocks(n), threads, 0);
+    zero__q4_quantize_g(out, x, dt, n, ZERO__Q4_BLOCK, threads);
 }
 
 void zero__q4_dequantize(void *y, zero_dtype_t dt, const void *in, size_t n, int threads) {
-    over_blocks(q4_dequantize_blocks, y, in, dt, n, zero__q4_blocks(n), threads, 0);
+    zero__q4_dequantize_g(y, dt, in, n, ZERO__Q4_BLOCK, threads);
 }
 
 void zero__q4_dequantize_add(float *acc, const void *in, size_t n, int threads) {
-    over_blocks(q4_dequantize_blocks, acc, in, ZERO_DTYPE_FP32, n, zero__q4_blocks(n), threads, 1);
+    over_blocks(q4_dequantize_blocks, acc, in, ZERO_DTYPE_FP32, n, ZERO__Q4_BLOCK, threads, 1);
 }

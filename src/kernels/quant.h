@@ -23,7 +23,13 @@
  * scales, then ceil(n / 2) bytes; read and written with memcpy, so no alignment is needed.
  * Dequantized into fp32 (or a 16-bit dtype), or added into an fp32 accumulator (acc += q s,
  * the product rounded to fp32 first): the fixed-order sums of qgZ (src/zero/qgz.c).
- * Not here: who sends it (src/zero/xfer.c, src/zero/qgz.c).
+ * Group size: the _g forms take the group (block) length G, 1 <= G <= ZERO__Q_GROUP_MAX (even
+ * for int4, so groups start on a byte), with the same format, rounding and guarantees, and
+ * ceil(n / G) scales; the plain forms are G = 256. Inference keeps each row of a weight matrix
+ * as one such wire of its C input features (zero__matmul_forward_q, matmul_q.c), the group-wise
+ * symmetric scheme of ZeRO-Inference's weight quantization.
+ * Not here: who sends it (src/zero/xfer.c, src/zero/qgz.c), who computes with it
+ * (src/infer/generate.c).
  */
 #ifndef ZERO_KERNELS_QUANT_H
 #define ZERO_KERNELS_QUANT_H
@@ -33,15 +39,24 @@
 #include <stddef.h>
 
 #define ZERO__Q8_BLOCK 256
+#define ZERO__Q_GROUP_MAX 1024 /* the largest group of the _g forms */
+
+/* Groups (and fp32 scales) of n elements in groups of G. */
+static inline size_t zero__q_groups(size_t n, size_t G) { return (n + G - 1) / G; }
+/* Wire bytes of n elements in groups of G: int8, int4. */
+static inline size_t zero__q8_bytes_g(size_t n, size_t G) { return 4 * zero__q_groups(n, G) + n; }
+static inline size_t zero__q4_bytes_g(size_t n, size_t G) {
+    return 4 * zero__q_groups(n, G) + (n + 1) / 2;
+}
 
 /* Blocks (and fp32 scales) of n elements. */
 static inline size_t zero__q8_blocks(size_t n) { return (n + ZERO__Q8_BLOCK - 1) / ZERO__Q8_BLOCK; }
 /* Bytes of n quantized elements: 4 per block plus 1 per element. */
 static inline size_t zero__q8_bytes(size_t n) { return 4 * zero__q8_blocks(n) + n; }
 
-/* out (zero__q8_bytes(n) bytes, 4-byte aligned) <- x (n elements of dt: fp32, bf16 or fp16). */
+/* out (zero__q8_bytes(n) bytes, any alignment) <- x (n elements of dt: fp32, bf16 or fp16). */
 void zero__q8_quantize(void *out, const void *x, zero_dtype_t dt, size_t n, int threads);
-/* y (n elements of dt) <- in (zero__q8_bytes(n) bytes, 4-byte aligned), as quantized above. */
+/* y (n elements of dt) <- in (zero__q8_bytes(n) bytes), as quantized above. */
 void zero__q8_dequantize(void *y, zero_dtype_t dt, const void *in, size_t n, int threads);
 
 #define ZERO__Q4_BLOCK 256
@@ -56,5 +71,33 @@ void zero__q4_quantize(void *out, const void *x, zero_dtype_t dt, size_t n, int 
 void zero__q4_dequantize(void *y, zero_dtype_t dt, const void *in, size_t n, int threads);
 /* acc[i] += q_i s_i (fp32, n elements) from in (zero__q4_bytes(n) bytes). */
 void zero__q4_dequantize_add(float *acc, const void *in, size_t n, int threads);
+
+/* The same with groups of `group` elements (see above). */
+void zero__q8_quantize_g(void *out, const void *x, zero_dtype_t dt, size_t n, size_t group,
+                         int threads);
+void zero__q8_dequantize_g(void *y, zero_dtype_t dt, const void *in, size_t n, size_t group,
+                           int threads);
+void zero__q4_quantize_g(void *out, const void *x, zero_dtype_t dt, size_t n, size_t group,
+                         int threads);
+void zero__q4_dequantize_g(void *y, zero_dtype_t dt, const void *in, size_t n, size_t group,
+                           int threads);
+
+/* ------------------------------------------------------------------------------ matmul */
+
+/* Bytes of one quantized weight row of C elements: bits 8 or 4, groups of `group`. */
+static inline size_t zero__q_row_bytes(int bits, size_t C, size_t group) {
+    return bits == 8 ? zero__q8_bytes_g(C, group) : zero__q4_bytes_g(C, group);
+}
+
+/* out (rows, OC) = inp (rows, C) @ W^T + bias (OC, may be NULL), fp32, where W (OC, C) is stored
+ * quantized row by row: row o is the wire of its C elements (groups of `group` along C, bits 8
+ * or 4) at wq + o * zero__q_row_bytes(bits, C, group). A fused dot product converts the weights
+ * in registers, up to 4 input rows per pass over a weight row, and applies each group's scale
+ * once; the order of its sums is fixed (matmul_q.c), so the result is bitwise independent of
+ * `threads`, of the other rows and of the ISA level. It equals dequantizing W and an fp32
+ * matmul up to that order. scratch: threads x C bytes (int4 rows are unpacked there). */
+void zero__matmul_forward_q(float *out, const float *inp, const void *wq, int bits, size_t group,
+                            const float *bias, size_t rows, size_t C, size_t OC, void *scratch,
+                            int threads);
 
 #endif /* ZERO_KERNELS_QUANT_H */

@@ -5,6 +5,8 @@
 - --json parses, holds the model's shape, the sampling settings, positive timings and memory
   figures, and the KV-cache bytes in closed form (2 x layers x batch x positions x dim x 4);
   --dtype bf16 halves the weight and KV bytes and decodes the checkpoint and its export alike;
+  --weights int8 / int4 store fewer bytes (int4 < int8 < half of fp32) and decode the checkpoint
+  and its export alike;
 - --greedy from the checkpoint, from SAVE_DIR/latest and from the safetensors file: the same
   tokens; twice: the same; --top-k 1 equals --greedy; --seed repeats and --batch 3 gives each
   sequence its own stream (sequence 0 of a batch equals the batch-1 run with the same seed);
@@ -94,6 +96,19 @@ check(h1["dtype"] == "bf16" and d["dtype"] == "fp32", f"dtype {h1['dtype']} / {d
 check(h1["tokens"] == h2["tokens"], "bf16 greedy: checkpoint and safetensors alike")
 check(2 * h1["kv_cache_bytes"] == d["kv_cache_bytes"], "bf16 KV bytes: half")
 check(2 * h1["weight_bytes"] == d["weight_bytes"], "bf16 weight bytes: half")
+
+# int8 / int4 weights: fewer bytes, the checkpoint and its export alike, group size reported
+q8 = gen_json("--model", SAVE, "--prompt", "The cat", "--greedy", "--max-new-tokens", "20",
+              "--weights", "int8")
+q8s = gen_json("--model", ST, "--prompt", "The cat", "--greedy", "--max-new-tokens", "20",
+               "--weights", "int8")
+q4 = gen_json("--model", SAVE, "--prompt", "The cat", "--greedy", "--max-new-tokens", "20",
+              "--weights", "int4", "--group-size", "32")
+check(q8["weights"] == "int8" and q8["group_size"] == 64 and q4["weights"] == "int4" and
+      q4["group_size"] == 32 and d["weights"] == "fp32", "weights and group_size in the JSON")
+check(q8["tokens"] == q8s["tokens"], "int8 greedy: checkpoint and safetensors alike")
+check(q4["weight_bytes"] < q8["weight_bytes"] < d["weight_bytes"] / 2,
+      f"weight bytes int4 {q4['weight_bytes']} < int8 {q8['weight_bytes']} < fp32 / 2")
 
 # seeds: reproducible; batch sequences draw from seed + b
 s1 = gen_json("--model", SAVE, "--prompt", "The", "--seed", "5", "--temperature", "1.2")
@@ -216,6 +231,9 @@ bad(["--model", SAVE, "--prompt", "x", "--max-new-tokens", "0"], "--max-new-toke
 bad(["--model", SAVE, "--prompt", "x", "--stream", "--json"], "exclude", 2)
 bad(["--model", SAVE, "--prompt", "x", "--bogus"], "--bogus", 2)
 bad(["--model", SAVE, "--prompt", "x", "--dtype", "fp16"], "--dtype", 2)
+bad(["--model", SAVE, "--prompt", "x", "--weights", "int2"], "--weights", 2)
+bad(["--model", SAVE, "--prompt", "x", "--weights", "int8", "--group-size", "7"], "--group-size", 2)
+bad(["--model", SAVE, "--prompt", "x", "--weights", "int8", "--dtype", "bf16"], "fp32", 2)
 
 print("failures:", failures)
 sys.exit(1 if failures else 0)

@@ -16,9 +16,12 @@
  * values read back nibble by nibble, dequantize and dequantize-add against q s, the bound
  * |x - q s| <= s / 2, sizes 0, 1, 2, 3, 255 .. 257, 511, 1000, 1000003, 1e6 + 3 (odd, short and
  * empty blocks), the same edge cases.
+ * The matmul on group-quantized weight rows (matmul_q.c): against a dequantize-then-matmul twin
+ * in double and against the unquantized weights within the bound the group scales give.
  */
 #include "check.h"
 #include "core/core_internal.h"
+#include "kernels/isa.h"
 #include "kernels/quant.h"
 
 #include <float.h>
@@ -368,7 +371,127 @@ static void exact_multiples(const format_t *f) {
     }
 }
 
+/* ------------------------------------------------------------------------------ matmul */
+
+/* Scale g of a wire (rows pack end to end, so it may be unaligned). */
+static float scale_at(const unsigned char *wire, size_t g) {
+    float s;
+    memcpy(&s, wire + 4 * g, sizeof s);
+    return s;
+}
+
+/* The documented order of zero__matmul_forward_q (matmul_q.c's file comment), re-derived: per
+ * group, element lo + i (below the last multiple of 16) into chain (i / 16) % 4, lane i % 16;
+ * A = fma(s, (P0 + P1) + (P2 + P3), A); the rest one by one into t, T = fma(s, t, T); then
+ * bias + (the lanes in a tree of 8, 4, 2, 1 + T). q: the row's int8 values (int4 unpacked). */
+static float documented_order(const float *x, const int8_t *q, const unsigned char *wire, size_t C,
+                              size_t G, float bias) {
+    float A[16] = {0}, T = 0.0f;
+    for (size_t lo = 0, g = 0; lo < C; lo += G, g++) {
+        const size_t n = C - lo < G ? C - lo : G, full = n / 16 * 16;
+        const float s = scale_at(wire, g);
+        float P[4][16] = {{0}}, t = 0.0f;
+        for (size_t i = 0; i < full; i++)
+            P[(i / 16) % 4][i % 16] = fmaf(x[lo + i], (float)q[lo + i], P[(i / 16) % 4][i % 16]);
+        for (int j = 0; j < 16; j++)
+            A[j] = fmaf(s, (P[0][j] + P[1][j]) + (P[2][j] + P[3][j]), A[j]);
+        for (size_t i = full; i < n; i++) t = fmaf(x[lo + i], (float)q[lo + i], t);
+        if (full < n) T = fmaf(s, t, T);
+    }
+    for (int w = 8; w > 0; w /= 2)
+        for (int j = 0; j < w; j++) A[j] += A[j + w];
+    return bias + (A[0] + T);
+}
+
+/* zero__matmul_forward_q against (1) the naive twin: every row dequantized (the _g round trip,
+ * itself checked bitwise above for G = 256 and here against q s per group), then a double
+ * matmul: within 1e-5 relative of sum |x w'|; (2) the original fp32 weights: within the bound
+ * sum_i |x_i| s_{g(i)} / 2 from the group scales (plus 1e-5 relative for the sums). Shapes with
+ * C not a multiple of G (a short last group), 1 and 5 rows, 1 and 2 threads (bitwise equal);
+ * (3) bitwise, the documented order re-derived in scalar code: the AVX-512 path here, and the
+ * portable one in the test_quant_baseline run (ZERO_ISA=baseline). */
+static void matmul_q(void) {
+    const struct {
+        size_t rows, C, OC, G;
+    } shapes[] = {{1, 64, 48, 64},   {5, 64, 48, 32},    {1, 100, 33, 48},
+                  {5, 256, 130, 64}, {3, 768, 200, 128}, {2, 6, 5, 2}};
+    for (int bits = 8; bits >= 4; bits -= 4)
+        for (size_t k = 0; k < ZERO_ARRAY_LEN(shapes); k++) {
+            const size_t R = shapes[k].rows, C = shapes[k].C, OC = shapes[k].OC, G = shapes[k].G;
+            const size_t rb = zero__q_row_bytes(bits, C, G), ng = (C + G - 1) / G;
+            CHECK(rb == 4 * ng + (bits == 8 ? C : (C + 1) / 2), "row bytes %zu", rb);
+            float *w = xmalloc(OC * C * sizeof *w), *wd = xmalloc(OC * C * sizeof *wd);
+            float *x = xmalloc(R * C * sizeof *x), *bias = xmalloc(OC * sizeof *bias);
+            float *out = xmalloc(R * OC * sizeof *out), *out2 = xmalloc(R * OC * sizeof *out2);
+            float *scratch = xmalloc(2 * C * sizeof *scratch);
+            unsigned char *wq = xmalloc(OC * rb);
+            for (size_t i = 0; i < OC * C; i++) w[i] = frand();
+            for (size_t i = 0; i < R * C; i++) x[i] = frand();
+            for (size_t i = 0; i < OC; i++) bias[i] = frand();
+            size_t bad_deq = 0, bad_twin = 0, bad_bound = 0, bad_order = 0;
+            int8_t *qv = xmalloc(OC * C);
+            for (size_t o = 0; o < OC; o++) {
+                if (bits == 8) {
+                    zero__q8_quantize_g(wq + o * rb, w + o * C, ZERO_DTYPE_FP32, C, G, 1);
+                    zero__q8_dequantize_g(wd + o * C, ZERO_DTYPE_FP32, wq + o * rb, C, G, 1);
+                } else {
+                    zero__q4_quantize_g(wq + o * rb, w + o * C, ZERO_DTYPE_FP32, C, G, 1);
+                    zero__q4_dequantize_g(wd + o * C, ZERO_DTYPE_FP32, wq + o * rb, C, G, 1);
+                }
+                /* per group: s = max|w| / qmax, w' = q s with |q| <= qmax, |w - w'| <= s / 2 (up
+                 * to the fp32 rounding of w / s and q s, as round_trip allows) */
+                for (size_t i = 0; i < C; i++) {
+                    const float s = scale_at(wq + o * rb, i / G), qmax = bits == 8 ? 127.0f : 7.0f;
+                    const float q = wd[o * C + i] / s;
+                    qv[o * C + i] = (int8_t)rintf(q);
+                    if (fabsf(q - rintf(q)) > 1e-3f || fabsf(q) > qmax + 1e-3f ||
+                        fabs((double)wd[o * C + i] - w[o * C + i]) >
+                            s / 2.0 * (1.0 + 0x1p-20) + fabs(w[o * C + i]) * 0x1p-22 + s * 0x1p-24)
+                        bad_deq++;
+                }
+            }
+            zero__matmul_forward_q(out, x, wq, bits, G, bias, R, C, OC, scratch, 1);
+            zero__matmul_forward_q(out2, x, wq, bits, G, bias, R, C, OC, scratch, 2);
+            CHECK(!memcmp(out, out2, R * OC * sizeof *out), "int%d %zux%zux%zu G %zu: threads",
+                  bits, R, C, OC, G);
+            for (size_t r = 0; r < R; r++)
+                for (size_t o = 0; o < OC; o++) {
+                    double twin = bias[o], mag = fabs(bias[o]), exact = bias[o], bound = 0;
+                    for (size_t i = 0; i < C; i++) {
+                        twin += (double)x[r * C + i] * wd[o * C + i];
+                        exact += (double)x[r * C + i] * w[o * C + i];
+                        mag += fabs((double)x[r * C + i] * wd[o * C + i]);
+                        bound += fabs((double)x[r * C + i]) * scale_at(wq + o * rb, i / G) / 2;
+                    }
+                    const double got = out[r * OC + o];
+                    const float want =
+                        documented_order(x + r * C, qv + o * C, wq + o * rb, C, G, bias[o]);
+                    if (memcmp(&want, &out[r * OC + o], sizeof want)) bad_order++;
+                    if (fabs(got - twin) > 1e-5 * mag) bad_twin++;
+                    if (fabs(got - exact) > bound * (1 + 1e-5) + 1e-5 * mag) bad_bound++;
+                }
+            CHECK(!bad_order,
+                  "int%d %zux%zux%zu G %zu (%s): %zu outputs not bitwise the documented "
+                  "order",
+                  bits, R, C, OC, G, zero__isa_name(zero__isa_selected()), bad_order);
+            free(qv);
+            CHECK(!bad_deq && !bad_twin && !bad_bound,
+                  "int%d %zux%zux%zu G %zu: %zu weights off their group's grid, %zu outputs off "
+                  "the dequantize-then-matmul twin, %zu beyond the group-scale bound",
+                  bits, R, C, OC, G, bad_deq, bad_twin, bad_bound);
+            free(w);
+            free(wd);
+            free(x);
+            free(bias);
+            free(out);
+            free(out2);
+            free(scratch);
+            free(wq);
+        }
+}
+
 int main(void) {
+    matmul_q();
     sizes_and_threads(&int8_format);
     exact_multiples(&int8_format);
     edge_blocks();
