@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake pkg-config python3 python3-venv clang clang-format
-          openmpi-bin libopenmpi-dev libopenblas-dev libdnnl-dev libcjson-dev liburing-dev
+          openmpi-bin libopenmpi-dev libopenblas-dev libdnnl-dev libcjson-dev liburing-dev libcairo2-dev
           iproute2)
 missing=()
 for p in "${packages[@]}"; do

@@ -38,6 +38,7 @@ void zero__cli_openmp_wait(const char *policy);
 int zero__cli_bench(int argc, char **argv);
 int zero__cli_generate(int argc, char **argv);
 int zero__cli_convert(int argc, char **argv);
+int zero__cli_plot(int argc, char **argv);
 int zero__cli_plan(int argc, char **argv);
 int zero__cli_train(int argc, char **argv);
 int zero__cli_tune(int argc, char **argv);

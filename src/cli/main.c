@@ -17,6 +17,7 @@ static const zero__cli_command_t commands[] = {
     {"tune", zero__cli_tune,
      "autotuning: run short trials of the ways to run a config that fit, keep the fastest"},
     {"convert", zero__cli_convert, "export a checkpoint to safetensors (Hugging Face GPT-2 names)"},
+    {"plot", zero__cli_plot, "draw the curves of zero train --metrics logs (SVG, PNG, PDF)"},
     {"generate", zero__cli_generate,
      "generate text from a checkpoint or safetensors file (KV cache, sampling)"},
 };
