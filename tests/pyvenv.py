@@ -1,8 +1,10 @@
 """pyvenv.py — a Python with the packages of tests/requirements.txt, for tests that check zero's
 files with an independent reader (TensorBoard's event reader, Hugging Face's GPT-2, ...).
 
-The virtual environment is made on first use, under $ZERO_TEST_VENV or ~/.cache/zero/test-venv
-(shared by every build directory), and made again when requirements.txt changes. It is built on
+The virtual environment is made on first use, under $ZERO_TEST_VENV or ~/.cache/zero/ (shared by
+every build directory), in a directory named by a hash of requirements.txt and the base Python:
+a changed requirements file gets a new one, and checkouts with different files do not rebuild
+each other's. It is built on
 Debian's /usr/bin/python3 with its system packages visible, so that Debian's python3-torch (which
 scripts/test.sh installs; PyPI's torch wheels are CUDA builds of gigabytes) serves transformers.
 A lock keeps two tests running at once from building it together. When it cannot be made (no
@@ -10,6 +12,7 @@ network for pip, no venv module) or a module a test needs does not import, pytho
 and the reason, and the test skips with one line.
 """
 import fcntl
+import hashlib
 import os
 import subprocess
 import sys
@@ -37,15 +40,16 @@ def _make(root, py, stamp, want):
 def python(modules=()):
     """(path of the venv's python, None), or (None, why not) when it cannot be made or one of
     `modules` does not import in it."""
-    root = os.environ.get("ZERO_TEST_VENV") or os.path.join(
-        os.path.expanduser("~"), ".cache", "zero", "test-venv")
-    py = os.path.join(root, "bin", "python")
-    stamp = os.path.join(root, "zero-requirements.txt")
     want = "%s\n%s" % (BASE, open(REQUIREMENTS).read())
-    os.makedirs(os.path.dirname(root) or ".", exist_ok=True)
+    base = os.environ.get("ZERO_TEST_VENV") or os.path.join(
+        os.path.expanduser("~"), ".cache", "zero")
+    root = os.path.join(base, "test-venv-" + hashlib.sha1(want.encode()).hexdigest()[:12])
+    py = os.path.join(root, "bin", "python")
+    stamp = os.path.join(root, "zero-requirements.txt")  # written once pip has succeeded
+    os.makedirs(base, exist_ok=True)
     with open(root + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (os.path.exists(py) and os.path.exists(stamp) and open(stamp).read() == want):
+        if not (os.path.exists(py) and os.path.exists(stamp)):
             why = _make(root, py, stamp, want)
             if why:
                 return None, why

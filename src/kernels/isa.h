@@ -3,7 +3,7 @@
  *
  * What it is: src/kernels/isa/spans.c holds the compute-bound inner loops whose speed depends on
  * the vector ISA (GELU forward and backward: a polynomial exp with fused multiply-adds; the
- * exponentials of softmax + cross-entropy over the vocabulary). CMake
+ * exponentials of softmax + cross-entropy over the vocabulary; FP8 conversions). CMake
  * compiles that file once per level (baseline x86-64; AVX2 + FMA; AVX-512 F/BW/VL + AVX2 + FMA)
  * into one table each; zero__isa_selected() picks the best level this CPU runs, once per
  * process, and logs it once (debug level). attention.c's hand-written AVX2 and AVX-512 paths
@@ -37,6 +37,10 @@ typedef struct zero__isa_kernels {
      * taken out first; and out(n) = exp(x(n) - lse) * d, elementwise (out may be x) */
     float (*row_lse)(const float *x, size_t n);
     void (*row_exp_scale)(float *out, const float *x, float lse, float d, size_t n);
+    /* FP8 arrays (fp8.h; f a zero__fp8_format_t): out(n) = enc(x(n) * scale), and
+     * out(n) = dec(c(n)) * scale, bitwise the scalar forms at every level */
+    void (*fp8_encode)(uint8_t *out, const float *x, size_t n, float scale, int f);
+    void (*fp8_decode)(float *out, const uint8_t *c, size_t n, float scale, int f);
 } zero__isa_kernels_t;
 
 /* "baseline", "avx2", "avx512". */

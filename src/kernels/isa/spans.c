@@ -6,8 +6,11 @@
  * multiply-add exactly where the level has FMA. Nothing here may be called except through a
  * table that zero__isa_supported() allows on this CPU.
  * GELU (tanh approximation), moved here from gelu.c, whose header describes the formulation;
- * the row loops of softmax + cross-entropy, moved here from softmax_ce.c.
+ * the row loops of softmax + cross-entropy, moved here from softmax_ce.c; the FP8 array
+ * conversions (fp8.c's, on fp8_elem.h: integer selects and exact products, so every level gives
+ * the scalar form's bits).
  */
+#include "kernels/fp8_elem.h"
 #include "kernels/isa.h"
 #include "kernels/kmath.h"
 
@@ -81,10 +84,25 @@ static void row_exp_scale(float *out, const float *x, float lse, float d, size_t
     for (size_t j = 0; j < n; j++) out[j] = kexp(x[j] - lse) * d;
 }
 
+static void fp8_encode(uint8_t *out, const float *x, size_t n, float scale, int f) {
+    const zero__fp8_fmt_t t = zero__fp8_fmts[f]; /* a local copy: constants the loop hoists */
+    for (size_t i = 0; i < n; i++) out[i] = zero__fp8_enc(x[i] * scale, &t);
+}
+
+static void fp8_decode(float *out, const uint8_t *c, size_t n, float scale, int f) {
+    const zero__fp8_fmt_t t = zero__fp8_fmts[f];
+    if (f == ZERO__FP8_E4M3) /* one loop per format: the NaN / infinity select is fixed */
+        for (size_t i = 0; i < n; i++) out[i] = zero__fp8_dec(c[i], &t, 1) * scale;
+    else
+        for (size_t i = 0; i < n; i++) out[i] = zero__fp8_dec(c[i], &t, 0) * scale;
+}
+
 extern const zero__isa_kernels_t ZERO_ISA_TABLE;
 const zero__isa_kernels_t ZERO_ISA_TABLE = {
     .gelu_forward = gelu_fwd_span,
     .gelu_backward = gelu_bwd_span,
     .row_lse = row_lse,
     .row_exp_scale = row_exp_scale,
+    .fp8_encode = fp8_encode,
+    .fp8_decode = fp8_decode,
 };
