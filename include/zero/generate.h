@@ -2,16 +2,17 @@
  *
  * A generator loads the weights of a GPT-2-shaped model, either from a zero checkpoint saved at
  * any world size (the manifest gives the model's shape) or from a safetensors file with Hugging
- * Face GPT-2 names (zero convert's output, or a file zero did not write), keeps them in RAM as
- * fp32 or bf16, and runs `batch` sequences side by side: zero_generator_prefill appends a prompt,
- * zero_generator_step one token per sequence; each returns the next-token logits. Every
- * position's keys and values stay in a cache of max_seq positions per sequence, so a step costs
- * one pass over the weights plus the cache, not a forward over the whole sequence. The kernels
+ * Face GPT-2 names (zero convert's output, or a file zero did not write), keeps them as fp32,
+ * bf16, int8 or int4, in RAM or (the blocks) in a file streamed layer by layer, and runs
+ * `batch` sequences side by side: zero_generator_prefill appends a prompt, zero_generator_step
+ * one token per sequence; each returns the next-token logits. Every position's keys and values
+ * stay in a cache of max_seq positions per sequence, so a step costs one pass over the weights
+ * plus the cache, not a forward over the whole sequence. The kernels
  * are the training forward's, so the logits match a full recomputation (docs/inference.md).
  * zero_sample draws a token from logits.
  *
  * Not here: tokenizers (the trainer's byte-level models take bytes; a larger vocabulary takes
- * token ids), weights on disk, generation sharded over ranks, MoE models
+ * token ids), generation sharded over ranks, MoE models
  * (refused, naming the key).
  *
  * Ownership: paths and params are borrowed for the call; logits pointers stay valid until the
@@ -52,10 +53,18 @@ typedef struct zero_generator_params {
      * weight. */
     int weight_bits;
     int group_size; /* elements per scale: even, 2..1024 (64, DeepSpeed's default) */
+    /* NULL: every weight in RAM. A directory: ZeRO-Inference's offload_param nvme. The blocks'
+     * weights (as stored: dtype or quantized) are written at init to a scratch file there
+     * (deleted by zero_generator_free) and read back layer by layer just in time, through
+     * buffer_count layer buffers: the next buffer_count - 1 layers are read while one computes,
+     * so about buffer_count layers are resident (embeddings, wpe and the final LayerNorm stay in
+     * RAM). The logits are bitwise those of the same generator in RAM. */
+    const char *nvme_path;
+    int buffer_count; /* layer buffers with nvme_path, >= 2 (4) */
 } zero_generator_params_t;
 
 /* Defaults: batch 1, max_seq 0 (the context), 1 thread, heads 0 (from the file), fp32, weights
- * not quantized (weight_bits 0, group_size 64). */
+ * not quantized (weight_bits 0, group_size 64), in RAM (nvme_path NULL, buffer_count 4). */
 ZERO_API zero_generator_params_t zero_generator_params_default(void);
 
 typedef struct zero_generator_info {
@@ -68,6 +77,14 @@ typedef struct zero_generator_info {
     size_t kv_cache_bytes; /* 2 x layers x batch x max_seq x dim x dtype size */
     size_t activation_bytes; /* working buffers of a forward */
     const char *format;      /* "checkpoint" or "safetensors" */
+    /* Of weight_bytes, in RAM: all of them, or with nvme_path the embeddings, the final
+     * LayerNorm and buffer_count layer buffers. */
+    size_t resident_weight_bytes;
+    const char *offload;    /* "none" or "nvme" */
+    int buffer_count;       /* nvme: layer buffers in use (at most the layers); else 0 */
+    const char *io_engine;  /* nvme: "io_uring" or "threads"; else NULL */
+    uint64_t io_bytes_read; /* nvme: bytes read from the weights file so far (after each call) */
+    double io_wait_s;       /* nvme: seconds the forward waited for those reads */
 } zero_generator_info_t;
 
 typedef struct zero_generator zero_generator_t;
@@ -91,7 +108,9 @@ ZERO_API void zero_generator_reset(zero_generator_t *gen);
 
 /* Append T tokens to every sequence: tokens (batch, T), row b for sequence b. Runs them through
  * the model in chunks, storing their keys and values, and sets *logits (may be NULL) to the
- * (batch, vocab) fp32 logits of the position after the last one. ZERO_ERR_INVALID_ARG, with
+ * (batch, vocab) fp32 logits of the position after the last one. With nvme_path, a failed or
+ * damaged read of the weights file is ZERO_ERR_IO or ZERO_ERR_FORMAT naming the file and the
+ * offset; the sequences are then lost (every later call fails). ZERO_ERR_INVALID_ARG, with
  * nothing changed, when T < 1 (an empty prompt), when position + T exceeds max_seq (naming both
  * and the model's context) or when a token is outside [0, vocab) (naming it, its sequence and
  * position). */

@@ -8,6 +8,7 @@
  * (--json: one object on stdout instead). Not here: the decoding (src/infer).
  */
 #include "cli/cli.h"
+#include "train/config.h"
 #include "zero/zero.h"
 
 #include <cJSON.h>
@@ -24,7 +25,8 @@ static void usage(FILE *out) {
         "                     [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
         "                     [--seed S] [--batch B] [--greedy] [--stream] [--json]\n"
         "                     [--dtype fp32|bf16] [--weights int8|int4] [--group-size G]\n"
-        "                     [--threads N] [--heads H]\n\n"
+        "                     [--offload none|nvme] [--nvme-path DIR] [--buffer-count N]\n"
+        "                     [--config FILE] [--threads N] [--heads H]\n\n"
         "  --model           a checkpoint directory (step-00000123), a save directory (its\n"
         "                    `latest`), SAVE_DIR/latest, or a safetensors file with Hugging\n"
         "                    Face GPT-2 names (zero convert's, or another's)\n"
@@ -46,10 +48,17 @@ static void usage(FILE *out) {
         "  --weights         int8 or int4: the weight matrices quantized group-wise\n"
         "                    (symmetric, one fp32 scale per group; activations fp32)\n"
         "  --group-size      input features per scale of --weights (default 64; even, <= 1024)\n"
+        "  --offload         nvme: the blocks' weights in a file under --nvme-path, read layer\n"
+        "                    by layer just in time with the next ones prefetched (default none)\n"
+        "  --nvme-path       directory of that file (deleted at the end)\n"
+        "  --buffer-count    layers resident at once with --offload nvme (default 4; >= 2)\n"
+        "  --config          a zero train / DeepSpeed config: its\n"
+        "                    zero_optimization.offload_param (device, nvme_path, buffer_count)\n"
+        "                    sets the three above (the flags win)\n"
         "  --threads         cores to use (default: all)\n"
         "  --heads           attention heads of a safetensors file that does not say (default:\n"
         "                    zero convert's metadata, config.json beside the file, dim / 64)\n\n"
-        "Weights and KV cache are in RAM. Unless OMP_WAIT_POLICY is set, threads sleep\n"
+        "The KV cache is in RAM. Unless OMP_WAIT_POLICY is set, threads sleep\n"
         "between parallel regions (passive; the program restarts itself to set it).\n"
         "docs/inference.md has the details.\n");
 }
@@ -62,18 +71,66 @@ static const char *weights_name(const zero_generator_info_t *in) {
 }
 
 typedef struct opts {
-    const char *model, *prompt, *prompt_file;
+    const char *model, *prompt, *prompt_file, *offload, *nvme_path, *config;
+    int buffer_count;
     int max_new, top_k, batch, greedy, stream, json, threads, heads, weight_bits, group_size;
     zero_dtype_t dtype;
     double temperature, top_p;
     uint64_t seed;
 } opts_t;
 
+/* --offload, --nvme-path, --buffer-count over --config's offload_param; exit status 2 (bad
+ * flags) or 1 (a bad file), or -1 to go on. */
+static int offload_from_config(opts_t *o) {
+    static char path[ZERO_CONFIG_STR_MAX]; /* outlives the config: o->nvme_path may point here */
+    /* the flags' own values: a path or buffer count without --offload nvme is a mistake on the
+     * command line, not when it comes from a config that --offload none overrides */
+    const int flag_path = o->nvme_path != NULL, flag_buffers = o->buffer_count != 0;
+    if (o->config) {
+        zero_train_config_t *cfg = malloc(sizeof *cfg);
+        if (!cfg) return 1;
+        zero__train_config_default(cfg);
+        zero__train_config_quiet(1);
+        if (zero__train_config_load(cfg, o->config)) {
+            fprintf(stderr, "zero generate: %s\n", zero_last_error());
+            free(cfg);
+            return 1;
+        }
+        if (!strcmp(cfg->offload_param, "nvme")) {
+            snprintf(path, sizeof path, "%s", cfg->param_nvme_path);
+            if (!o->offload) o->offload = "nvme";
+            if (!o->nvme_path && path[0]) o->nvme_path = path;
+            if (!o->buffer_count) o->buffer_count = cfg->param_buffer_count;
+        }
+        free(cfg);
+    }
+    const int nvme = o->offload && !strcmp(o->offload, "nvme");
+    const char *bad = nvme && !o->nvme_path ? "--offload nvme needs --nvme-path DIR"
+                      : !nvme && flag_path
+                          ? "--nvme-path is for --offload nvme (the weights are in RAM otherwise)"
+                      : !nvme && flag_buffers ? "--buffer-count is for --offload nvme"
+                                              : NULL;
+    if (bad) {
+        fprintf(stderr, "zero generate: %s (try `zero generate --help`)\n", bad);
+        return 2;
+    }
+    if (!nvme) o->nvme_path = NULL, o->buffer_count = 0;
+    return -1;
+}
+
 static int parse(int argc, char **argv, opts_t *o) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    *o = (opts_t){
-        NULL, NULL, NULL, 64, 0, 1, 0, 0, 0, cores > 0 ? (int)cores : 1, 0, 0, 64, ZERO_DTYPE_FP32,
-        1.0,  1.0,  1337};
+    *o = (opts_t){NULL, NULL,
+                  NULL, NULL,
+                  NULL, NULL,
+                  0,    64,
+                  0,    1,
+                  0,    0,
+                  0,    cores > 0 ? (int)cores : 1,
+                  0,    0,
+                  64,   ZERO_DTYPE_FP32,
+                  1.0,  1.0,
+                  1337};
     const char *const prog = "zero generate";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -143,6 +200,20 @@ static int parse(int argc, char **argv, opts_t *o) {
                 return 2;
             }
             o->group_size = (int)d;
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--offload"))) {
+            if (strcmp(v, "none") && strcmp(v, "nvme")) {
+                fprintf(stderr,
+                        "zero generate: --offload '%s' is invalid (expected none or nvme)\n", v);
+                return 2;
+            }
+            o->offload = v;
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--nvme-path"))) {
+            o->nvme_path = v;
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--buffer-count"))) {
+            if (!zero__cli_number(prog, a, v, 2, 1, &d)) return 2;
+            o->buffer_count = (int)d;
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--config"))) {
+            o->config = v;
         } else if ((v = zero__cli_arg_value(argc, argv, &i, "--heads"))) {
             if (!zero__cli_number(prog, a, v, 1, 1, &d)) return 2;
             o->heads = (int)d;
@@ -162,7 +233,7 @@ static int parse(int argc, char **argv, opts_t *o) {
         fprintf(stderr, "zero generate: %s (try `zero generate --help`)\n", bad);
         return 2;
     }
-    return -1;
+    return offload_from_config(o);
 }
 
 /* The prompt's bytes (malloc'd) and their count, from --prompt or --prompt-file. */
@@ -250,6 +321,8 @@ int zero__cli_generate(int argc, char **argv) {
     gp.dtype = o.dtype;
     gp.weight_bits = o.weight_bits;
     gp.group_size = o.group_size;
+    gp.nvme_path = o.nvme_path;
+    if (o.buffer_count) gp.buffer_count = o.buffer_count;
     /* the cache holds the prompt and every new token but the last (capped at the context) */
     gp.max_seq = plen + (size_t)o.max_new - 1 > (size_t)1 << 30 ? 0 : (int)plen + o.max_new - 1;
     double t0 = zero_time_now();
@@ -341,6 +414,8 @@ int zero__cli_generate(int argc, char **argv) {
         cJSON_AddStringToObject(j, "format", in->format);
         cJSON_AddStringToObject(j, "dtype", zero_dtype_name(in->dtype));
         cJSON_AddStringToObject(j, "weights", weights_name(in));
+        cJSON_AddStringToObject(j, "offload", in->offload);
+        if (in->io_engine) cJSON_AddStringToObject(j, "io_engine", in->io_engine);
         const struct {
             const char *k;
             double v;
@@ -360,6 +435,10 @@ int zero__cli_generate(int argc, char **argv) {
                     {"decode_s", decode_s},
                     {"decode_tokens_per_s", decode_tps},
                     {"group_size", in->group_size},
+                    {"resident_weight_bytes", (double)in->resident_weight_bytes},
+                    {"buffer_count", in->buffer_count},
+                    {"io_bytes_read", (double)in->io_bytes_read},
+                    {"io_wait_s", in->io_wait_s},
                     {"peak_rss_bytes", peak},
                     {"weight_bytes", (double)in->weight_bytes},
                     {"kv_cache_bytes", (double)in->kv_cache_bytes},
@@ -402,6 +481,13 @@ int zero__cli_generate(int argc, char **argv) {
                 o.threads, peak / 1048576.0, (double)in->weight_bytes / 1048576.0, weights_name(in),
                 (double)in->kv_cache_bytes / 1048576.0, in->max_seq, B,
                 (double)in->activation_bytes / 1048576.0);
+        if (in->io_engine)
+            fprintf(stderr,
+                    "  weights streamed from %s (%s): %.1f MiB resident of %.1f (%d layer "
+                    "buffers), %.1f MiB read, %.3f s waited for reads\n",
+                    o.nvme_path, in->io_engine, (double)in->resident_weight_bytes / 1048576.0,
+                    (double)in->weight_bytes / 1048576.0, in->buffer_count,
+                    (double)in->io_bytes_read / 1048576.0, in->io_wait_s);
     }
     rc = 0;
 done:

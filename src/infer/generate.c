@@ -20,6 +20,9 @@
  * multiple of 64 bytes), the matrices (is_quantized) as one quant.c wire per row, quantized as
  * the loaders deliver them (row by row, so the fp32 model is never held whole), and read by
  * zero__matmul_forward_q; wte's embedding rows are dequantized one by one.
+ * Weights file (nvme_path): the blocks are staged one at a time as they load and written to a
+ * file (stream.c); the forward acquires each block's region from there and releases it, which
+ * posts the read of a later one. The embeddings and the final LayerNorm stay in w.
  * Not here: MoE layers (refused), sampling (sample.c), timing and printing (the CLI).
  */
 #include "zero/generate.h"
@@ -31,6 +34,7 @@
 #include "kernels/quant.h"
 #include "model/carve.h"
 #include "model/gpt.h"
+#include "stream.h"
 #include "zero/ckpt.h"
 
 #include <cJSON.h>
@@ -63,13 +67,20 @@ struct zero_generator {
     zero_ckpt_tensor_t *tensors; /* owned, every unit's */
     char (*unit_names)[24];      /* (L + 2) owned */
     zero_ckpt_layout_t layout;
-    /* Stored layout: unit u's region starts at byte region_off[u] of w; tensor k (of tensors)
-     * at byte tbyte[k] of its unit's region, in dt or quantized row by row. */
-    size_t *region_off;                /* (L + 2) owned */
-    size_t *tbyte;                     /* (tensors) owned */
-    void *w;                           /* owned: every unit's region */
-    const void *(*blk)[BLOCK_TENSORS]; /* (L) owned: views into w */
-    const void *wte, *wpe, *lnfw, *lnfb;
+    /* Stored layout: unit u's region starts at byte region_off[u] of w (a streamed block's at
+     * 0 of its buffer); tensor k (of tensors) at byte tbyte[k] of its unit's region, in dt or
+     * quantized row by row. */
+    size_t *region_off; /* (L + 2) owned */
+    size_t *tbyte;      /* (tensors) owned */
+    void *w; /* owned: every unit's region, or with a weights file the embeddings' and final's */
+    const void *wte, *wpe, *lnfw, *lnfb; /* views into w */
+    /* weights file (nvme_path): the blocks, block_bytes each; while loading, block `staged`
+     * (a unit number, -1 none) is filled in `stage` */
+    const char *nvme_path; /* borrowed during init only */
+    zero__wstream_t *stream;
+    size_t block_bytes;
+    int staged;
+    void *stage;
     /* loading a quantized tensor: the row being assembled (largest row) and its filled count */
     float *rowbuf;
     size_t rowfill;
@@ -88,7 +99,7 @@ static void *at(const zero_generator_t *g, const void *base, size_t i) {
 }
 
 zero_generator_params_t zero_generator_params_default(void) {
-    zero_generator_params_t p = {1, 0, 1, 0, ZERO_DTYPE_FP32, 0, 64};
+    zero_generator_params_t p = {1, 0, 1, 0, ZERO_DTYPE_FP32, 0, 64, NULL, 4};
     return p;
 }
 
@@ -133,12 +144,10 @@ static zero_status_t build_layout(zero_generator_t *g) {
     g->unit_names = calloc((size_t)nu, sizeof *g->unit_names);
     g->region_off = calloc((size_t)nu, sizeof *g->region_off);
     g->tbyte = calloc(nt, sizeof *g->tbyte);
-    g->blk = calloc((size_t)L, sizeof *g->blk);
     g->rowbuf = malloc(4 * (size_t)ZERO_MAX(g->cfg.dim, 1) * sizeof *g->rowbuf);
-    if (!g->units || !g->tensors || !g->unit_names || !g->region_off || !g->tbyte || !g->blk ||
-        !g->rowbuf)
+    if (!g->units || !g->tensors || !g->unit_names || !g->region_off || !g->tbyte || !g->rowbuf)
         return zero__error(ZERO_ERR_OUT_OF_MEMORY, "generate: out of memory for the layout");
-    size_t k = 0, total = 0;
+    size_t k = 0, total = 0, resident = 0;
     for (int u = 0; u < nu; u++) {
         const zero_tensor_desc_t *d = u == 0 ? emb : u == nu - 1 ? fin : blk;
         const int n = u == 0        ? ZERO_GPT_EMB_TENSORS
@@ -162,30 +171,67 @@ static zero_status_t build_layout(zero_generator_t *g) {
             off = T->offset + (t + 1 < n ? zero__tensor_span(count) : count);
         }
         g->units[u] = (zero_ckpt_unit_t){g->unit_names[u], off, n, &g->tensors[k], 0};
-        g->region_off[u] = total;
+        size_t bytes = 0;
         for (int t = 0; t < n; t++) {
-            g->tbyte[k + (size_t)t] = total - g->region_off[u];
-            total += zero__align_up(stored_bytes(g, u, t), 64);
+            g->tbyte[k + (size_t)t] = bytes;
+            bytes += zero__align_up(stored_bytes(g, u, t), 64);
         }
+        /* streamed blocks: each region is a buffer of its own (offset 0), whole pages on disk */
+        const int streamed = g->nvme_path && u > 0 && u < nu - 1;
+        g->region_off[u] = streamed ? 0 : resident;
+        if (streamed)
+            g->block_bytes = zero__align_up(bytes, 4096);
+        else
+            resident += bytes;
+        total += bytes;
         k += (size_t)n;
     }
     g->layout = (zero_ckpt_layout_t){nu, g->units};
     g->info.weight_bytes = total;
     g->info.param_count = zero__gpt_param_count(&g->cfg);
-    g->w = zero_mem_calloc(NULL, ZERO_MEM_PARAMS, g->info.weight_bytes, 64);
+    g->w = zero_mem_calloc(NULL, ZERO_MEM_PARAMS, resident, 64);
     if (!g->w)
         return zero__error(ZERO_ERR_OUT_OF_MEMORY,
                            "generate: cannot allocate %.1f MiB of weights (%zu parameters)",
-                           (double)g->info.weight_bytes / 1048576.0, g->info.param_count);
-#define VIEW(u, t) tensor_at(g, (const char *)g->w + g->region_off[u], u, t)
-    g->wte = VIEW(0, 0);
-    g->wpe = VIEW(0, 1);
-    for (int l = 0; l < L; l++)
-        for (int t = 0; t < BLOCK_TENSORS; t++) g->blk[l][t] = VIEW(l + 1, t);
-    g->lnfw = VIEW(nu - 1, 0);
-    g->lnfb = VIEW(nu - 1, 1);
-#undef VIEW
-    return ZERO_OK;
+                           (double)resident / 1048576.0, g->info.param_count);
+    g->info.resident_weight_bytes = resident;
+    g->wte = tensor_at(g, g->w, 0, 0);
+    g->wpe = tensor_at(g, g->w, 0, 1);
+    g->lnfw = tensor_at(g, (const char *)g->w + g->region_off[nu - 1], nu - 1, 0);
+    g->lnfb = tensor_at(g, (const char *)g->w + g->region_off[nu - 1], nu - 1, 1);
+    if (!g->nvme_path) return ZERO_OK;
+    const int nbuf = ZERO_MIN(g->info.buffer_count, L);
+    g->info.buffer_count = nbuf;
+    g->info.resident_weight_bytes += (size_t)nbuf * g->block_bytes;
+    return zero__wstream_init(&g->stream, g->nvme_path, L, g->block_bytes, nbuf);
+}
+
+/* The region of unit u that put_params fills: in w, or with a weights file the staging buffer of
+ * a block (the units arrive in order: moving to the next block writes the one before). */
+static zero_status_t load_region(zero_generator_t *g, int u, char **region) {
+    if (!g->stream || u == 0 || u == g->cfg.layers + 1) {
+        *region = (char *)g->w + g->region_off[u];
+        return ZERO_OK;
+    }
+    zero_status_t st = ZERO_OK;
+    if (g->staged != u) {
+        ZERO_ASSERT(u > g->staged); /* in order */
+        if (g->staged > 0) st = zero__wstream_flush(g->stream);
+        g->staged = u;
+        g->stage = zero__wstream_stage(g->stream, u - 1);
+    }
+    *region = g->stage;
+    return st;
+}
+
+/* After the loader: write the last staged block and start reading the first ones. */
+static zero_status_t finish_load(zero_generator_t *g) {
+    if (!g->stream) return ZERO_OK;
+    zero_status_t st = g->staged > 0 ? zero__wstream_flush(g->stream) : ZERO_OK;
+    g->staged = -1;
+    if (!st) st = zero__wstream_start(g->stream);
+    g->info.io_engine = zero__wstream_engine(g->stream);
+    return st;
 }
 
 /* Elements [lo, hi) of quantized tensor t of unit u, arriving in order (both loaders deliver a
@@ -220,7 +266,9 @@ static zero_status_t put_params(void *user, int rank, int unit, zero_ckpt_state_
                            "generate: load of %zu elements at %zu of unit %d outside the model",
                            count, offset, unit);
     const zero_ckpt_unit_t *U = &g->units[unit];
-    char *region = (char *)g->w + g->region_off[unit];
+    char *region;
+    const zero_status_t st = load_region(g, unit, &region);
+    if (st) return st;
     for (int t = 0; t < U->tensor_count; t++) {
         const zero_ckpt_tensor_t *T = &U->tensors[t];
         size_t n = 1;
@@ -486,6 +534,11 @@ zero_status_t zero_generator_init(zero_generator_t **out, const char *path,
                            "quantized weights are fp32)",
                            p.weight_bits, p.group_size, zero_dtype_name(p.dtype),
                            ZERO__Q_GROUP_MAX);
+    if (p.nvme_path && p.buffer_count < 2)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "generate: buffer_count = %d with nvme_path %s (expected at least 2: "
+                           "one layer computing while the next is read)",
+                           p.buffer_count, p.nvme_path);
     struct stat sb;
     if (stat(path, &sb) != 0)
         return zero__error(ZERO_ERR_IO,
@@ -502,11 +555,17 @@ zero_status_t zero_generator_init(zero_generator_t **out, const char *path,
     g->group = g->wbits ? (size_t)p.group_size : 0;
     g->info.weight_bits = p.weight_bits;
     g->info.group_size = g->wbits ? p.group_size : 0;
+    g->nvme_path = p.nvme_path;
+    g->staged = -1;
+    g->info.offload = p.nvme_path ? "nvme" : "none";
+    g->info.buffer_count = p.nvme_path ? p.buffer_count : 0;
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     zero_status_t st = S_ISDIR(sb.st_mode) || !strcmp(base, "latest")
                            ? load_checkpoint(g, path, p.heads)
                            : load_safetensors(g, path, p.heads);
+    if (!st) st = finish_load(g);
+    g->nvme_path = NULL; /* borrowed for init only */
     if (st) goto fail;
     g->info.layers = g->cfg.layers;
     g->info.heads = g->cfg.heads;
@@ -527,8 +586,8 @@ void zero_generator_free(zero_generator_t *g) {
     if (!g) return;
     zero_mem_free(g->act);
     zero_mem_free(g->kv);
+    zero__wstream_free(g->stream);
     zero_mem_free(g->w);
-    free(g->blk);
     free(g->rowbuf);
     free(g->tbyte);
     free(g->region_off);
@@ -582,7 +641,7 @@ static void k_residual(const zero_generator_t *g, void *out, const void *a, cons
 
 /* T (<= CHUNK) new tokens per sequence, tokens[b * ld + t], at positions [pos, pos + T):
  * through every block into the cache, then the head on each sequence's last row. */
-static void forward(zero_generator_t *g, const int32_t *tokens, size_t ld, size_t T) {
+static zero_status_t forward(zero_generator_t *g, const int32_t *tokens, size_t ld, size_t T) {
     const size_t B = (size_t)g->info.batch, C = (size_t)g->cfg.dim, V = (size_t)g->cfg.vocab;
     const size_t NH = (size_t)g->cfg.heads, hs = C / NH, S = (size_t)g->info.max_seq;
     const size_t BT = B * T, pos = (size_t)g->pos, hstride = S * hs, es = g->es;
@@ -607,7 +666,12 @@ static void forward(zero_generator_t *g, const int32_t *tokens, size_t ld, size_
     else
         zero__embedding_forward(g->x, g->tok, g->wte, at(g, g->wpe, pos * C), B, T, C, th);
     for (int l = 0; l < g->cfg.layers; l++) {
-        const void *const *w = g->blk[l];
+        const void *region = (const char *)g->w + g->region_off[l + 1], *w[BLOCK_TENSORS];
+        if (g->stream) {
+            const zero_status_t st = zero__wstream_acquire(g->stream, l, &region);
+            if (st) return st;
+        }
+        for (int t = 0; t < BLOCK_TENSORS; t++) w[t] = tensor_at(g, region, l + 1, t);
         void *kc = at(g, g->kv, (size_t)l * 2 * B * NH * hstride);
         void *vc = at(g, kc, B * NH * hstride);
         k_layernorm(g, g->ln, g->x, w[LN1W], w[LN1B], BT);
@@ -637,6 +701,10 @@ static void forward(zero_generator_t *g, const int32_t *tokens, size_t ld, size_
             zero__gelu_forward(g->fch, g->fch, BT * 4 * C, th);
         k_matmul(g, g->ln, g->fch, w[FPW], w[FPB], BT, 4 * C, C);
         k_residual(g, g->x, g->res2, g->ln, BT * C);
+        if (g->stream) { /* its buffer now reads the layer buffer_count uses ahead */
+            const zero_status_t st = zero__wstream_release(g->stream);
+            if (st) return st;
+        }
     }
     for (size_t b = 0; b < B; b++)
         memcpy(at(g, g->last, b * C), at(g, g->x, (b * T + T - 1) * C), C * es);
@@ -650,6 +718,8 @@ static void forward(zero_generator_t *g, const int32_t *tokens, size_t ld, size_
     else
         zero__matmul_forward(g->logits, g->ln, g->wte, NULL, B, C, V, th);
     g->pos += (int)T;
+    if (g->stream) zero__wstream_stats(g->stream, &g->info.io_bytes_read, &g->info.io_wait_s);
+    return ZERO_OK;
 }
 #undef LP
 
@@ -674,8 +744,11 @@ zero_status_t zero_generator_prefill(zero_generator_t *g, const int32_t *tokens,
                                    "the model's vocabulary (expected 0..%d)",
                                    (int)v, b, g->pos + t, g->cfg.vocab - 1);
         }
-    for (int t0 = 0; t0 < T; t0 += CHUNK)
-        forward(g, tokens + t0, (size_t)T, (size_t)ZERO_MIN(CHUNK, T - t0));
+    for (int t0 = 0; t0 < T; t0 += CHUNK) {
+        const zero_status_t st =
+            forward(g, tokens + t0, (size_t)T, (size_t)ZERO_MIN(CHUNK, T - t0));
+        if (st) return st;
+    }
     if (logits) *logits = g->logits;
     return ZERO_OK;
 }
