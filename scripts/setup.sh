@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake pkg-config python3 python3-venv clang clang-format
           openmpi-bin libopenmpi-dev libopenblas-dev libdnnl-dev libcjson-dev liburing-dev libcairo2-dev
-          iproute2)
+          libpcre2-dev iproute2)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,5 +9,6 @@
 #include "zero/optim.h"
 #include "zero/config.h"
 #include "zero/generate.h"
+#include "zero/tokenizer.h"
 
 #endif /* ZERO_ZERO_H */
