@@ -6,11 +6,13 @@
 # the positions before it, so tokens/s <= read bandwidth / (weight bytes + KV bytes read per
 # step). The bandwidth is bench_membw's (read-only sum over 512 MiB, median of 7 passes, on the
 # same threads), measured before each round. Each round runs every dtype (--dtype fp32, bf16:
-# half the weight bytes, so twice the bound). Checks nothing (issue 19 asks for >= 0.7 of the
-# bound); prints a Markdown table with the load average before each round.
+# half the weight bytes, so twice the bound; int8 and int4 are --weights int8 / int4 with fp32
+# activations, groups of 64: about 1.06 and 0.56 bytes per weight). Checks nothing (issue 19
+# asks for >= 0.7 of the bound); prints a Markdown table with the load average before each
+# round.
 #
 # Usage: bench/bench_generate.sh [-b BUILD_DIR] [-r RUNS] [-t THREADS] [-n NEW_TOKENS]
-#                                [-m MODEL_DIR] [-d "fp32 bf16"]
+#                                [-m MODEL_DIR] [-d "fp32 bf16 int8"]
 # -m reuses a checkpoint of that shape (made there when missing; about 1.5 GB with Adam's states).
 # Needs python3 (JSON, medians) and a build with the bench programs (ZERO_BUILD_BENCH, default).
 set -eu
@@ -21,7 +23,7 @@ runs=3
 threads=2
 new=64
 model=""
-dtypes="fp32 bf16"
+dtypes="fp32 bf16 int8"
 while getopts b:r:t:n:m:d:h opt; do
     case $opt in
     b) build=$(cd "$OPTARG" && pwd) ;;
@@ -55,8 +57,13 @@ for r in $(seq "$runs"); do
     load >"$out/load.$r"
     "$membw" --threads "$threads" | tail -1 >"$out/bw.$r.json"
     for d in $dtypes; do
+        case $d in
+        int8 | int4) how="--weights $d" ;;
+        *) how="--dtype $d" ;;
+        esac
+        # shellcheck disable=SC2086 # $how is two words
         "$zero" generate --model "$model" --prompt "Hello, world." --max-new-tokens "$new" \
-            --greedy --dtype "$d" --json --threads "$threads" >"$out/gen.$d.$r.json" \
+            --greedy $how --json --threads "$threads" >"$out/gen.$d.$r.json" \
             2>"$out/gen.$d.$r.log" || { cat "$out/gen.$d.$r.log" >&2; exit 1; }
     done
 done
