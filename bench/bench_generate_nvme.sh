@@ -16,6 +16,7 @@
 #
 # Usage: bench/bench_generate_nvme.sh [-b BUILD_DIR] [-p DIR] [-l LAYERS] [-d DIM] [-B BATCH]
 #                                     [-n NEW_TOKENS] [-x RATIO] [-c BUFFERS] [-t THREADS]
+#                                     [-S SIZE]
 #   -p DIR      where the model and the weights file go (the disk to measure; default build/):
 #               a temporary directory is made there and removed at the end, also on failure
 #   -l, -d      layers (40) and dim (1280; heads dim / 64): 787M parameters, 3.15 GB of fp32
@@ -25,13 +26,15 @@
 #   -n          new tokens per sequence (12; the prompt is 7 bytes)
 #   -x RATIO    weight bytes / cap (4)
 #   -c BUFFERS  layer buffers, --buffer-count (4)
+#   -S SIZE     the file of `zero bench io` (1G; bytes or with K, M, G)
 # Exit status 77 (one SKIP line) without a cgroup v1 memory controller or the right to make a
 # cgroup. Needs python3.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 build="$here/build" dir="" layers=40 dim=1280 batch=32 new=12 ratio=4 buffers=4 threads=2
-while getopts b:p:l:d:B:n:x:c:t:h opt; do
+io_size=1G
+while getopts b:p:l:d:B:n:x:c:t:S:h opt; do
     case $opt in
     b) build=$(cd "$OPTARG" && pwd) ;;
     p) dir=$OPTARG ;;
@@ -42,7 +45,8 @@ while getopts b:p:l:d:B:n:x:c:t:h opt; do
     x) ratio=$OPTARG ;;
     c) buffers=$OPTARG ;;
     t) threads=$OPTARG ;;
-    *) sed -n '2,28p' "$0"; exit 2 ;;
+    S) io_size=$OPTARG ;;
+    *) sed -n '2,31p' "$0"; exit 2 ;;
     esac
 done
 zero="$build/zero"
@@ -108,7 +112,7 @@ with open(path, "wb") as f:
             f.write(struct.pack("<f", 1.0 if "ln" in name and "weight" in name else 0.0) * n)
 EOF
 weights=$(stat -c %s "$work/model.safetensors")
-cap=$((weights / ratio / 4096 * 4096))
+cap=$(python3 -c "print(int($weights / $ratio) // 4096 * 4096)")
 echo "model: $layers layers x dim $dim, vocab 256, $(python3 -c "print(f'{$weights / 1e9:.2f}')") GB" \
     "of fp32 weights; cap $(python3 -c "print(f'{$cap / 2**20:.0f}')") MiB (weights / $ratio)"
 
@@ -116,7 +120,7 @@ echo "model: $layers layers x dim $dim, vocab 256, $(python3 -c "print(f'{$weigh
 echo "load average before zero bench io: $(load)"
 : >"$work/io.jsonl"
 for _ in 1 2 3; do
-    "$zero" bench io --path "$work/nvme" --size 1G --block-sizes 1M --queue-depths 8 \
+    "$zero" bench io --path "$work/nvme" --size "$io_size" --block-sizes 1M --queue-depths 8 \
         --engine io_uring --json >>"$work/io.jsonl"
 done
 rd_bw=$(python3 - "$work/io.jsonl" <<'EOF'
@@ -140,6 +144,8 @@ if ! echo "$cap" >"$cg/memory.limit_in_bytes" 2>"$work/err"; then
     echo "SKIP: cannot set the limit of $cg: $(cat "$work/err")"
     exit 77
 fi
+
+echo "cgroup: $cg, memory.limit_in_bytes $(cat "$cg/memory.limit_in_bytes")"
 
 # Batch B, then batch 1, in the cgroup (a fresh peak for each).
 for b in "$batch" 1; do
@@ -177,8 +183,8 @@ for b in (batch, 1):
     streamed = L * ((block + 4095) // 4096 * 4096)
     bound = b * bw / streamed
     tps = g["decode_tokens_per_s"]
-    print(f"| {b} | {weights / 1e9:.2f} | {cap / 2**20:.0f} | {weights / cap:.1f} | "
-          f"{streamed / 1e9:.2f} | {bound:.1f} | {tps:.1f} | {tps / bound:.2f} | "
+    print(f"| {b} | {weights / 1e9:.3g} | {cap / 2**20:.0f} | {weights / cap:.1f} | "
+          f"{streamed / 1e9:.3g} | {bound:.1f} | {tps:.1f} | {tps / bound:.2f} | "
           f"{g['io_wait_s']:.2f} | {g['peak_rss_bytes'] / 2**20:.0f} | "
           f"{g['resident_weight_bytes'] / 2**20:.0f} |")
 print(f"\n{g['layers']} layers x dim {g['dim']}, {g['params']} parameters, prompt "
