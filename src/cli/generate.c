@@ -2,12 +2,15 @@
  * text from a trained GPT with a KV cache (zero/generate.h), then time to first token, decode
  * tokens/s and memory.
  *
- * Tokens are bytes, as the trainer's text data: the prompt's bytes are its token ids (each must
- * be below the model's vocabulary), and a model of at most 256 tokens prints bytes; a larger
- * vocabulary prints token ids (no tokenizer yet). Text goes to stdout, the figures to stderr
+ * With --tokenizer (a GPT-2 BPE tokenizer, docs/tokenizer.md) the prompt is encoded and the
+ * output decoded with it (cli/tokens.c). Without, tokens are bytes, as the trainer's text data:
+ * the prompt's bytes are its token ids (each must be below the model's vocabulary), and a model
+ * of at most 256 tokens prints bytes; a larger vocabulary prints token ids. Text goes to stdout,
+ * the figures to stderr
  * (--json: one object on stdout instead). Not here: the decoding (src/infer).
  */
 #include "cli/cli.h"
+#include "cli/tokens.h"
 #include "train/config.h"
 #include "zero/zero.h"
 
@@ -26,11 +29,12 @@ static void usage(FILE *out) {
         "                     [--seed S] [--batch B] [--greedy] [--stream] [--json]\n"
         "                     [--dtype fp32|bf16] [--weights int8|int4] [--group-size G]\n"
         "                     [--offload none|nvme] [--nvme-path DIR] [--buffer-count N]\n"
-        "                     [--config FILE] [--threads N] [--heads H]\n\n"
+        "                     [--config FILE] [--threads N] [--heads H] [--tokenizer FILE]\n\n"
         "  --model           a checkpoint directory (step-00000123), a save directory (its\n"
         "                    `latest`), SAVE_DIR/latest, or a safetensors file with Hugging\n"
         "                    Face GPT-2 names (zero convert's, or another's)\n"
-        "  --prompt          the prompt text; its bytes are its tokens\n"
+        "  --prompt          the prompt text (encoded with --tokenizer, else its bytes are its\n"
+        "                    tokens; empty with --tokenizer: its end-of-text token)\n"
         "  --prompt-file     read the prompt from a file instead\n"
         "  --max-new-tokens  tokens to generate per sequence (default 64); generation stops\n"
         "                    earlier at the model's context\n"
@@ -57,7 +61,10 @@ static void usage(FILE *out) {
         "                    sets the three above (the flags win)\n"
         "  --threads         cores to use (default: all)\n"
         "  --heads           attention heads of a safetensors file that does not say (default:\n"
-        "                    zero convert's metadata, config.json beside the file, dim / 64)\n\n"
+        "                    zero convert's metadata, config.json beside the file, dim / 64)\n"
+        "  --tokenizer       GPT-2 BPE tokenizer for the prompt and the output: a vocab.json\n"
+        "                    (merges.txt beside it), a tokenizer.json, a directory, or llm.c's\n"
+        "                    gpt2_tokenizer.bin (decoding only: an empty prompt)\n\n"
         "The KV cache is in RAM. Unless OMP_WAIT_POLICY is set, threads sleep\n"
         "between parallel regions (passive; the program restarts itself to set it).\n"
         "docs/inference.md has the details.\n");
@@ -77,6 +84,7 @@ typedef struct opts {
     zero_dtype_t dtype;
     double temperature, top_p;
     uint64_t seed;
+    const char *tokenizer;
 } opts_t;
 
 /* --offload, --nvme-path, --buffer-count over --config's offload_param; exit status 2 (bad
@@ -130,7 +138,7 @@ static int parse(int argc, char **argv, opts_t *o) {
                   0,    0,
                   64,   ZERO_DTYPE_FP32,
                   1.0,  1.0,
-                  1337};
+                  1337, NULL};
     const char *const prog = "zero generate";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -214,6 +222,8 @@ static int parse(int argc, char **argv, opts_t *o) {
             o->buffer_count = (int)d;
         } else if ((v = zero__cli_arg_value(argc, argv, &i, "--config"))) {
             o->config = v;
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--tokenizer"))) {
+            o->tokenizer = v;
         } else if ((v = zero__cli_arg_value(argc, argv, &i, "--heads"))) {
             if (!zero__cli_number(prog, a, v, 1, 1, &d)) return 2;
             o->heads = (int)d;
@@ -264,33 +274,6 @@ static unsigned char *read_prompt(const opts_t *o, size_t *n) {
     return p;
 }
 
-/* One token as text: the byte for a vocabulary of at most 256, else " id". */
-static void put_token(FILE *out, int32_t t, int vocab) {
-    if (vocab <= 256)
-        fputc(t, out);
-    else
-        fprintf(out, " %d", (int)t);
-}
-
-/* The bytes as a JSON string: each byte one code point (Latin-1), so any output is valid JSON;
- * token ids for a larger vocabulary (the "tokens" array holds them exactly either way). */
-static cJSON *json_text(const int32_t *t, size_t n, int vocab) {
-    char *s = malloc(n * 12 + 1), *p = s;
-    if (!s) return cJSON_CreateNull();
-    for (size_t i = 0; i < n; i++) {
-        if (vocab > 256)
-            p += sprintf(p, "%s%d", i ? " " : "", (int)t[i]);
-        else if (t[i] < 0x80)
-            *p++ = (char)t[i];
-        else
-            *p++ = (char)(0xC0 | (t[i] >> 6)), *p++ = (char)(0x80 | (t[i] & 0x3F));
-    }
-    *p = 0;
-    cJSON *j = cJSON_CreateString(s);
-    free(s);
-    return j;
-}
-
 int zero__cli_generate(int argc, char **argv) {
     opts_t o;
     int rc = parse(argc, argv, &o);
@@ -299,21 +282,33 @@ int zero__cli_generate(int argc, char **argv) {
      * whose cores other processes use, spinning threads made decoding 5x slower
      * (docs/inference.md); OMP_WAIT_POLICY=active, set by the user, wins */
     zero__cli_openmp_wait("passive");
-    size_t plen = 0;
-    unsigned char *text = read_prompt(&o, &plen);
+    size_t text_len = 0, plen = 0;
+    unsigned char *text = read_prompt(&o, &text_len);
     if (!text) return 1;
     rc = 1;
     zero_generator_t *g = NULL;
-    int32_t *prompt = NULL, *out = NULL;
+    zero_tokenizer_t *tok = NULL;
+    int32_t *prompt = NULL, *out = NULL, *ptok = NULL;
     uint64_t *rng = NULL;
-    if (plen == 0) {
+    if (o.tokenizer && zero_tokenizer_init(&tok, o.tokenizer)) {
+        fprintf(stderr, "zero generate: %s\n", zero_last_error());
+        goto done;
+    }
+    if (text_len == 0 && !(tok && zero_tokenizer_eot(tok) >= 0)) {
         fprintf(stderr, "zero generate: the prompt is empty (expected at least one byte)\n");
         goto done;
     }
-    if (plen > (size_t)1 << 30) {
-        fprintf(stderr, "zero generate: the prompt of %zu bytes is too long\n", plen);
+    if (text_len > (size_t)1 << 30) {
+        fprintf(stderr, "zero generate: the prompt of %zu bytes is too long\n", text_len);
         goto done;
     }
+    if (text_len == 0) { /* GPT-2's unconditional generation starts at <|endoftext|> */
+        ptok = malloc(sizeof *ptok);
+        if (ptok) ptok[0] = zero_tokenizer_eot(tok), plen = 1;
+    } else {
+        ptok = zero__cli_prompt_tokens(text, text_len, tok, &plen);
+    }
+    if (!ptok) goto done;
     zero_generator_params_t gp = zero_generator_params_default();
     gp.batch = o.batch;
     gp.threads = o.threads;
@@ -338,12 +333,19 @@ int zero__cli_generate(int argc, char **argv) {
     const zero_generator_info_t *in = zero_generator_info(g);
     const int B = in->batch, V = in->vocab, P = (int)plen;
     for (size_t i = 0; i < plen; i++)
-        if (text[i] >= V) {
+        if (tok && ptok[i] >= V) {
+            fprintf(stderr,
+                    "zero generate: prompt token %d (the %zu-th) is outside the model's "
+                    "vocabulary of %d tokens (expected --tokenizer '%s', of %d tokens, to be the "
+                    "model's)\n",
+                    (int)ptok[i], i, V, o.tokenizer, zero_tokenizer_vocab(tok));
+            goto done;
+        } else if (ptok[i] >= V) {
             fprintf(stderr,
                     "zero generate: prompt byte 0x%02x at offset %zu is outside the model's "
                     "vocabulary of %d tokens (the prompt's bytes are its tokens: expected bytes "
                     "below %d)\n",
-                    text[i], i, V, V);
+                    (unsigned)ptok[i], i, V, V);
             goto done;
         }
     if (plen > (size_t)in->seq) {
@@ -361,7 +363,7 @@ int zero__cli_generate(int argc, char **argv) {
         goto done;
     }
     for (int b = 0; b < B; b++) {
-        for (size_t i = 0; i < plen; i++) prompt[(size_t)b * plen + i] = text[i];
+        for (size_t i = 0; i < plen; i++) prompt[(size_t)b * plen + i] = ptok[i];
         rng[b] = o.seed + (uint64_t)b;
     }
     zero_sample_params_t sp = zero_sample_params_default();
@@ -370,7 +372,7 @@ int zero__cli_generate(int argc, char **argv) {
     sp.top_k = o.top_k;
     sp.top_p = (float)o.top_p;
     if (o.stream) {
-        fwrite(text, 1, plen, stdout);
+        fwrite(text, 1, text_len, stdout);
         fflush(stdout);
     }
     /* prefill, then sample and feed one token per sequence until max_new or the cache is full */
@@ -386,7 +388,7 @@ int zero__cli_generate(int argc, char **argv) {
         if (st) break;
         if (++n == 1) t_first = zero_time_now(), ttft = t_first - t0;
         if (o.stream) {
-            put_token(stdout, row[0], V);
+            zero__cli_put_token(stdout, row[0], V, tok);
             fflush(stdout);
         }
         if (n == o.max_new || zero_generator_position(g) == in->max_seq) break;
@@ -406,7 +408,7 @@ int zero__cli_generate(int argc, char **argv) {
         int32_t *seq = malloc((size_t)n * sizeof *seq + 1);
         for (int b = 0; b < B && seq; b++) {
             for (int i = 0; i < n; i++) seq[i] = out[(size_t)i * (size_t)B + (size_t)b];
-            cJSON_AddItemToArray(outs, json_text(seq, (size_t)n, V));
+            cJSON_AddItemToArray(outs, zero__cli_tokens_json(seq, (size_t)n, V, tok));
             cJSON_AddItemToArray(toks, cJSON_CreateIntArray(seq, n));
         }
         free(seq);
@@ -459,9 +461,9 @@ int zero__cli_generate(int argc, char **argv) {
     } else {
         for (int b = 0; b < B && !o.stream; b++) {
             if (B > 1) printf("---- sequence %d\n", b);
-            fwrite(text, 1, plen, stdout);
+            fwrite(text, 1, text_len, stdout);
             for (int i = 0; i < n; i++)
-                put_token(stdout, out[(size_t)i * (size_t)B + (size_t)b], V);
+                zero__cli_put_token(stdout, out[(size_t)i * (size_t)B + (size_t)b], V, tok);
             printf("\n");
         }
         if (o.stream) printf("\n");
@@ -495,6 +497,8 @@ done:
     free(prompt);
     free(out);
     free(rng);
+    free(ptok);
+    zero_tokenizer_free(tok);
     free(text);
     return rc;
 }

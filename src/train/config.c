@@ -93,6 +93,11 @@ static const cfg_key_t keys[] = {
     {"data.val_path", K_STR, OFF(val_path), 0, 0, 0, "", NULL, "--val-data",
      "validation data (a file or a glob, as data.path); empty = a data directory's val.bin, else "
      "the tail data.val_fraction of data.path"},
+    {"data.tokenizer", K_STR, OFF(tokenizer), 0, 0, 0, "", NULL, "--tokenizer",
+     "GPT-2 BPE tokenizer: a vocab.json (merges.txt beside it), a tokenizer.json, llm.c's "
+     "gpt2_tokenizer.bin (decoding only) or a directory; text data is encoded with it, "
+     "model.vocab comes from it unless set, samples are decoded with it; empty = bytes; "
+     "docs/tokenizer.md"},
     {"data.order", K_STR, OFF(data_order), 0, 0, 0, "random", "random|sequential", NULL,
      "training windows: random (start anywhere in the training stream, with replacement, as "
      "nanoGPT's get_batch) or sequential (consecutive windows through the files in order, "
@@ -288,7 +293,8 @@ static const cfg_key_t keys[] = {
     {"train.top_k", K_INT, OFF(top_k), 40, 0, 16777216, NULL, NULL, NULL,
      "sample among the k likeliest tokens (0: all)"},
     {"train.prompt", K_STR, OFF(prompt), 0, 0, 0, "", NULL, NULL,
-     "sample prompt (byte-level models; empty: a newline)"},
+     "sample prompt (encoded with data.tokenizer when set, else its bytes for a model of at "
+     "least 256 tokens; empty: the tokenizer's end-of-text token, else a newline)"},
     {"train.threads", K_INT, OFF(threads), 0, 0, 4096, NULL, NULL, "--threads",
      "compute threads per rank (0: cores / ranks, at least 1)"},
     {"train.ranks", K_INT, OFF(ranks), 1, 1, 4096, NULL, NULL, "--ranks",

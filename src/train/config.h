@@ -36,6 +36,7 @@ typedef struct zero_train_config {
     /* data */
     char data_path[ZERO_CONFIG_STR_MAX]; /* "" = built-in corpus */
     char val_path[ZERO_CONFIG_STR_MAX];  /* "" = val.bin of a data directory, or the tail */
+    char tokenizer[ZERO_CONFIG_STR_MAX]; /* "" = bytes (text data), ids (token data) */
     char data_order[16];                 /* random | sequential */
     float val_fraction;
     int builtin_bytes;

@@ -1,9 +1,9 @@
 /* data.c — opening token files (mapped), nanoGPT directories and llm.c shard globs, the built-in
  * corpus, the train/validation split and batches.
  *
- * Not here: tokenisation beyond bytes (larger vocabularies come pre-tokenized), shuffling across
- * epochs (windows are drawn at random positions, which is what nanoGPT does). Invariants: after
- * zero__data_open every id in the stream is < the vocabulary it was opened for, and after
+ * Not here: the BPE tokenizer itself (src/text; a text file is encoded here with it), shuffling
+ * across epochs (windows are drawn at random positions, which is what nanoGPT does). Invariants:
+ * after zero__data_open every id in the stream is < the vocabulary it was opened for, and after
  * zero__data_split both parts hold at least seq + 1 tokens, so every window the batch functions
  * draw is in range. Pages are released with MADV_DONTNEED after each read: on a read-only file
  * mapping that only drops this process's page-table entries (the next access faults the page
@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 static const char *const format_names[] = {"text (bytes)", "nanoGPT uint16 .bin",
-                                           "llm.c token file", "built-in corpus"};
+                                           "llm.c token file", "built-in corpus", "text (BPE)"};
 _Static_assert(sizeof format_names / sizeof format_names[0] == ZERO_DATA_FORMAT_COUNT,
                "format name table");
 
@@ -48,8 +48,10 @@ static void shard_copy(const zero_data_shard_t *sh, size_t off, size_t n, int32_
     const unsigned char *p = sh->bytes + off * (size_t)sh->width;
     if (sh->width == 1)
         for (size_t i = 0; i < n; i++) out[i] = p[i];
-    else
+    else if (sh->width == 2)
         for (size_t i = 0; i < n; i++) out[i] = (int32_t)(p[2 * i] | (p[2 * i + 1] << 8));
+    else
+        memcpy(out, p, n * sizeof *out); /* encoded tokens: native int32 */
 }
 
 /* Drop the pages under tokens [off, off + n) of a mapped shard from this process. */
@@ -95,8 +97,40 @@ void zero__data_read(const zero_dataset_t *ds, size_t pos, size_t n, int32_t *ou
 
 /* ------------------------------------------------------------------------------ opening */
 
-/* Map one file into *sh and recognise its format. */
-static zero_status_t map_file(zero_data_shard_t *sh, const char *path, zero_data_format_t *format) {
+/* A text shard's bytes encoded by tok into sh->tokens (uint16 when the tokenizer's ids fit, else
+ * int32), the mapping then dropped. */
+static zero_status_t encode_shard(zero_data_shard_t *sh, const zero_tokenizer_t *tok) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    const double t0 = zero_time_now();
+    zero_status_t st = zero_tokenizer_encode(tok, sh->bytes, sh->count, &ids, &n);
+    if (st) {
+        char why[600];
+        snprintf(why, sizeof why, "%s", zero_last_error());
+        return zero__error(st, "cannot encode data file '%s': %s", sh->path, why);
+    }
+    zero__log(ZERO_LOG_INFO, -1, 0, "data: '%s' (%.2f MB) encoded into %zu tokens in %.2f s",
+              sh->path, (double)sh->count / 1e6, n, zero_time_now() - t0);
+    munmap(sh->map, sh->map_bytes);
+    sh->map = NULL;
+    sh->map_bytes = 0;
+    sh->width = 4;
+    if (zero_tokenizer_vocab(tok) <= 65536) { /* GPT-2's 50257: half the memory */
+        uint16_t *narrow = (uint16_t *)ids;   /* in place: each write is behind its read */
+        for (size_t i = 0; i < n; i++) narrow[i] = (uint16_t)ids[i];
+        sh->width = 2;
+        int32_t *shrunk = n ? realloc(ids, n * sizeof *narrow) : NULL;
+        if (shrunk) ids = shrunk; /* else the larger block serves as well */
+    }
+    sh->tokens = ids;
+    sh->bytes = (const unsigned char *)ids;
+    sh->count = n;
+    return ZERO_OK;
+}
+
+/* Map one file into *sh and recognise its format; a text file is encoded when tok is given. */
+static zero_status_t map_file(zero_data_shard_t *sh, const char *path, zero_data_format_t *format,
+                              const zero_tokenizer_t *tok) {
     memset(sh, 0, sizeof *sh);
     if (strlen(path) >= sizeof sh->path)
         return zero__error(ZERO_ERR_INVALID_ARG,
@@ -172,17 +206,20 @@ static zero_status_t map_file(zero_data_shard_t *sh, const char *path, zero_data
         sh->count = size / 2;
         sh->width = 2;
     } else {
-        *format = ZERO_DATA_TEXT;
+        *format = tok ? ZERO_DATA_TEXT_BPE : ZERO_DATA_TEXT;
         sh->bytes = buf;
         sh->count = size;
         sh->width = 1;
+        if (tok) st = encode_shard(sh, tok);
     }
     if (!st && sh->count == 0)
         st = zero__error(ZERO_ERR_FORMAT, "data file '%s' holds no tokens (expected at least one)",
                          path);
     if (st) {
-        munmap(map, size);
+        if (sh->map) munmap(map, size);
+        free(sh->tokens);
         sh->map = NULL;
+        sh->tokens = NULL;
     }
     return st;
 }
@@ -261,7 +298,7 @@ static zero_status_t expand(const char *path, const char *name, glob_t *g, int *
 
 /* Map and scan the files of `path` onto the end of ds's shard list. */
 static zero_status_t add_files(zero_dataset_t *ds, const char *path, const char *name, int vocab,
-                               int32_t *chunk, size_t chunk_count) {
+                               const zero_tokenizer_t *tok, int32_t *chunk, size_t chunk_count) {
     glob_t g;
     int globbed = 0;
     char one[ZERO_DATA_PATH_MAX + 16];
@@ -279,7 +316,7 @@ static zero_status_t add_files(zero_dataset_t *ds, const char *path, const char 
     for (size_t i = 0; i < count && !st; i++) {
         zero_data_shard_t *sh = &ds->shards[ds->shard_count];
         zero_data_format_t format = ZERO_DATA_TEXT;
-        st = map_file(sh, files[i], &format);
+        st = map_file(sh, files[i], &format, tok);
         if (st) break;
         ds->shard_count++; /* from here zero__data_free unmaps it */
         if (ds->shard_count == 1) {
@@ -303,6 +340,11 @@ done:
 
 zero_status_t zero__data_open(zero_dataset_t *ds, const char *path, const char *val_path,
                               int vocab) {
+    return zero__data_open_tokenized(ds, path, val_path, vocab, NULL);
+}
+
+zero_status_t zero__data_open_tokenized(zero_dataset_t *ds, const char *path, const char *val_path,
+                                        int vocab, const zero_tokenizer_t *tok) {
     memset(ds, 0, sizeof *ds);
     if (!path || !path[0])
         return zero__error(ZERO_ERR_INVALID_ARG, "data file name is empty (expected a path)");
@@ -311,7 +353,7 @@ zero_status_t zero__data_open(zero_dataset_t *ds, const char *path, const char *
     const size_t chunk_count = 1 << 16;
     int32_t *chunk = malloc(chunk_count * sizeof *chunk);
     if (!chunk) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "cannot read data: out of memory");
-    zero_status_t st = add_files(ds, path, "train.bin", vocab, chunk, chunk_count);
+    zero_status_t st = add_files(ds, path, "train.bin", vocab, tok, chunk, chunk_count);
     if (!st) {
         /* A nanoGPT directory's val.bin validates unless a validation path is given. */
         char dir_val[ZERO_DATA_PATH_MAX + 16];
@@ -323,7 +365,7 @@ zero_status_t zero__data_open(zero_dataset_t *ds, const char *path, const char *
         if (val) {
             ds->train_count = ds->count;
             ds->val_given = 1;
-            st = add_files(ds, val, "val.bin", vocab, chunk, chunk_count);
+            st = add_files(ds, val, "val.bin", vocab, tok, chunk, chunk_count);
         } else {
             ds->train_count = ds->count;
         }
@@ -584,8 +626,10 @@ zero_status_t zero__data_split(zero_dataset_t *ds, double val_fraction, int seq)
 
 void zero__data_free(zero_dataset_t *ds) {
     if (!ds) return;
-    for (int i = 0; i < ds->shard_count; i++)
+    for (int i = 0; i < ds->shard_count; i++) {
         if (ds->shards[i].map) munmap(ds->shards[i].map, ds->shards[i].map_bytes);
+        free(ds->shards[i].tokens);
+    }
     free(ds->shards);
     free(ds->text);
     memset(ds, 0, sizeof *ds);

@@ -13,7 +13,8 @@
  * File formats, chosen by content then name:
  *   llm.c    256 int32 header (magic 20240520, version 1, token count, ...), then uint16 tokens
  *   nanoGPT  a file named *.bin without that magic: raw little-endian uint16 tokens
- *   text     anything else: one token per byte (vocabulary 256)
+ *   text     anything else: one token per byte (vocabulary 256), or, given a tokenizer, its
+ *            GPT-2 BPE tokens, encoded once when the file is opened and kept in memory
  * All files of one dataset have one format.
  *
  * Sampling (docs/data.md): training windows start uniformly at random in the training part of
@@ -27,6 +28,7 @@
 #define ZERO_TRAIN_DATA_H
 
 #include "zero/core.h"
+#include "zero/tokenizer.h"
 
 #include <stdint.h>
 
@@ -40,6 +42,7 @@ typedef enum {
     ZERO_DATA_NANOGPT_BIN,
     ZERO_DATA_LLMC_BIN,
     ZERO_DATA_BUILTIN,
+    ZERO_DATA_TEXT_BPE,
     ZERO_DATA_FORMAT_COUNT
 } zero_data_format_t;
 
@@ -49,9 +52,10 @@ const char *zero__data_format_name(zero_data_format_t format);
 typedef struct zero_data_shard {
     const unsigned char *bytes; /* view: the first token (in map, or the dataset's text) */
     void *map;                  /* owned mapping of the whole file (munmap), or NULL */
+    void *tokens;               /* owned: a text file's tokens encoded by a tokenizer, or NULL */
     size_t map_bytes;
     size_t start, count; /* position of the first token in the stream; tokens */
-    int width;           /* bytes per token: 1 (text) or 2 (uint16 little-endian) */
+    int width; /* bytes per token: 1 (text), 2 (uint16 little-endian), 4 (encoded int32) */
     char path[ZERO_DATA_PATH_MAX];
 } zero_data_shard_t;
 
@@ -80,6 +84,12 @@ typedef struct zero_dataset {
  * different formats: ZERO_ERR_FORMAT, each naming the file and what was expected. */
 zero_status_t zero__data_open(zero_dataset_t *ds, const char *path, const char *val_path,
                               int vocab);
+
+/* zero__data_open with a tokenizer (NULL: none): text files are encoded with it (format "text
+ * (BPE)"), in memory, as uint16 when its ids fit, else int32; token files are read as they are.
+ * Encoding errors name the file. */
+zero_status_t zero__data_open_tokenized(zero_dataset_t *ds, const char *path, const char *val_path,
+                                        int vocab, const zero_tokenizer_t *tok);
 
 /* The vocabulary size of a nanoGPT data directory: `vocab_size` of the dict in path/meta.pkl
  * (a pickle, protocols 2-5). *vocab = 0 and ZERO_OK when path is not a directory. A missing

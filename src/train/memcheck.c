@@ -49,10 +49,23 @@ typedef struct shape {
 
 typedef zero_train_process_estimate_t estimate_t;
 
+/* A text file a tokenizer encodes into memory: at most one token per byte, 2 bytes a token
+ * (uint16; GPT-2's tokens average about 0.4 per byte of English, so this bounds it well above). */
+static uint64_t encoded_bytes(const zero_train_config_t *cfg, const char *path) {
+    struct stat sb;
+    size_t n = strlen(path);
+    if (!cfg->tokenizer[0] || !path[0] || (n >= 4 && !strcmp(path + n - 4, ".bin")) ||
+        stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return 0;
+    return 2 * (uint64_t)sb.st_size;
+}
+
 static uint64_t data_bytes(const zero_train_config_t *cfg) {
     /* Data files are mapped and each window's pages released after it is copied: nothing that
-     * grows with the files stays resident. The built-in corpus is its text, one byte a token. */
-    return cfg->data_path[0] ? 0 : (uint64_t)cfg->builtin_bytes;
+     * grows with the files stays resident, except text files encoded by a tokenizer. The
+     * built-in corpus is its text, one byte a token. */
+    if (!cfg->data_path[0]) return (uint64_t)cfg->builtin_bytes;
+    return encoded_bytes(cfg, cfg->data_path) + encoded_bytes(cfg, cfg->val_path);
 }
 
 static zero_status_t estimate(const zero_train_config_t *cfg, const shape_t *s, int threads,

@@ -42,7 +42,8 @@ typedef struct job {
     const zero_train_io_t *io;
     int world, threads;
     zero_backend_t backend;
-    zero_dataset_t data; /* read-only once loaded: the rank threads share it */
+    zero_dataset_t data;   /* read-only once loaded: the rank threads share it */
+    zero_tokenizer_t *tok; /* owned: data.tokenizer's (immutable, shared), or NULL */
     double unigram_entropy, ln_vocab, t_start;
     /* Threads backend with several ranks: each rank's report, written by its own rank before a
      * barrier and read by rank 0 after it (gather_reports). */
@@ -199,10 +200,18 @@ static void progress(const run_t *r, int step, int steps, float loss, float avg,
 }
 
 static void print_sample(const run_t *r, const int32_t *toks, int n) {
+    const zero_tokenizer_t *tok = r->job->tok;
     say(r, "----\n");
     for (int i = 0; i < n; i++) {
         int t = toks[i];
-        if (r->cfg->model.vocab <= 256) {
+        size_t len = 0;
+        const char *bytes = tok ? zero_tokenizer_token(tok, t, &len) : NULL;
+        if (tok) { /* a padded vocabulary's ids past the tokenizer's have no text */
+            if (bytes)
+                say(r, "%.*s", (int)len, bytes);
+            else
+                say(r, "[token %d]", t);
+        } else if (r->cfg->model.vocab <= 256) {
             unsigned char ch = (unsigned char)t;
             if (ch == '\n' || ch == '\t' || (ch >= 32 && ch < 127))
                 say(r, "%c", ch);
@@ -223,7 +232,22 @@ static zero_status_t samples(run_t *r) {
     int total = c->sample_tokens + (int)strlen(c->prompt) + 1;
     int32_t *toks = malloc((size_t)total * sizeof *toks);
     if (!toks) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "cannot allocate sample buffer");
-    if (c->prompt[0] && c->model.vocab >= 256) {
+    const zero_tokenizer_t *tok = r->job->tok;
+    if (tok && (c->prompt[0] || zero_tokenizer_eot(tok) < 0)) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        zero_status_t st = zero_tokenizer_encode(tok, c->prompt[0] ? c->prompt : "\n",
+                                                 c->prompt[0] ? strlen(c->prompt) : 1, &ids, &n);
+        if (st) {
+            free(toks);
+            return st;
+        }
+        memcpy(toks, ids, n * sizeof *ids); /* n <= the prompt's bytes */
+        plen = (int)n;
+        free(ids);
+    } else if (tok) { /* GPT-2's unconditional samples start at <|endoftext|> */
+        toks[plen++] = zero_tokenizer_eot(tok);
+    } else if (c->prompt[0] && c->model.vocab >= 256) {
         for (const char *p = c->prompt; *p; p++) toks[plen++] = (unsigned char)*p;
     } else {
         toks[plen++] = c->model.vocab > '\n' ? '\n' : 0;
@@ -591,11 +615,12 @@ static zero_status_t rank_setup(run_t *r, zero_train_report_t *rep) {
             (double)moe->z_loss_coef, (double)zero__gpt_active_param_count(&cfg->model) / 1e6);
     const zero_dataset_t *data = &job->data;
     say(r,
-        "data: %s (%s, %d file%s, mapped), %zu tokens: %zu train, %zu validation%s%s%s; "
+        "data: %s (%s, %d file%s, %s), %zu tokens: %zu train, %zu validation%s%s%s; "
         "unigram entropy %.3f nats (ln vocab %.3f)\n",
         data->source, zero__data_format_name(data->format), data->shard_count,
-        data->shard_count == 1 ? "" : "s", data->count, data->train_count,
-        data->count - data->train_count, data->val_given ? " from '" : "",
+        data->shard_count == 1 ? "" : "s",
+        data->format == ZERO_DATA_TEXT_BPE ? "encoded in memory" : "mapped", data->count,
+        data->train_count, data->count - data->train_count, data->val_given ? " from '" : "",
         data->val_given ? data->shards[data->shard_count - 1].path : "", data->val_given ? "'" : "",
         rep->unigram_entropy, rep->ln_vocab);
     say(r,
@@ -1106,9 +1131,17 @@ static zero_status_t run_mpi(job_t *job, zero_train_report_t *rep) {
 }
 
 zero_status_t zero__train_data_vocab(zero_train_config_t *cfg) {
-    if (!cfg->data_path[0] || zero__train_config_is_set(cfg, "model.vocab")) return ZERO_OK;
+    if (zero__train_config_is_set(cfg, "model.vocab")) return ZERO_OK;
     int vocab = 0;
-    zero_status_t st = zero__data_dir_vocab(cfg->data_path, &vocab);
+    zero_status_t st = ZERO_OK;
+    if (cfg->tokenizer[0]) {
+        zero_tokenizer_t *tok;
+        st = zero_tokenizer_init(&tok, cfg->tokenizer);
+        if (!st) vocab = zero_tokenizer_vocab(tok);
+        zero_tokenizer_free(tok);
+    } else if (cfg->data_path[0]) {
+        st = zero__data_dir_vocab(cfg->data_path, &vocab);
+    }
     if (st || vocab == 0) return st;
     char value[32];
     snprintf(value, sizeof value, "%d", vocab);
@@ -1142,14 +1175,31 @@ zero_status_t zero__train_run(zero_train_config_t *cfg, const zero_train_io_t *i
                                   first_process(job.backend) ? job.io->out : NULL);
     if (st) return st;
 
-    /* data: opened once per process, shared read-only by the rank threads */
+    /* data: opened once per process (and encoded, given a tokenizer), shared read-only by the
+     * rank threads */
+    if (cfg->tokenizer[0]) {
+        st = zero_tokenizer_init(&job.tok, cfg->tokenizer);
+        if (!st && cfg->model.vocab < zero_tokenizer_vocab(job.tok))
+            st = zero__error(ZERO_ERR_CONFIG,
+                             "model.vocab = %d is smaller than the %d tokens of data.tokenizer "
+                             "'%s' (expected at least %d, or leave model.vocab unset)",
+                             cfg->model.vocab, zero_tokenizer_vocab(job.tok), cfg->tokenizer,
+                             zero_tokenizer_vocab(job.tok));
+        if (st) goto done;
+    }
     if (cfg->data_path[0])
-        st = zero__data_open(&job.data, cfg->data_path, cfg->val_path, cfg->model.vocab);
+        st = zero__data_open_tokenized(&job.data, cfg->data_path, cfg->val_path, cfg->model.vocab,
+                                       job.tok);
     else if (cfg->val_path[0])
         st = zero__error(ZERO_ERR_CONFIG,
                          "data.val_path = '%s' without data.path (expected training data too: "
                          "the built-in corpus holds out its own validation tail)",
                          cfg->val_path);
+    else if (job.tok)
+        st = zero__error(ZERO_ERR_CONFIG,
+                         "data.tokenizer = '%s' without data.path (expected a text file to "
+                         "encode: the built-in corpus is byte-level)",
+                         cfg->tokenizer);
     else if (cfg->model.vocab < 256)
         st = zero__error(ZERO_ERR_CONFIG,
                          "the built-in corpus is byte-level text: model.vocab = %d is too small "
@@ -1157,7 +1207,7 @@ zero_status_t zero__train_run(zero_train_config_t *cfg, const zero_train_io_t *i
                          cfg->model.vocab);
     else
         st = zero__data_builtin(&job.data, (size_t)cfg->builtin_bytes, (uint64_t)cfg->seed);
-    if (st) return st;
+    if (st) goto done;
     if (job.data.val_given && zero__train_config_is_set(cfg, "data.val_fraction") &&
         first_process(job.backend))
         zero__log(ZERO_LOG_WARN, -1, 0,
@@ -1174,6 +1224,7 @@ zero_status_t zero__train_run(zero_train_config_t *cfg, const zero_train_io_t *i
     st = job.backend == ZERO_BACKEND_MPI ? run_mpi(&job, &rep) : run_threads(&job, &rep);
 done:
     zero__data_free(&job.data);
+    zero_tokenizer_free(job.tok);
     if (!st && rep_out)
         *rep_out = rep;
     else

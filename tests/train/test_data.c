@@ -93,6 +93,55 @@ static void test_text(void) {
           "byte beyond a 128 vocabulary: '%s'", zero_last_error());
 }
 
+/* A text file encoded by a tokenizer written here: printable ASCII bytes stand for themselves in
+ * GPT-2's byte-level strings, space is "\u0120" and newline "\u010a"; three merges by rank. The
+ * tokens are worked out by hand: pieces "hello", " hello", "\n", "well"; (h, e) first, then
+ * (l, l); (G, w) never meets a w after a space. */
+static void test_text_bpe(void) {
+    char vocab[8192], p[512], m[512];
+    size_t k = (size_t)sprintf(vocab, "{\"\\u0120\": 32, \"\\u010a\": 10");
+    for (int b = '!'; b <= '~'; b++)
+        k += (size_t)sprintf(vocab + k, b == '"' || b == '\\' ? ", \"\\%c\": %d" : ", \"%c\": %d",
+                             b, b);
+    sprintf(vocab + k, ", \"he\": 300, \"\\u0120w\": 301, \"ll\": 302}");
+    path_of(p, sizeof p, "vocab.json");
+    write_file(p, vocab, strlen(vocab));
+    path_of(m, sizeof m, "merges.txt");
+    const char *merges = "#version: 0.2\nh e\n\xc4\xa0 w\nl l\n";
+    write_file(m, merges, strlen(merges));
+    zero_tokenizer_t *tok = NULL;
+    CHECK(zero_tokenizer_init(&tok, p) == ZERO_OK, "tokenizer: %s", zero_last_error());
+    char t[512];
+    path_of(t, sizeof t, "bpe.txt");
+    const char *text = "hello hello\nwell";
+    write_file(t, text, strlen(text));
+    const int32_t want[] = {300, 302, 'o', ' ', 300, 302, 'o', '\n', 'w', 'e', 302};
+    zero_dataset_t ds;
+    CHECK(zero__data_open_tokenized(&ds, t, NULL, 303, tok) == ZERO_OK, "bpe: %s",
+          zero_last_error());
+    CHECK(ds.format == ZERO_DATA_TEXT_BPE && ds.count == ZERO_ARRAY_LEN(want) &&
+              ds.max_token == 302 && ds.shards[0].width == 2,
+          "bpe: format %d, %zu tokens, max %d", ds.format, ds.count, ds.max_token);
+    if (ds.count == ZERO_ARRAY_LEN(want)) {
+        int32_t *got = all_tokens(&ds);
+        CHECK(!memcmp(got, want, sizeof want), "bpe: the tokens worked out by hand");
+        free(got);
+    }
+    zero__data_free(&ds);
+    CHECK(zero__data_open_tokenized(&ds, t, NULL, 300, tok) == ZERO_ERR_FORMAT &&
+              strstr(zero_last_error(), "bpe.txt") && strstr(zero_last_error(), "token 300") &&
+              strstr(zero_last_error(), "text (BPE)"),
+          "bpe: an id beyond model.vocab: '%s'", zero_last_error());
+    write_file(t, "caf\xc3\xa9", 5);
+    CHECK(zero__data_open_tokenized(&ds, t, NULL, 303, tok) == ZERO_ERR_FORMAT &&
+              strstr(zero_last_error(), "bpe.txt") && strstr(zero_last_error(), "byte 0xc3"),
+          "bpe: a byte without a token names the data file: '%s'", zero_last_error());
+    zero_tokenizer_free(tok);
+    unlink(t);
+    unlink(m);
+    unlink(p);
+}
+
 static void test_bins(void) {
     char p[512];
     uint16_t toks[6] = {0, 1, 50256, 7, 300, 2};
@@ -527,6 +576,7 @@ int main(void) {
         return 1;
     }
     test_text();
+    test_text_bpe();
     test_bins();
     test_missing_empty();
     test_split_batches();
