@@ -60,3 +60,23 @@ def python(modules=()):
             hint = " (install Debian's python3-torch)" if m in ("torch", "transformers") else ""
             return None, "module %s does not import in %s: %s%s" % (m, root, last[0], hint)
     return py, None
+
+
+def check_output_of(binary, path, script, modules):
+    """For a test whose C side writes a file (`binary path`) that `script` checks in the venv
+    (`script path`): the script's exit status, its output printed; SKIP without the venv or one
+    of `modules`, 1 when the binary itself fails. The file is removed afterwards."""
+    py, why = python(modules)
+    if not py:
+        print("SKIP: %s" % why)
+        return SKIP
+    p = subprocess.run([binary, path], capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        print("FAIL: %s itself failed:\n%s" % (os.path.basename(binary),
+                                                (p.stdout + p.stderr)[-2000:]))
+        return 1
+    p = subprocess.run([py, "-c", script, path], capture_output=True, text=True, timeout=300)
+    print(p.stdout + p.stderr)
+    if os.path.exists(path):
+        os.remove(path)
+    return p.returncode

@@ -18,21 +18,14 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import check, exit_code  # noqa: E402
 import pyvenv  # noqa: E402
 
 ZERO, WORK = sys.argv[1], sys.argv[2]
 shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
-failures = 0
 PROMPT = "ROMEO:"
 NEW = 24
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", msg)
 
 
 def zero(*args):
@@ -113,8 +106,7 @@ def main():
     rc, out = zero("train", "--config", cfg, "--init-from", untied, "--steps", "0", "--no-peak")
     check(rc != 0 and "lm_head.weight" in out and "transformer.wte.weight" in out,
           "untied lm_head: exit %d\n%s" % (rc, out[-1500:]))
-    print("%d failures" % failures)
-    return 1 if failures else 0
+    return exit_code()
 
 
 sys.exit(main())

@@ -11,7 +11,6 @@ codes must decode in ml_dtypes to what zero's round trip implies. Needs the test
 """
 import os
 import struct
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -46,20 +45,5 @@ sys.exit(1 if failures else 0)
 """
 
 
-def main():
-    py, why = pyvenv.python(("ml_dtypes",))
-    if not py:
-        print("SKIP: %s" % why)
-        return pyvenv.SKIP
-    sample = os.path.join(WORK, "fp8-sample.bin")
-    p = subprocess.run([BINARY, sample], capture_output=True, text=True, timeout=300)
-    if p.returncode != 0:
-        print("FAIL: test_fp8 itself failed:\n" + (p.stdout + p.stderr)[-2000:])
-        return 1
-    p = subprocess.run([py, "-c", CHECK, sample], capture_output=True, text=True, timeout=300)
-    print(p.stdout + p.stderr)
-    os.remove(sample)
-    return p.returncode
-
-
-sys.exit(main())
+sys.exit(pyvenv.check_output_of(BINARY, os.path.join(WORK, "fp8-sample.bin"), CHECK,
+                                  ("ml_dtypes",)))

@@ -8,7 +8,6 @@ each midpoint exactly and rounds once, torch's linspace rounds its steps in floa
 q8dyn.h). Needs the test venv with torch (tests/pyvenv.py); skipped with one line without it.
 """
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -45,19 +44,5 @@ sys.exit(1 if failures else 0)
 """
 
 
-def main():
-    py, why = pyvenv.python(("torch",))
-    if not py:
-        print("SKIP: %s" % why)
-        return pyvenv.SKIP
-    path = os.path.join(WORK, "q8dyn-maps.bin")
-    p = subprocess.run([BINARY, path], capture_output=True, text=True, timeout=300)
-    if p.returncode != 0:
-        print("FAIL: test_q8dyn itself failed:\n" + (p.stdout + p.stderr)[-2000:])
-        return 1
-    p = subprocess.run([py, "-c", CHECK, path], capture_output=True, text=True, timeout=300)
-    print(p.stdout + p.stderr)
-    return p.returncode
-
-
-sys.exit(main())
+sys.exit(pyvenv.check_output_of(BINARY, os.path.join(WORK, "q8dyn-maps.bin"), CHECK,
+                                  ("torch",)))

@@ -24,21 +24,14 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import check, exit_code  # noqa: E402
 import pyvenv  # noqa: E402
 
 ZERO, WORK = sys.argv[1], sys.argv[2]
 shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
-failures = 0
 TAGS = ["train_loss", "lr", "loss_scale", "grad_norm", "tokens_per_s", "mfu", "val_loss"]
 BATCH = 8  # 4 sequences x 2 ranks
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", msg)
 
 
 def config(name, fp16=True, tb_path=None, extra=None):
@@ -182,8 +175,7 @@ def main():
           "output_path a file: exit %d, output:\n%s" % (rc, out[-1500:]))
     check(not glob.glob(os.path.join(WORK, "csv", "bad", "*.csv")), "bad: CSV files written")
 
-    print("%d failures" % failures)
-    return 1 if failures else 0
+    return exit_code()
 
 
 sys.exit(main())

@@ -19,17 +19,12 @@ import subprocess
 import sys
 import zlib
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import check, exit_code  # noqa: E402
+
 ZERO, WORK = sys.argv[1], sys.argv[2]
 shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", msg)
 
 
 def curves(k):
@@ -187,5 +182,4 @@ for args, want_rc, want in cases:
         args, rc, want_rc, want, out))
 check(not [f for f in os.listdir(WORK) if f.endswith(".tmp")], "temporary files left: %s" %
       os.listdir(WORK))
-print("%d failures" % failures)
-sys.exit(1 if failures else 0)
+sys.exit(exit_code())

@@ -14,16 +14,11 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import check, exit_code  # noqa: E402
+
 ZERO, WORK = sys.argv[1], sys.argv[2]
 os.makedirs(WORK, exist_ok=True)
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", msg)
 
 
 CONFIG = os.path.join(WORK, "tiny.json")
@@ -78,5 +73,4 @@ for s, loss, avg in lines:
 if lines:
     check(lines[0][1] == lines[0][2], "step 1: the average %s is not the loss %s" % (
         lines[0][2], lines[0][1]))
-print("%d failures" % failures)
-sys.exit(1 if failures else 0)
+sys.exit(exit_code())

@@ -15,17 +15,12 @@ import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import check, exit_code  # noqa: E402
+
 ZERO, MPIRUN, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
 shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", msg)
 
 
 WRAP = os.path.join(WORK, "private_save_dir.sh")
@@ -76,5 +71,4 @@ check(rc == 0 and os.path.exists(os.path.join(save, "latest")),
       "shared save dir: exit %d\n%s" % (rc, out[-2000:]))
 check(not [f for f in os.listdir(save) if f.startswith(".shared-probe")],
       "shared save dir: probe left behind: %s" % os.listdir(save))
-print("%d failures" % failures)
-sys.exit(1 if failures else 0)
+sys.exit(exit_code())
