@@ -108,8 +108,9 @@ int zero__train_world_size(const zero_train_config_t *cfg);
 /* Compute threads a run of cfg keeps busy on this machine: its local ranks x threads per rank. */
 int zero__train_machine_threads(const zero_train_config_t *cfg);
 
-/* A nanoGPT data directory (data.path) names its vocabulary in meta.pkl: set model.vocab from it
- * unless the file or the command line set it. Anything else: nothing to do. ZERO_ERR_IO /
+/* Set model.vocab, unless the file or the command line set it, from data.tokenizer (its
+ * vocabulary size; the tokenizer's load errors, naming the file), else from a nanoGPT data
+ * directory's meta.pkl (data.path). Anything else: nothing to do. ZERO_ERR_IO /
  * ZERO_ERR_FORMAT naming meta.pkl when it is missing or unreadable (zero__data_dir_vocab). */
 zero_status_t zero__train_data_vocab(zero_train_config_t *cfg);
 
