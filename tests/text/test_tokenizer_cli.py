@@ -24,6 +24,7 @@ import sys
 from collections import Counter
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import check, exit_code  # noqa: E402
 import pyvenv  # noqa: E402
 
 try:
@@ -40,16 +41,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # 
 ZERO, WORK = sys.argv[1], sys.argv[2]
 shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
-failures = 0
 TINY = ["--set", "model.layers=2", "--set", "model.dim=32", "--set", "model.heads=2",
         "--set", "model.seq=32", "--no-peak", "--threads", "1"]
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", msg)
 
 
 def run(*args):
@@ -162,8 +155,7 @@ def main():
         check(rc == 1 and "no merges" in err and binp in err,
               f"llm.c's file cannot encode a prompt: {rc} {err}")
 
-    print("FAILED: %d" % failures if failures else "all passed")
-    return 1 if failures else 0
+    return exit_code()
 
 
 sys.exit(main())

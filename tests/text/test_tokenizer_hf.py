@@ -27,6 +27,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import check, exit_code  # noqa: E402
 import pyvenv  # noqa: E402
 
 try:
@@ -43,7 +44,6 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # 
 TOOL, WORK = sys.argv[1], sys.argv[2]
 shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
-failures = 0
 
 BUILTIN = ("It's 2024: we'll say \"hello, world!!!\" -- isn't it?  You're   right;\n\n"
            "they've 3.14159 apples, I'd pay $1,000,000... don't\tstop\t\tnow\r\n"
@@ -54,13 +54,6 @@ BUILTIN = ("It's 2024: we'll say \"hello, world!!!\" -- isn't it?  You're   righ
            + "".join("x %sy !%s! %s%sz\n" % (c, c, c, c) for c in
                      "\u0085\u00a0\u1680\u2000\u2007\u200b\u2028\u2029\u202f\u205f\u3000"
                      "\u180e\u000b\u000c\u001c\u001f\ufeff"))
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", msg)
 
 
 def tool(*args):
@@ -210,8 +203,7 @@ def main():
         check(sours == sref, f"{name}: shuffled merges: ids differ from tokenizers'")
         check(sref != ref, f"{name}: shuffling the merges changed nothing (a weak test)")
 
-    print("%s" % ("FAILED: %d" % failures if failures else "all passed"))
-    return 1 if failures else 0
+    return exit_code()
 
 
 sys.exit(main())
