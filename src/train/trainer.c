@@ -411,10 +411,6 @@ static void print_tables(const run_t *r, const zero_train_rank_report_t *all) {
     }
 }
 
-/* One record; a write error (a full disk) fails the run, naming the file. tokens, elapsed_s and
- * skipped_steps count from the run's start, earlier invocations of a resumed run included.
- * grad_norm has 17 digits: the float64 norm read back bitwise (the norms of layouts that must
- * agree exactly are compared from the log). */
 /* Global samples (sequences) trained when `tokens` tokens were: the x of the monitors' scalars,
  * as DeepSpeed counts them (independent of the world size, so a resharded resume continues). */
 static int64_t samples_of(const zero_train_config_t *cfg, double tokens) {
@@ -423,7 +419,10 @@ static int64_t samples_of(const zero_train_config_t *cfg, double tokens) {
 
 /* The step's record in the metrics log and the monitors (rank 0; those that are open). tok_s:
  * the run's tokens/s so far (the log's); step_tok_s and mfu: this step's rate (the monitors') and
- * model FLOP utilisation (both; NaN when the peak was not measured). */
+ * model FLOP utilisation (both; NaN when the peak was not measured). A write error (a full disk)
+ * fails the run, naming the file. tokens, elapsed_s and skipped_steps count from the run's start,
+ * earlier invocations of a resumed run included. grad_norm has 17 digits: the float64 norm read
+ * back bitwise (the norms of layouts that must agree exactly are compared from the log). */
 static zero_status_t step_outputs(run_t *r, int step, float loss, const zero_step_stats_t *ss,
                                   double tokens, double tok_s, double step_s, double step_tok_s,
                                   double mfu, float val_loss) {
