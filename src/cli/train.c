@@ -10,6 +10,8 @@
  * expected is an error naming the option that lacks it.
  */
 #include "cli/cli.h"
+#include "core/core_internal.h"
+#include "plan/plan.h"
 
 #include "train/preflight.h"
 #include "train/trainer.h"
@@ -52,7 +54,8 @@ static void usage(FILE *out) {
             "  --tune-online        retune buckets, prefetch and overlap_comm between steps\n"
             "                       (autotuning.online; the weights stay the same bits)\n"
             "  --set KEY=VALUE      set any config key, e.g. --set model.layers=2\n"
-            "  --no-peak            skip the start-up matmul peak measurement (no MFU)\n"
+            "  --no-peak            no matmul peak: no MFU, no roofline (else --peak GFLOPS,\n"
+            "                       `zero plan --calibrate`'s file, or measured at start-up)\n"
             "  --print-config       print the effective configuration (JSON; on stderr the memory\n"
             "                       and swap-file bytes a rank needs) and exit\n"
             "  --help-config        list every config key with its default\n"
@@ -200,8 +203,17 @@ static int build_config(const arg_t *args, int n, const char *config_path, int l
             }
             if (!key) continue;
             if (pass == 0 ? zero__train_config_mark_cli(cfg, key)
-                          : zero__train_config_set(cfg, key, value))
+                          : zero__train_config_set(cfg, key, value)) {
+                /* the message names the key; a flag's user looks for the flag */
+                if (strcmp(name, "--set")) {
+                    char msg[512];
+                    const char *e = zero_last_error(), *cl = "command line: ";
+                    snprintf(msg, sizeof msg, "%s",
+                             strncmp(e, cl, strlen(cl)) ? e : e + strlen(cl));
+                    zero__error(ZERO_ERR_CONFIG, "command line: %s: %s", name, msg);
+                }
                 return loud ? fail("invalid option value") : 1;
+            }
         }
         if (pass == 0 && config_path && zero__train_config_load(cfg, config_path))
             return loud ? fail("cannot use the config") : 1;
@@ -420,11 +432,25 @@ int zero__cli_train(int argc, char **argv) {
         print_needs(&cfg);
         return 0;
     }
+    /* `zero plan --calibrate`'s figures, when this machine has the file: the trainer takes the
+     * peak from it where it fits the run, and the memory bandwidth of the roofline */
+    char cal_path[1024];
+    zero_plan_calibration_t cal;
+    zero__plan_calibration_path(cal_path, sizeof cal_path);
+    if (!peak || zero__plan_calibration_load(cal_path, &cal)) {
+        if (peak && access(cal_path, F_OK) == 0 && !quiet)
+            fprintf(stderr, "zero train: ignoring the calibration file: %s\n", zero_last_error());
+        memset(&cal, 0, sizeof cal);
+    }
     zero_train_io_t io = {.out = quiet ? NULL : stdout,
                           /* under a launcher (mpirun, srun) stdout may be a pty that forwards
                            * every redraw into the job's log: plain lines there */
                           .tty = isatty(STDOUT_FILENO) && !zero_comm_mpi_launched(),
                           .measure_peak = peak,
+                          .calibration_path = cal.measured ? cal_path : NULL,
+                          .calibration_gemm_flops = cal.gemm_fp32_flops,
+                          .calibration_memory_bytes_per_s = cal.memory_bytes_per_s,
+                          .calibration_threads = cal.threads,
                           .metrics_path = metrics_path,
                           .report_path = report_path,
                           .stop_signal = &stop_signal,

@@ -61,9 +61,16 @@ void zero__matmul_backward(float *dinp, float *dweight, float *dbias, const floa
 int zero__matmul_set_threads(int threads);
 
 /* Best measured fp32 throughput (FLOP/s) of a 2048^3 GEMM on `threads` threads of the calling
- * thread, over a few repetitions (~0.3-0.5 s; allocates 48 MiB for the call). The MFU
- * denominator. Returns 0 if the buffers cannot be allocated. */
+ * thread, over at least 5 repetitions (~0.5-0.6 s; allocates 48 MiB for the call). The MFU
+ * denominator when neither --peak nor a calibration file gives one. Returns 0 if the buffers cannot
+ * be allocated. */
 double zero__matmul_peak_flops(int threads);
+
+/* Best measured memcpy rate (bytes copied per second; each byte is read and written, so the
+ * memory traffic is twice this) of `bytes`-byte copies on the calling thread, over `reps` calls
+ * (membw.c). The memory figure of `zero plan --calibrate` and of the run report's roofline.
+ * Returns 0 if the two buffers cannot be allocated. */
+double zero__memcpy_rate(size_t bytes, int reps);
 
 /* Name of the matmul library in use, e.g. "oneDNN 2.6.3 (dnnl_sgemm)". Static string. */
 const char *zero__matmul_library(void);

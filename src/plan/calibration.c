@@ -146,25 +146,6 @@ static double bf16_gemm_flops(int threads) {
     return best;
 }
 
-static double memcpy_rate(void) {
-    const size_t n = (size_t)256 << 20;
-    char *a = malloc(n), *b = malloc(n);
-    double best = 0;
-    if (a && b) {
-        memset(a, 1, n);
-        memset(b, 2, n);
-        for (int r = 0; r < 4; r++) {
-            double t0 = zero_time_now();
-            memcpy(r & 1 ? a : b, r & 1 ? b : a, n);
-            double v = (double)n / (zero_time_now() - t0);
-            if (v > best) best = v;
-        }
-    }
-    free(a);
-    free(b);
-    return best;
-}
-
 /* One sequential write (+ fdatasync) and read of `bytes` in 4 MiB blocks under dir. */
 static zero_status_t disk_rates(const char *dir, size_t bytes, double *rd, double *wr) {
     const size_t block = (size_t)4 << 20;
@@ -211,7 +192,7 @@ zero_status_t zero__plan_calibrate(int threads, const char *dir, size_t disk_byt
     cal->threads = threads < 1 ? 1 : threads;
     cal->gemm_fp32_flops = zero__matmul_peak_flops(cal->threads);
     cal->gemm_bf16_flops = bf16_gemm_flops(cal->threads);
-    cal->memory_bytes_per_s = memcpy_rate();
+    cal->memory_bytes_per_s = zero__memcpy_rate((size_t)256 << 20, 4);
     if (!(cal->gemm_fp32_flops > 0) || !(cal->memory_bytes_per_s > 0))
         return zero__error(ZERO_ERR_OUT_OF_MEMORY,
                            "calibration: no memory for the GEMM or memcpy buffers (about 600 MiB)");

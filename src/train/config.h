@@ -89,6 +89,7 @@ typedef struct zero_train_config {
     int ranks_per_node; /* threads backend: simulated nodes of this many ranks (0: one node) */
     char backend[16];   /* auto | threads | mpi */
     double timeout_s;   /* collective timeout; zero__train_config_check applies $ZERO_TIMEOUT */
+    double peak_gflops; /* the run's matmul peak for the MFU, GFLOP/s (0: calibrated/measured) */
     /* checkpoints */
     char save_dir[ZERO_CONFIG_STR_MAX];  /* "" = none */
     int save_every, keep_last;           /* 0 = only at the end / keep all */

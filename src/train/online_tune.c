@@ -2,6 +2,7 @@
 #include "train/online_tune.h"
 
 #include "core/core_internal.h"
+#include "train/roofline.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -112,16 +113,6 @@ int zero__online_tune_decides_next(const zero_online_tune_t *t) {
     return !t->done && (!t->started || t->pos + 1 == 2 * t->interval);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* "reduce_bucket_size 5000 -> 2500": the knob that differs between a and b, in the config's
  * units (the bucket in elements, as DeepSpeed counts it). */
 static void describe(char *buf, size_t n, const zero_engine_tuning_t *a,
@@ -155,9 +146,9 @@ static zero_status_t trial_figures(zero_online_tune_t *t, zero_comm_t *comm, dou
         if (i + 1 < n) b += t->times[0][i + 1], c += t->times[1][i + 1];
         ratio[blocks++] = b > 0 ? c / b : 1.0;
     }
-    fig[0] = median(ratio, blocks);
-    fig[1] = median(t->times[0], n);
-    fig[2] = median(t->times[1], n);
+    fig[0] = zero__train_median(ratio, (size_t)blocks);
+    fig[1] = zero__train_median(t->times[0], (size_t)n);
+    fig[2] = zero__train_median(t->times[1], (size_t)n);
     if (comm && t->world > 1) {
         /* rank-order sum: the same bits, so the same decision, on every rank */
         zero_status_t st = zero_comm_all_reduce(fig, fig, 3, ZERO_DTYPE_FP64, ZERO_OP_SUM, comm);

@@ -72,8 +72,11 @@ typedef struct run {
     char ckpt_path[1024];      /* the checkpoint resumed from, then the last one saved */
     int start;                 /* the step the run starts at */
     double my_peak;            /* this rank's matmul peak, FLOP/s (0: not measured) */
+    double memory_bytes_per_s; /* memory traffic rate for the roofline (0: none) */
     /* Handed from rank_loop to rank_finish. */
-    double train_s;            /* seconds in training steps */
+    double train_s; /* seconds in training steps */
+    double *step_s; /* owned: each step's seconds, step_count of them */
+    int step_count;
     int end_step, stop_signal; /* the last step reached; the signal that stopped it, or 0 */
 } run_t;
 
@@ -553,6 +556,54 @@ static zero_status_t check_save_dir_shared(run_t *r) {
     return agreed;
 }
 
+/* The machine's figures for the MFU and the roofline: the run's matmul peak (train.peak_gflops;
+ * else the calibration file's GEMM rate when it was measured with this run's threads and the run
+ * has one rank; else measured now, all ranks at once, so that the sum is what the machine gives
+ * this run's layout) and the memory traffic rate (twice a memcpy rate: the calibration file's,
+ * else measured now on 64 MiB, ~0.1 s). Leaves r->my_peak, r->memory_bytes_per_s and the report's
+ * peak and sources. */
+static zero_status_t machine_figures(run_t *r, zero_train_report_t *rep) {
+    const job_t *job = r->job;
+    const zero_train_io_t *io = job->io;
+    const int W = job->world;
+    if (r->cfg->peak_gflops > 0) {
+        rep->peak_flops_per_s = r->cfg->peak_gflops * 1e9;
+        r->my_peak = rep->peak_flops_per_s / W;
+        rep->peak_source = "--peak";
+    } else if (io->calibration_path && W == 1 && io->calibration_threads == job->threads &&
+               io->calibration_gemm_flops > 0) {
+        r->my_peak = rep->peak_flops_per_s = io->calibration_gemm_flops;
+        rep->peak_source = "calibration";
+    } else {
+        r->my_peak = zero__matmul_peak_flops(job->threads);
+        rep->peak_flops_per_s = r->my_peak;
+        zero_status_t st = sum_ranks(r, &rep->peak_flops_per_s, 1);
+        if (st) return st;
+        rep->peak_source = "measured";
+    }
+    if (io->calibration_path && io->calibration_memory_bytes_per_s > 0) {
+        r->memory_bytes_per_s = 2.0 * io->calibration_memory_bytes_per_s;
+        rep->memory_source = "calibration";
+    } else {
+        r->memory_bytes_per_s = 2.0 * zero__memcpy_rate((size_t)64 << 20, 4);
+        rep->memory_source = "measured";
+    }
+    rep->memory_bytes_per_s = r->memory_bytes_per_s;
+    char from[1100];
+    if (!strcmp(rep->peak_source, "calibration"))
+        snprintf(from, sizeof from, "from %s", io->calibration_path);
+    else
+        snprintf(from, sizeof from, "%s",
+                 r->cfg->peak_gflops > 0 ? "given by --peak" : "measured at start-up");
+    say(r, "matmul peak: %.1f GFLOP/s over %d rank%s x %d thread%s (%s; %s)\n",
+        rep->peak_flops_per_s / 1e9, W, W == 1 ? "" : "s", job->threads,
+        job->threads == 1 ? "" : "s", zero__matmul_library(), from);
+    say(r, "memory: %.1f GB/s read + written (2 x memcpy, %s)\n", r->memory_bytes_per_s / 1e9,
+        !strcmp(rep->memory_source, "calibration") ? "from the calibration file"
+                                                   : "measured at start-up");
+    return ZERO_OK;
+}
+
 /* Before step 1: output checks, engine, model, batch buffers, the start-up report, the
  * matmul peak, the resume point, the checkpoint and metrics checks and the first
  * evaluation. Leaves r->pos, r->ckpt_path, r->start and r->my_peak. */
@@ -641,14 +692,8 @@ static zero_status_t rank_setup(run_t *r, zero_train_report_t *rep) {
         rep->mem.live_bytes[ZERO_MEM_ACTIVATIONS] / 1048576.0,
         cfg->checkpointing ? " (checkpointing)" : "");
     if (job->io->measure_peak) {
-        /* All ranks measure at once: the sum is what the machine gives this run's layout. */
-        r->my_peak = zero__matmul_peak_flops(job->threads);
-        rep->peak_flops_per_s = r->my_peak;
-        st = sum_ranks(r, &rep->peak_flops_per_s, 1);
+        st = machine_figures(r, rep);
         if (st) return st;
-        say(r, "matmul peak: %.1f GFLOP/s over %d rank%s x %d thread%s (%s)\n",
-            rep->peak_flops_per_s / 1e9, W, W == 1 ? "" : "s", job->threads,
-            job->threads == 1 ? "" : "s", zero__matmul_library());
     }
 
     /* Where the run starts: fresh, from a checkpoint, or from imported weights. Every rank
@@ -720,6 +765,9 @@ static zero_status_t rank_loop(run_t *r, zero_train_report_t *rep) {
 
     uint64_t rng = r->pos.data_rng;
     r->train_s = 0.0;
+    r->step_count = 0;
+    r->step_s = malloc((size_t)ZERO_MAX(cfg->steps - r->start, 1) * sizeof *r->step_s);
+    if (!r->step_s) return zero__error(ZERO_ERR_OUT_OF_MEMORY, "cannot allocate the step times");
     double smooth = -1.0;
     const double tokens_per_step = (double)B * T * cfg->grad_accum * W;
     int64_t saved_step = r->ckpt_path[0] ? r->pos.step : -1; /* a checkpoint of this step exists */
@@ -756,6 +804,7 @@ static zero_status_t rank_loop(run_t *r, zero_train_report_t *rep) {
         rep->loss_scale = zero_engine_loss_scale(r->eng);
         double step_s = zero_time_now() - t0;
         r->train_s += step_s;
+        r->step_s[r->step_count++] = step_s;
         /* between steps: the next window's settings (the same on every rank) */
         if (job->io->tty && zero__online_tune_decides_next(&tuner)) say(r, "\r\033[K");
         st = zero__online_tune_step(&tuner, r->eng, r->comm, step + 1, step_s, r->out);
@@ -889,6 +938,18 @@ static zero_status_t rank_finish(run_t *r, zero_train_report_t *rep) {
     rep->tokens_per_s = r->train_s > 0 ? rep->tokens / r->train_s : 0.0;
     rep->flops_per_s = rep->tokens_per_s * rep->flops_per_token;
     rep->mfu = rep->peak_flops_per_s > 0 ? rep->flops_per_s / rep->peak_flops_per_s : 0.0;
+    if (r->my_peak > 0 && r->step_count > 0) {
+        /* the first two steps warm caches and pages up (as bench_e2e.sh skips them) */
+        const int warm = r->step_count > 2 ? 2 : 0;
+        rep->median_step_s = zero__train_median(r->step_s + warm, (size_t)(r->step_count - warm));
+        const size_t params = zero_engine_param_count(r->eng);
+        const size_t shard = cfg->stage == 0 ? params : (params + job->world - 1) / job->world;
+        zero__train_roofline(&cfg->model,
+                             (double)cfg->micro_batch * cfg->model.seq * cfg->grad_accum, params,
+                             shard, job->world, r->my_peak, r->memory_bytes_per_s, &rep->roofline);
+        rep->roofline_ratio =
+            rep->roofline.total_s > 0 ? rep->median_step_s / rep->roofline.total_s : 0.0;
+    }
 
     if (!r->stop_signal) st = samples(r); /* a stopping run leaves promptly */
     if (!st) st = zero_engine_check(r->eng);
@@ -912,9 +973,19 @@ static zero_status_t rank_finish(run_t *r, zero_train_report_t *rep) {
     if (rep->peak_flops_per_s > 0)
         say(r, " = %.1f%% of the %.1f GFLOP/s matmul peak (MFU)%s", 100.0 * rep->mfu,
             rep->peak_flops_per_s / 1e9,
-            rep->mfu > 1.0 ? "; above 100%: the start-up peak was measured while other work ran"
-                           : "");
+            rep->mfu <= 1.0                       ? ""
+            : !strcmp(rep->peak_source, "--peak") ? "; above 100%: --peak is below this machine's"
+                                                  : "; above 100%: the peak was measured while "
+                                                    "other work ran");
     say(r, "\n");
+    if (rep->roofline.total_s > 0)
+        say(r,
+            "report: roofline %.1f ms/step (GEMMs %.1f ms at %.1f GFLOP/s + memory passes %.1f ms, "
+            "%.1f MiB at %.1f GB/s); median step %.1f ms = %.2fx the roofline\n",
+            1e3 * rep->roofline.total_s, 1e3 * rep->roofline.gemm_s, r->my_peak / 1e9,
+            1e3 * rep->roofline.memory_s,
+            (rep->roofline.activation_bytes + rep->roofline.parameter_bytes) / 1048576.0,
+            r->memory_bytes_per_s / 1e9, 1e3 * rep->median_step_s, rep->roofline_ratio);
     if (rank == 0) print_tables(r, all);
     print_moe(r, rep);
     if (r->stop_signal)
@@ -955,6 +1026,7 @@ static zero_status_t rank_main(job_t *job, int rank, zero_comm_t *comm, zero_tra
     if (r.metrics) fclose(r.metrics);
     free(r.x);
     free(r.y);
+    free(r.step_s);
     zero__gpt_free(r.gpt);
     zero_comm_free(r.ep_comm);
     zero_engine_free(r.eng);
@@ -1276,6 +1348,19 @@ zero_status_t zero__train_report_write(const zero_train_report_t *rep,
     cJSON_AddNumberToObject(root, "flops_per_token", rep->flops_per_token);
     cJSON_AddNumberToObject(root, "matmul_peak_flops_per_s", rep->peak_flops_per_s);
     cJSON_AddNumberToObject(root, "mfu", rep->mfu);
+    cJSON_AddStringToObject(root, "matmul_peak_source",
+                            rep->peak_source ? rep->peak_source : "none");
+    cJSON_AddNumberToObject(root, "memory_bytes_per_s", rep->memory_bytes_per_s);
+    cJSON_AddStringToObject(root, "memory_source",
+                            rep->memory_source ? rep->memory_source : "none");
+    cJSON_AddNumberToObject(root, "median_step_s", rep->median_step_s);
+    cJSON_AddNumberToObject(root, "roofline_step_s", rep->roofline.total_s);
+    cJSON_AddNumberToObject(root, "roofline_gemm_s", rep->roofline.gemm_s);
+    cJSON_AddNumberToObject(root, "roofline_memory_s", rep->roofline.memory_s);
+    cJSON_AddNumberToObject(root, "roofline_gemm_flops", rep->roofline.gemm_flops);
+    cJSON_AddNumberToObject(root, "roofline_activation_bytes", rep->roofline.activation_bytes);
+    cJSON_AddNumberToObject(root, "roofline_parameter_bytes", rep->roofline.parameter_bytes);
+    cJSON_AddNumberToObject(root, "roofline_ratio", rep->roofline_ratio);
     cJSON_AddNumberToObject(root, "final_train_loss", rep->final_train_loss);
     cJSON_AddNumberToObject(root, "final_val_loss", rep->final_val_loss);
     cJSON_AddNumberToObject(root, "initial_val_loss", rep->init_val_loss);

@@ -11,6 +11,7 @@
 #define ZERO_TRAIN_TRAINER_H
 
 #include "train/config.h"
+#include "train/roofline.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -62,8 +63,21 @@ typedef struct zero_train_report {
     double flops_per_s;      /* flops_per_token * tokens_per_s */
     double peak_flops_per_s; /* sum of the ranks' matmul peaks measured at start-up */
     double mfu;              /* flops_per_s / peak_flops_per_s */
-    float init_val_loss;     /* validation loss before the first step */
-    float final_train_loss;  /* on eval_batches training batches after the last step */
+    /* where peak_flops_per_s came from (static): "--peak" (train.peak_gflops), "calibration"
+     * (`zero plan --calibrate`'s file), "measured" (at start-up); NULL without a peak */
+    const char *peak_source;
+    /* The roofline (roofline.h) of rank 0's step at its share of the peak and at
+     * memory_bytes_per_s (bytes read + written per second: twice the calibration file's memcpy
+     * rate, else twice one measured at start-up; memory_source "calibration" or "measured"), and
+     * rank 0's median step time over it (median_step_s: the steps after the first two when
+     * there are more than two). All 0 without a peak. */
+    double memory_bytes_per_s;
+    const char *memory_source;
+    zero_train_roofline_t roofline;
+    double median_step_s;
+    double roofline_ratio;  /* median_step_s / roofline.total_s */
+    float init_val_loss;    /* validation loss before the first step */
+    float final_train_loss; /* on eval_batches training batches after the last step */
     float final_val_loss;
     float last_step_loss;   /* loss of the last global batch */
     double unigram_entropy; /* nats per token of the validation tail: the no-context baseline */
@@ -81,9 +95,17 @@ typedef struct zero_train_report {
 } zero_train_report_t;
 
 typedef struct zero_train_io {
-    FILE *out;                /* progress, evaluations, samples, summary (NULL: silent) */
-    int tty;                  /* 1: a progress bar redrawn in place; 0: plain lines */
-    int measure_peak;         /* 1: measure the matmul peak at start-up (~0.5 s) */
+    FILE *out;        /* progress, evaluations, samples, summary (NULL: silent) */
+    int tty;          /* 1: a progress bar redrawn in place; 0: plain lines */
+    int measure_peak; /* 1: a matmul peak for the MFU and the roofline (0: neither):
+                         train.peak_gflops, else the calibration's when it fits, else
+                         measured at start-up (~0.5 s) */
+    /* `zero plan --calibrate`'s file (NULL: none) and its figures: the GEMM rate (FLOP/s) is each
+     * rank's peak when the run has one rank of calibration_threads threads; the memcpy rate
+     * (bytes copied per second) gives the roofline's memory bandwidth */
+    const char *calibration_path;
+    double calibration_gemm_flops, calibration_memory_bytes_per_s;
+    int calibration_threads;
     const char *metrics_path; /* JSON lines, one object per step (NULL: none); rank 0 writes */
     const char *report_path;  /* where the caller will write the report (NULL: none): only
                                  checked before step 1, so that a bad path fails early */
