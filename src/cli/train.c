@@ -432,8 +432,8 @@ int zero__cli_train(int argc, char **argv) {
         print_needs(&cfg);
         return 0;
     }
-    /* `zero plan --calibrate`'s figures, when this machine has the file: the trainer takes the
-     * peak from it where it fits the run, and the memory bandwidth of the roofline */
+    /* `zero plan --calibrate`'s GEMM rate, when this machine has the file: the trainer takes the
+     * peak from it where it fits the run */
     char cal_path[1024];
     zero_plan_calibration_t cal;
     zero__plan_calibration_path(cal_path, sizeof cal_path);
@@ -449,7 +449,6 @@ int zero__cli_train(int argc, char **argv) {
                           .measure_peak = peak,
                           .calibration_path = cal.measured ? cal_path : NULL,
                           .calibration_gemm_flops = cal.gemm_fp32_flops,
-                          .calibration_memory_bytes_per_s = cal.memory_bytes_per_s,
                           .calibration_threads = cal.threads,
                           .metrics_path = metrics_path,
                           .report_path = report_path,

@@ -66,11 +66,12 @@ int zero__matmul_set_threads(int threads);
  * be allocated. */
 double zero__matmul_peak_flops(int threads);
 
-/* Best measured memcpy rate (bytes copied per second; each byte is read and written, so the
- * memory traffic is twice this) of `bytes`-byte copies on the calling thread, over `reps` calls
- * (membw.c). The memory figure of `zero plan --calibrate` and of the run report's roofline.
- * Returns 0 if the two buffers cannot be allocated. */
-double zero__memcpy_rate(size_t bytes, int reps);
+/* Best measured copy rate (bytes copied per second; each byte is read and written, so the
+ * memory traffic is twice this) of `bytes`-byte copies (zero__copy on `threads` threads of the
+ * calling thread), over `reps` calls (membw.c). The memory figure of `zero plan --calibrate`
+ * (1 thread) and of the run report's roofline (the run's threads per rank). Returns 0 if the
+ * two buffers cannot be allocated. */
+double zero__memcpy_rate(size_t bytes, int reps, int threads);
 
 /* Name of the matmul library in use, e.g. "oneDNN 2.6.3 (dnnl_sgemm)". Static string. */
 const char *zero__matmul_library(void);

@@ -192,7 +192,7 @@ zero_status_t zero__plan_calibrate(int threads, const char *dir, size_t disk_byt
     cal->threads = threads < 1 ? 1 : threads;
     cal->gemm_fp32_flops = zero__matmul_peak_flops(cal->threads);
     cal->gemm_bf16_flops = bf16_gemm_flops(cal->threads);
-    cal->memory_bytes_per_s = zero__memcpy_rate((size_t)256 << 20, 4);
+    cal->memory_bytes_per_s = zero__memcpy_rate((size_t)256 << 20, 4, 1);
     if (!(cal->gemm_fp32_flops > 0) || !(cal->memory_bytes_per_s > 0))
         return zero__error(ZERO_ERR_OUT_OF_MEMORY,
                            "calibration: no memory for the GEMM or memcpy buffers (about 600 MiB)");

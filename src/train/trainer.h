@@ -67,12 +67,11 @@ typedef struct zero_train_report {
      * (`zero plan --calibrate`'s file), "measured" (at start-up); NULL without a peak */
     const char *peak_source;
     /* The roofline (roofline.h) of rank 0's step at its share of the peak and at
-     * memory_bytes_per_s (bytes read + written per second: twice the calibration file's memcpy
-     * rate, else twice one measured at start-up; memory_source "calibration" or "measured"), and
-     * rank 0's median step time over it (median_step_s: the steps after the first two when
-     * there are more than two). All 0 without a peak. */
+     * memory_bytes_per_s (bytes read + written per second: twice the rate of a 64 MiB copy on the
+     * rank's threads, measured at start-up), and rank 0's median step time over it
+     * (median_step_s: the steps after the first two when there are more than two). All 0
+     * without a peak. */
     double memory_bytes_per_s;
-    const char *memory_source;
     zero_train_roofline_t roofline;
     double median_step_s;
     double roofline_ratio;  /* median_step_s / roofline.total_s */
@@ -100,11 +99,10 @@ typedef struct zero_train_io {
     int measure_peak; /* 1: a matmul peak for the MFU and the roofline (0: neither):
                          train.peak_gflops, else the calibration's when it fits, else
                          measured at start-up (~0.5 s) */
-    /* `zero plan --calibrate`'s file (NULL: none) and its figures: the GEMM rate (FLOP/s) is each
-     * rank's peak when the run has one rank of calibration_threads threads; the memcpy rate
-     * (bytes copied per second) gives the roofline's memory bandwidth */
+    /* `zero plan --calibrate`'s file (NULL: none) and its GEMM rate (FLOP/s): each rank's peak
+     * when the run has one rank of calibration_threads threads */
     const char *calibration_path;
-    double calibration_gemm_flops, calibration_memory_bytes_per_s;
+    double calibration_gemm_flops;
     int calibration_threads;
     const char *metrics_path; /* JSON lines, one object per step (NULL: none); rank 0 writes */
     const char *report_path;  /* where the caller will write the report (NULL: none): only

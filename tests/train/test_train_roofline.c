@@ -5,8 +5,8 @@
  * train.peak_gflops) is the MFU's denominator, checked from the JSON report (mfu = tokens/s x
  * FLOP per token / the given peak, the roofline's terms consistent with the report's figures),
  * bad --peak values are refused naming the flag, and a calibration file
- * ($ZERO_CALIBRATION) gives the peak and the memory bandwidth when it was measured with the
- * run's threads (and only the bandwidth when not). No timing is asserted.
+ * ($ZERO_CALIBRATION) gives the peak when it was measured with the run's threads (and not
+ * otherwise). No timing is asserted.
  */
 #include "check.h"
 #include "train/roofline.h"
@@ -125,7 +125,6 @@ int main(void) {
     cJSON *r = tiny_run(report, "--peak", "50", NULL);
     CHECK(r != NULL, "run with --peak 50");
     if (r) check_run(r, 50e9, "--peak");
-    if (r) CHECK(!strcmp(str(r, "memory_source"), "measured"), "memory measured without a file");
     cJSON_Delete(r);
     r = tiny_run(report, "--set", "train.peak_gflops=20", NULL);
     CHECK(r != NULL, "run with train.peak_gflops=20");
@@ -139,8 +138,8 @@ int main(void) {
               bad[i], zero_last_error());
     }
 
-    /* a calibration file measured with 1 thread: the peak of a 1-thread run, and the bandwidth
-     * of every run (twice the memcpy rate); a 2-thread run measures its own peak */
+    /* a calibration file measured with 1 thread: the peak of a 1-thread run; a 2-thread run
+     * measures its own */
     FILE *f = fopen(cal, "w");
     fprintf(f, "{\"version\": 1, \"threads\": 1, \"gemm_fp32_flops\": 123e9, "
                "\"memory_bytes_per_s\": 10e9}\n");
@@ -148,17 +147,12 @@ int main(void) {
     r = tiny_run(report, "--threads", "1", NULL);
     CHECK(r != NULL, "run with a calibration file");
     if (r) check_run(r, 123e9, "calibration");
-    if (r)
-        CHECK(json_num(r, "memory_bytes_per_s") == 20e9 &&
-                  !strcmp(str(r, "memory_source"), "calibration"),
-              "memory %g from '%s'", json_num(r, "memory_bytes_per_s"), str(r, "memory_source"));
     cJSON_Delete(r);
     r = tiny_run(report, "--threads", "2", NULL);
     CHECK(r != NULL, "2-thread run with a 1-thread calibration file");
     if (r)
         CHECK(!strcmp(str(r, "matmul_peak_source"), "measured") &&
-                  json_num(r, "matmul_peak_flops_per_s") > 0 &&
-                  json_num(r, "memory_bytes_per_s") == 20e9,
+                  json_num(r, "matmul_peak_flops_per_s") > 0,
               "source '%s'", str(r, "matmul_peak_source"));
     cJSON_Delete(r);
     r = tiny_run(report, "--no-peak", NULL, NULL);
