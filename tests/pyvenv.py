@@ -80,3 +80,21 @@ def check_output_of(binary, path, script, modules):
     if os.path.exists(path):
         os.remove(path)
     return p.returncode
+
+
+def run_in_venv(modules):
+    """Make the calling test script run where `modules` import: return at once when they do
+    here, else re-execute it under the venv's python (same arguments), or exit with SKIP and one
+    line when the venv cannot give them."""
+    try:
+        for m in modules:
+            __import__(m)
+        return
+    except ImportError:
+        pass
+    py, why = python(modules)
+    if not py:
+        print("SKIP: %s" % why)
+        sys.exit(SKIP)
+    script = os.path.abspath(sys.argv[0])
+    os.execv(py, [py, script, *sys.argv[1:]])

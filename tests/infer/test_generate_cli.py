@@ -26,17 +26,12 @@ import struct
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import check, exit_code  # noqa: E402
+
 ZERO, WORK = sys.argv[1], sys.argv[2]
 shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", msg)
 
 
 def run(*args, cmd="generate"):
@@ -235,5 +230,4 @@ bad(["--model", SAVE, "--prompt", "x", "--weights", "int2"], "--weights", 2)
 bad(["--model", SAVE, "--prompt", "x", "--weights", "int8", "--group-size", "7"], "--group-size", 2)
 bad(["--model", SAVE, "--prompt", "x", "--weights", "int8", "--dtype", "bf16"], "fp32", 2)
 
-print("failures:", failures)
-sys.exit(1 if failures else 0)
+sys.exit(exit_code())

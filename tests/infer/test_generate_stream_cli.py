@@ -21,17 +21,12 @@ import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import check, exit_code  # noqa: E402
+
 ZERO, WORK = sys.argv[1], sys.argv[2]
 shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", msg)
 
 
 def run(*args, cmd="generate"):
@@ -110,5 +105,4 @@ bad(["--offload", "disk"], "--offload", 2)
 bad(["--offload", "nvme", "--nvme-path", NVME, "--buffer-count", "1"], "--buffer-count", 2)
 bad(["--offload", "nvme", "--nvme-path", os.path.join(WORK, "nowhere")], "nowhere", 1)
 
-print("failures:", failures)
-sys.exit(1 if failures else 0)
+sys.exit(exit_code())

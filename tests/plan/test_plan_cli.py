@@ -20,17 +20,12 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import check, exit_code  # noqa: E402
+
 ZERO, WORK = sys.argv[1], sys.argv[2]
 os.makedirs(WORK, exist_ok=True)
 NO_CAL = os.path.join(WORK, "no-such-calibration.json")
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", msg)
 
 
 def run(*args):
@@ -127,5 +122,4 @@ for args, want_rc, want in cases:
     check(rc == want_rc and want in err, f"{args}: exit {rc} (expected {want_rc}), stderr: {err}")
     check("Traceback" not in err and rc >= 0, f"{args}: crashed: {rc}")
 
-print("FAILED" if failures else "OK", failures)
-sys.exit(1 if failures else 0)
+sys.exit(exit_code())

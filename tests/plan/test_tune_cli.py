@@ -20,16 +20,11 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import check, exit_code  # noqa: E402
+
 ZERO, WORK = sys.argv[1], sys.argv[2]
 os.makedirs(WORK, exist_ok=True)
-failures = 0
-
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", msg)
 
 
 BASE = {
@@ -165,5 +160,4 @@ for args in (["--trial-steps", "2", "--warmup-steps", "2"], ["--trial-steps", "x
 p = subprocess.run([ZERO, "tune"], capture_output=True, text=True, timeout=60)
 check(p.returncode == 2 and "--config" in p.stderr, f"no --config: {p.stderr}")
 
-print("test_tune_cli:", "FAILED" if failures else "ok")
-sys.exit(1 if failures else 0)
+sys.exit(exit_code())

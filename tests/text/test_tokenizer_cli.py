@@ -27,14 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from checks import check, exit_code  # noqa: E402
 import pyvenv  # noqa: E402
 
-try:
-    import tokenizers  # noqa: F401
-except ImportError:
-    py, why = pyvenv.python(("tokenizers",))
-    if not py:
-        print("SKIP: %s" % why)
-        sys.exit(pyvenv.SKIP)
-    os.execv(py, [py, os.path.abspath(__file__), *sys.argv[1:]])
+pyvenv.run_in_venv(("tokenizers",))
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 
