@@ -102,7 +102,6 @@ void zero__online_tune_init(zero_online_tune_t *t, zero_engine_t *eng, int inter
     }
     zero_engine_get_tuning(eng, &t->start);
     t->base = t->start;
-    t->prev = t->base;
 }
 
 /* The setting trial step `pos` runs: 0 the base, 1 the candidate (blocks of base, candidate,

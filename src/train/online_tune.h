@@ -31,7 +31,7 @@ typedef struct zero_online_tune {
     int done;     /* stopped: nothing left to try, or off */
     int started;  /* the first step was timed (and the first candidate proposed) */
     int verify;   /* the trial under way sets the settled settings against the start */
-    int pos;      /* steps of the trial under way so far (zero__online_tune_arm says which ran) */
+    int pos;      /* steps of the trial under way so far (online_tune.c's arm() says which ran) */
     int move;     /* next candidate move to consider (index into the move list) */
     int losses;   /* candidates that lost in a row since the base last changed */
     int stage, world;
