@@ -597,7 +597,9 @@ ZERO_API zero_status_t zero_engine_check_replicas(zero_engine_t *eng);
  * c = bytes per compute element (4 fp32, 2 bf16/fp16), a = bytes per grad_accum_dtype element:
  *   params  stage 0-2: cP            stage 3: c(S_n + A_s), + with hpz_partition_size h > 1:
  *           c sum_u P_u / h over the non-persistent units (the secondary shards)
- *   grads   stage 0-1: cP + aS       stage 2-3: aS (the shard accumulator) plus the pool
+ *   grads   stage 0-1: cP + aS, or cP for a unit over one rank with one source slot and
+ *           grad_accum_steps 1 (one gradient: the working buffer serves as the accumulator)
+ *                                    stage 2-3: aS (the shard accumulator) plus the pool
  *           of working buffers the model fills during backward: c sum_p p K'_p, K'_p = the most
  *           units of padded size p holding gradients at once so far (kept between steps); with
  *           16-bit compute at stage 0 and N > 1 the pool also holds one aP_u buffer per padded

@@ -133,7 +133,8 @@ static unit_sums_t sum_units(const zero_engine_t *eng, int kind) {
         s.P_work += zero__work_count(u);
         s.S += u->shard_count;
         if (zero__hpz_unit(eng, u)) s.P_sec += zero__hpz_count(eng, u);
-        if (!u->goff) s.S_acc += u->shard_count; /* gswap: the accumulator in its swap file */
+        /* gswap: the accumulator in its swap file; one buffer: the working one is it */
+        if (!u->goff && !zero__one_grad_buffer(eng, u)) s.S_acc += u->shard_count;
         if (u->persistent)
             s.P_pers += u->padded_count;
         else if (!u->poff) /* offload_param: in its swap file, not in RAM */

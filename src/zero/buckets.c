@@ -40,7 +40,10 @@
 /* Give unit un a zeroed working buffer: without shard_grads (stages 0-1) each unit owns one for
  * good; with it (stages 2-3) one is borrowed from the gradient pool until grads_done. */
 static zero_status_t take_work(zero_engine_t *eng, zero__unit_t *un) {
-    if (un->pending) zero__flush_pending(eng, un); /* the model adds into a zeroed buffer */
+    if (un->pending) { /* the model adds into a zeroed buffer */
+        zero_status_t st = zero__flush_pending(eng, un);
+        if (st) return st;
+    }
     if (un->inflight) { /* stages 0-1: its last gradient is still being sent (accumulation) */
         zero_status_t st = zero__buckets_drain(eng);
         if (st) return st;
@@ -452,14 +455,19 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
         return eng->params.overlap_comm ? ZERO_OK : zero__buckets_drain(eng);
     }
     if (N == 1) {
-        if (un->pending) zero__flush_pending(eng, un); /* handed back without being asked for */
+        if (un->pending) { /* handed back without being asked for */
+            zero_status_t st = zero__flush_pending(eng, un);
+            if (st) return st;
+        }
         const int fresh = !un->acc_used, own = !eng->pol.shard_grads;
         un->acc_used = 1;
         un->dirty = 0;
         if (fresh && own && eng->ae == eng->ce) {
             /* The accumulator is zero and the working buffer is the same size (S == P with one
              * rank) and dtype: they trade places, which is the add (0 + x == x, and a -0 kept
-             * as -0 changes nothing, see the file comment) and the zeroing, without a pass. */
+             * as -0 changes nothing, see the file comment) and the zeroing, without a pass.
+             * With zero__one_grad_buffer there is no accumulator yet: work becomes NULL, and a
+             * further micro-step's take_work allocates a second buffer. */
             void *t = un->acc;
             un->acc = un->work;
             un->work = t;
@@ -469,7 +477,8 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
         if (fresh && own) {
             /* A 16-bit gradient into a zero fp32 accumulator: leave it where it is. The step
              * reads it from work (widening is exact, so it sees the accumulator's values), and
-             * only a further micro-step moves it into acc (take_work). */
+             * only a further micro-step moves it into acc (take_work), which with
+             * zero__one_grad_buffer is allocated then. */
             un->pending = 1;
             zero__overlap_landed(eng, un);
             return ZERO_OK;
@@ -511,11 +520,41 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
     return ZERO_OK;
 }
 
-void zero__flush_pending(zero_engine_t *eng, zero__unit_t *un) {
+int zero__one_grad_buffer(const zero_engine_t *eng, const zero__unit_t *un) {
+    return !eng->pol.shard_grads && un->grp->size == 1 && !un->goff && un->slots == 1 &&
+           eng->params.grad_accum_steps == 1;
+}
+
+void zero__grad_buffer_to_acc(const zero_engine_t *eng, zero__unit_t *un) {
+    if (un->acc || un->goff || !un->work || un->pending) return;
+    if (eng->ae != eng->ce) { /* the zero 16-bit buffer read as the gradient, as after backward */
+        un->pending = 1;
+        return;
+    }
+    un->acc = un->work;
+    un->work = NULL;
+}
+
+void zero__grad_buffer_to_work(const zero_engine_t *eng, zero__unit_t *un) {
+    if (un->work || !un->acc || eng->pol.shard_grads) return;
+    un->work = un->acc;
+    un->acc = NULL;
+}
+
+zero_status_t zero__flush_pending(zero_engine_t *eng, zero__unit_t *un) {
+    if (!un->acc) { /* zero__one_grad_buffer: a micro-step more than declared needs it now */
+        un->acc = zero_mem_calloc(eng->mem, ZERO_MEM_GRADS, un->shard_count * eng->ae, 64);
+        if (!un->acc)
+            return zero__error(ZERO_ERR_OUT_OF_MEMORY,
+                               "engine: no memory for the gradient accumulator of unit '%s' "
+                               "(%zu bytes)",
+                               un->name, un->shard_count * eng->ae);
+    }
     /* acc is zero and fp32 (pending is set only then): a widening store, as the add would be */
     zero__acc_add(eng, un->acc, eng->params.grad_accum_dtype, un->work, eng->params.compute_dtype,
                   un->shard_count, 1, 1);
     un->pending = 0;
+    return ZERO_OK;
 }
 
 zero_status_t zero_unit_grads_done(zero_engine_t *eng, int u) {

@@ -112,7 +112,8 @@ typedef struct zero__unit {
      * zero_unit_grads and zero_unit_grads_done). acc: S_u grad_accum_dtype elements, the
      * accumulator of reduced micro-step gradients. slots (zero_engine_set_unit_slots, 1 by
      * default): the partials of this many source ranks, slot s at s x P_u; with more than one the
-     * unit is reduced by reduce_slots (buckets.c), never packed or sent direct. */
+     * unit is reduced by reduce_slots (buckets.c), never packed or sent direct. With
+     * zero__one_grad_buffer one of the two is NULL between steps and inside backward. */
     void *work, *acc;
     int slots;
     int dirty;    /* work handed out and not yet handed back */
@@ -338,9 +339,21 @@ void zero__unit_free_buffers(zero__unit_t *un);
 /* buckets.c */
 zero_status_t zero__grads_done(zero_engine_t *eng, int u);
 zero_status_t zero__buckets_drain(zero_engine_t *eng); /* flush + wait all, in posting order */
-/* A pending gradient (zero__unit_t.pending) moves into the accumulator; work is zeroed. */
-void zero__flush_pending(zero_engine_t *eng, zero__unit_t *un);
+/* A pending gradient (zero__unit_t.pending) moves into the accumulator (allocated now if
+ * zero__one_grad_buffer left it out); work is zeroed. */
+zero_status_t zero__flush_pending(zero_engine_t *eng, zero__unit_t *un);
 void zero__buckets_free(zero_engine_t *eng);
+/* Stages 0-1, a one-rank group, accumulator in RAM, one slot and one micro-step per step: the
+ * unit keeps one gradient buffer, not two. Same dtypes: the working buffer until grads_done,
+ * then the accumulator (the two trade places there anyway) until the step has read and zeroed
+ * it. A 16-bit gradient with an fp32 accumulator: the step reads it pending in the working
+ * buffer, so the accumulator is never needed. An undeclared second micro-step allocates it. */
+int zero__one_grad_buffer(const zero_engine_t *eng, const zero__unit_t *un);
+/* The step: a unit without an accumulator and no gradient this step (its working buffer is zero)
+ * takes that buffer as its accumulator, or as a pending gradient; after the step the buffer goes
+ * back to being the working one. No-ops otherwise. */
+void zero__grad_buffer_to_acc(const zero_engine_t *eng, zero__unit_t *un);
+void zero__grad_buffer_to_work(const zero_engine_t *eng, zero__unit_t *un);
 
 /* fetch.c */
 void zero__schedule_event(zero_engine_t *eng, int32_t event);

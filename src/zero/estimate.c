@@ -159,6 +159,8 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
                 gdisk += b;
                 max_gshard = b > max_gshard ? b : max_gshard;
                 grads += pol.shard_grads ? 0 : ce * K * Pu;
+            } else if (!pol.shard_grads && G == 1 && K == 1 && p->grad_accum_steps == 1) {
+                grads += ce * Pu; /* one buffer, working and accumulator (zero__one_grad_buffer) */
             } else {
                 grads += ae * Su + (pol.shard_grads ? 0 : ce * K * Pu);
             }

@@ -246,7 +246,7 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
         u->work = zero_mem_calloc(mem, ZERO_MEM_GRADS, zero__work_count(u) * ce, 64);
         if (!u->work) goto fail;
     }
-    if (!u->goff) {
+    if (!u->goff && !zero__one_grad_buffer(eng, u)) {
         u->acc = zero_mem_calloc(mem, ZERO_MEM_GRADS, S * ae, 64);
         if (!u->acc) goto fail;
     }
@@ -316,6 +316,18 @@ zero_status_t zero_engine_set_unit_slots(zero_engine_t *eng, int u, int slots) {
                            u, un->name);
     if (slots == un->slots) return ZERO_OK;
     un->slots = slots;
+    /* one slot over a one-rank group keeps one gradient buffer, more need the accumulator too
+     * (zero__one_grad_buffer); both zero before training */
+    if (zero__one_grad_buffer(eng, un)) {
+        zero_mem_free(un->acc);
+        un->acc = NULL;
+    } else if (!un->acc && !un->goff) {
+        un->acc = zero_mem_calloc(eng->mem, ZERO_MEM_GRADS, un->shard_count * eng->ae, 64);
+        if (!un->acc)
+            return zero__error(ZERO_ERR_OUT_OF_MEMORY,
+                               "engine: no memory for the gradient accumulator of unit '%s'",
+                               un->name);
+    }
     if (!un->work) return ZERO_OK;
     /* Stages 0-1 own the working buffer for good: one of the new size, the old one freed first
      * (zeros: nothing to keep; should the allocation fail, zero_unit_grads tries again). */
@@ -545,6 +557,10 @@ zero_status_t zero_engine_grads_read(zero_engine_t *eng, int u, size_t offset, s
     if (un->pending) { /* one rank: the gradient is still in the working buffer (buckets.c) */
         zero__widen(out, zero__elem(un->work, offset - lo, eng->ce), count,
                     eng->params.compute_dtype);
+        return ZERO_OK;
+    }
+    if (!un->acc && !un->goff) { /* zero__one_grad_buffer: nothing handed back yet */
+        memset(out, 0, count * sizeof *out);
         return ZERO_OK;
     }
     void *acc = NULL;

@@ -483,6 +483,7 @@ static void end_step(zero_engine_t *eng, int acc_cleared) {
         u->pending = 0;
         u->acc_used = 0;
         u->done_count = u->landed_count = u->early = 0;
+        zero__grad_buffer_to_work(eng, u);
     }
     eng->early_ready = eng->early_done = eng->early_stop = 0;
     zero__schedule_end_step(eng);
@@ -505,6 +506,7 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
         if (eng->units[i].dirty && (st = zero__grads_done(eng, i))) return st;
     if ((st = zero__buckets_drain(eng))) return st;
     if (eng->pol.shard_params && (st = zero__fetch_drop_all(eng))) return st;
+    for (int i = 0; i < eng->unit_count; i++) zero__grad_buffer_to_acc(eng, &eng->units[i]);
 
     /* This rank's partial sum of squares over its shards (units in order; a unit updated in
      * backward gave its part then), and its inf/NaN flag: float64 over the units of
@@ -695,6 +697,7 @@ void zero_engine_zero_grads(zero_engine_t *eng) {
         u->acc_used = 0;
         u->pending = 0;
         u->done_count = u->landed_count = u->early = 0;
+        zero__grad_buffer_to_work(eng, u);
     }
     eng->early_ready = eng->early_stop = 0;
 }

@@ -45,6 +45,7 @@ typedef struct lp_cfg {
     int hysteresis;
     double min_scale; /* fp16: > 0 min_loss_scale */
     int no_raise;     /* fp16: raise_error_at_min_scale = 0 */
+    int declared;     /* the engine's grad_accum_steps (0: accum, the micro-steps run) */
 } lp_cfg_t;
 
 typedef struct lp_res {
@@ -110,7 +111,7 @@ static void lp_rank(zero_comm_t *comm, void *argp) {
     p.comm = comm;
     p.compute_dtype = c->dtype;
     p.grad_accum_dtype = c->acc_dtype;
-    p.grad_accum_steps = c->accum;
+    p.grad_accum_steps = c->declared ? c->declared : c->accum;
     p.lr = 0.01f;
     p.schedule = ZERO_LR_CONSTANT;
     p.grad_clip = 0.5f;
@@ -211,7 +212,7 @@ static void run(const lp_cfg_t *c, lp_res_t *res) {
 }
 
 static lp_cfg_t cfg_default(int stage, int ranks, int accum, zero_dtype_t dt, zero_dtype_t adt) {
-    lp_cfg_t c = {stage, ranks, accum, 3, dt, adt, 100, -1, -1, -1, 0.0, 0, 0.0, 0};
+    lp_cfg_t c = {stage, ranks, accum, 3, dt, adt, 100, -1, -1, -1, 0.0, 0, 0.0, 0, 0};
     return c;
 }
 
@@ -232,7 +233,10 @@ static void check_theory(const lp_cfg_t *c, const lp_res_t *r) {
     }
     (void)maxdirect;
     uint64_t want_params = c->stage < 3 ? ce * P : ce * (Snp + Ppers);
-    uint64_t want_grads_kept = c->stage <= 1 ? ce * P + ae * S : ae * S;
+    /* stages 0-1, one rank, one micro-step: one buffer (a 16-bit accumulator: the working one;
+     * an fp32 one: the step reads the 16-bit gradient where it is, none is allocated) */
+    const int one_buffer = c->stage <= 1 && N == 1 && c->accum == 1;
+    uint64_t want_grads_kept = c->stage <= 1 ? ce * P + (one_buffer ? 0 : ae * S) : ae * S;
     uint64_t want_optim = c->stage == 0 ? 12 * P : 12 * S;
     for (int k = 0; k < c->ranks; k++) {
         const zero_engine_report_t *rep = &r[k].rep;
@@ -311,6 +315,41 @@ static void test_stage_equivalence(void) {
                     }
                 }
         }
+}
+
+/* One rank at stages 0-1 keeps one gradient buffer when one micro-step is declared (engine.h);
+ * three micro-steps in such a step allocate the accumulator then: the weights equal stages 2-3's
+ * (which always have it) and the gradients count the working buffer plus the accumulator. */
+static void test_undeclared_micro_steps(void) {
+    lp_res_t res[4];
+    uint64_t P = 0;
+    for (int u = 0; u < NUNITS; u++) P += padded(u, 1);
+    const zero_dtype_t adts[2] = {ZERO_DTYPE_FP32, ZERO_DTYPE_BF16};
+    for (int a = 0; a < 2; a++) {
+        uint64_t ref = 0;
+        for (int stage = 0; stage <= 3; stage++) {
+            lp_cfg_t c = cfg_default(stage, 1, 3, ZERO_DTYPE_BF16, adts[a]);
+            c.declared = 1;
+            run(&c, res);
+            CHECK(res[0].st == ZERO_OK && res[0].steps_taken == c.steps,
+                  "bf16/%s stage %d, 3 micro-steps of 1 declared: status %d steps %lld: %s",
+                  zero_dtype_name(adts[a]), stage, (int)res[0].st, (long long)res[0].steps_taken,
+                  zero_last_error());
+            if (stage == 0) ref = res[0].fp;
+            CHECK(res[0].fp == ref,
+                  "bf16/%s 3 micro-steps of 1 declared: stage %d %016llx, "
+                  "stage 0 %016llx",
+                  zero_dtype_name(adts[a]), stage, (unsigned long long)res[0].fp,
+                  (unsigned long long)ref);
+            const uint64_t want = 2 * P + zero_dtype_size(adts[a]) * P;
+            if (stage <= 1)
+                CHECK(res[0].rep.memory_bytes[ZERO_MEM_GRADS] == want,
+                      "bf16/%s stage %d, 3 micro-steps of 1 declared: gradients %zu bytes, want "
+                      "%llu",
+                      zero_dtype_name(adts[a]), stage, res[0].rep.memory_bytes[ZERO_MEM_GRADS],
+                      (unsigned long long)want);
+        }
+    }
 }
 
 /* (5) An inf in rank 1's gradient of unit 1 at steps 1 and 2 of four, 2 ranks, every stage.
@@ -505,6 +544,7 @@ static void test_exact_bf16(void) {
 int main(void) {
     zero_log_set_level(ZERO_LOG_ERROR);
     test_stage_equivalence();
+    test_undeclared_micro_steps();
     test_overflow(ZERO_DTYPE_FP16);
     test_overflow(ZERO_DTYPE_BF16);
     test_static_scale();

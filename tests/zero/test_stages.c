@@ -124,7 +124,11 @@ static void check_accounting(const run_cfg_t *cfg, const rank_result_t *res) {
     }
     size_t want[3];
     want[0] = (size_t)(ce * (stage < 3 ? Ptot : Snp + Ppers));
-    want[1] = (size_t)((stage <= 1 ? ce * Ptot + ae * Stot : ae * Stot) + grad_pool);
+    /* stages 0-1 on one rank, one micro-step: the working buffer is the accumulator (or, 16-bit
+     * with an fp32 accumulator, the step reads it in place), no second buffer */
+    const int one_buffer = stage <= 1 && N == 1 && cfg->accum == 1;
+    want[1] =
+        (size_t)((stage <= 1 ? ce * Ptot + (one_buffer ? 0 : ae * Stot) : ae * Stot) + grad_pool);
     want[2] = (size_t)((lowp ? 12 : 8) * (stage == 0 ? Ptot : Stot));
     uint64_t ag = stage < 3 ? Stot
                             : (uint64_t)cfg->accum * gathers +
