@@ -60,6 +60,11 @@ void zero__matmul_backward_lp(void *dinp, zero_dtype_t dinp_dtype, void *dweight
  * use. Static or cached string, valid for the process. */
 const char *zero__matmul_lp_impl(zero_dtype_t dtype);
 
+/* The hardware path of zero__matmul_lp_impl(dtype) in one word: "AMX" (oneDNN on the AMX tiles),
+ * "AVX512-BF16" (oneDNN on the bf16 dot-product instructions), "oneDNN" (another oneDNN kernel,
+ * which converts to fp32 inside), or "widening" (to fp32, then the fp32 GEMM). Static string. */
+const char *zero__matmul_lp_path(zero_dtype_t dtype);
+
 /* Destroy every cached oneDNN primitive (dnnl_matmul.c: the fp32 forward's too). Only when no
  * thread is inside a matmul (tests). */
 void zero__matmul_lp_cache_clear(void);

@@ -158,6 +158,15 @@ const char *zero__matmul_lp_impl(zero_dtype_t dtype) {
     return "fp32 widening + zero__sgemm";
 }
 
+const char *zero__matmul_lp_path(zero_dtype_t dtype) {
+    const char *impl = zero__matmul_lp_impl(dtype);
+    /* oneDNN names its kernels by ISA: brg:avx512_core_amx..., brg:avx512_core_bf16, ... */
+    if (strncmp(impl, "oneDNN", 6)) return "widening";
+    if (strstr(impl, "amx")) return "AMX";
+    if (strstr(impl, "bf16")) return "AVX512-BF16";
+    return "oneDNN";
+}
+
 /* ------------------------------------------------------------------------------ public */
 
 void zero__gemm_lp(int trans_a, int trans_b, size_t M, size_t N, size_t K, const void *A,

@@ -17,6 +17,7 @@
 #include "core/core_internal.h"
 #include "core/fileio.h"
 #include "kernels/kernels.h"
+#include "kernels/kernels_lp.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/monitor.h"
@@ -337,11 +338,14 @@ static void print_tables(const run_t *r, const zero_train_rank_report_t *all) {
     if (r->job->backend == ZERO_BACKEND_THREADS && r->world > 1)
         say(r, "  (peak RSS is the whole process: the ranks are its threads)\n");
     /* The ZeRO paper's breakdown: what stays between steps, the transient pools apart. */
+    const zero_dtype_t cdt = zero__train_config_compute_dtype(r->cfg);
+    if (cdt != ZERO_DTYPE_FP32) /* which hardware ran the 16-bit GEMMs: AMX, AVX512-BF16, ... */
+        say(r, "report: %s matmuls: %s (%s)\n", zero_dtype_name(cdt),
+            zero__matmul_lp_path(cdt), zero__matmul_lp_impl(cdt));
     say(r,
         "report: model states per rank in MiB (%s compute, %s gradient accumulation), "
         "measured / theory\n",
-        zero_dtype_name(zero__train_config_compute_dtype(r->cfg)),
-        zero_dtype_name(zero__train_config_accum_dtype(r->cfg)));
+        zero_dtype_name(cdt), zero_dtype_name(zero__train_config_accum_dtype(r->cfg)));
     for (int k = 0; k < r->world; k++) {
         uint64_t m = 0, t = 0;
         for (int i = 0; i < 3; i++) {
@@ -1373,8 +1377,11 @@ zero_status_t zero__train_report_write(const zero_train_report_t *rep,
     cJSON_AddNumberToObject(root, "ranks", rep->world);
     cJSON_AddNumberToObject(root, "zero_stage", rep->stage);
     cJSON_AddStringToObject(root, "matmul_library", zero__matmul_library());
-    cJSON_AddStringToObject(root, "compute_dtype",
-                            zero_dtype_name(zero__train_config_compute_dtype(cfg)));
+    const zero_dtype_t cdt = zero__train_config_compute_dtype(cfg);
+    cJSON_AddStringToObject(root, "compute_dtype", zero_dtype_name(cdt));
+    /* the 16-bit GEMMs' path (kernels_lp.h), "fp32" for an fp32 run */
+    cJSON_AddStringToObject(root, "matmul_path",
+                            cdt == ZERO_DTYPE_FP32 ? "fp32" : zero__matmul_lp_path(cdt));
     cJSON_AddStringToObject(root, "grad_accum_dtype",
                             zero_dtype_name(zero__train_config_accum_dtype(cfg)));
     cJSON_AddNumberToObject(root, "loss_scale", rep->loss_scale);

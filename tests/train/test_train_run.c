@@ -27,6 +27,21 @@ static double num(const cJSON *root, const char *key) {
     return cJSON_IsNumber(it) ? it->valuedouble : NAN;
 }
 
+/* 1 when /proc/cpuinfo's flags list `flag` (the kernel's names, e.g. avx512_bf16). */
+static int cpu_flag(const char *flag) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[8192];
+    int found = 0;
+    while (f && !found && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "flags", 5)) continue;
+        for (char *tok = strtok(line, " \t\n"); tok && !found; tok = strtok(NULL, " \t\n"))
+            found = !strcmp(tok, flag);
+        break;
+    }
+    if (f) fclose(f);
+    return found;
+}
+
 int main(void) {
     const char *tmp = getenv("TMPDIR");
     char dir[256], report[512], empty[512], cfgpath[512], data[512];
@@ -186,6 +201,17 @@ int main(void) {
               "bf16 validation loss %.4f is not within 3%% of fp32's %.4f", v16, v32);
         const cJSON *dt = cJSON_GetObjectItemCaseSensitive(r16, "compute_dtype");
         CHECK(cJSON_IsString(dt) && !strcmp(dt->valuestring, "bf16"), "bf16 report dtype");
+        /* the bf16 GEMMs' path against the CPU's own flags: AMX or the AVX512-BF16 dot products
+         * where the CPU has them (oneDNN picks one of the two), a conversion to fp32 elsewhere */
+        const cJSON *p16 = cJSON_GetObjectItemCaseSensitive(r16, "matmul_path"),
+                    *p32 = cJSON_GetObjectItemCaseSensitive(r32, "matmul_path");
+        const char *path = cJSON_IsString(p16) ? p16->valuestring : "";
+        const int amx = cpu_flag("amx_bf16"), dot = cpu_flag("avx512_bf16");
+        CHECK(amx || dot ? !strcmp(path, "AVX512-BF16") || (amx && !strcmp(path, "AMX"))
+                         : !strcmp(path, "oneDNN") || !strcmp(path, "widening"),
+              "bf16 matmul path '%s' on a CPU with%s amx_bf16 and with%s avx512_bf16", path,
+              amx ? "" : "out", dot ? "" : "out");
+        CHECK(cJSON_IsString(p32) && !strcmp(p32->valuestring, "fp32"), "fp32 matmul path");
         CHECK(num(r16, "loss_scale") == 1.0 && num(r16, "skipped_steps") == 0,
               "bf16: loss scale %g, %g skipped steps", num(r16, "loss_scale"),
               num(r16, "skipped_steps"));
