@@ -340,8 +340,8 @@ static void print_tables(const run_t *r, const zero_train_rank_report_t *all) {
     /* The ZeRO paper's breakdown: what stays between steps, the transient pools apart. */
     const zero_dtype_t cdt = zero__train_config_compute_dtype(r->cfg);
     if (cdt != ZERO_DTYPE_FP32) /* which hardware ran the 16-bit GEMMs: AMX, AVX512-BF16, ... */
-        say(r, "report: %s matmuls: %s (%s)\n", zero_dtype_name(cdt),
-            zero__matmul_lp_path(cdt), zero__matmul_lp_impl(cdt));
+        say(r, "report: %s matmuls: %s (%s)\n", zero_dtype_name(cdt), zero__matmul_lp_path(cdt),
+            zero__matmul_lp_impl(cdt));
     say(r,
         "report: model states per rank in MiB (%s compute, %s gradient accumulation), "
         "measured / theory\n",
