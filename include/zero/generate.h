@@ -11,9 +11,13 @@
  * are the training forward's, so the logits match a full recomputation (docs/inference.md).
  * zero_sample draws a token from logits.
  *
+ * Over several ranks (params.comm), each rank holds 1/N of the blocks' weights and every layer
+ * is all-gathered just before it runs, the next one while it runs, as ZeRO stage 3 gathers
+ * training's parameters; every rank makes the same calls with the same tokens and gets the
+ * same logits, bitwise those of one rank.
+ *
  * Not here: tokenizers (the trainer's byte-level models take bytes; a larger vocabulary takes
- * token ids), generation sharded over ranks, MoE models
- * (refused, naming the key).
+ * token ids), MoE models (refused, naming the key).
  *
  * Ownership: paths and params are borrowed for the call; logits pointers stay valid until the
  * next prefill, step, reset or free. Threading: a generator is used by one thread at a time;
@@ -22,6 +26,7 @@
 #ifndef ZERO_GENERATE_H
 #define ZERO_GENERATE_H
 
+#include "zero/comm.h"
 #include "zero/core.h"
 
 #include <stdint.h>
@@ -61,10 +66,17 @@ typedef struct zero_generator_params {
      * RAM). The logits are bitwise those of the same generator in RAM. */
     const char *nvme_path;
     int buffer_count; /* layer buffers with nvme_path, >= 2 (4) */
+    /* NULL or one rank: every weight here. More ranks (threads or MPI; borrowed until
+     * zero_generator_free): this rank keeps its 1/N slice of each block's weights (as stored:
+     * dtype or quantized), and two layer buffers, one computing while the next is all-gathered
+     * (the embeddings, wpe and the final LayerNorm stay whole on every rank). Not with
+     * nvme_path. Every rank calls init, prefill, step, reset and free in the same order. */
+    zero_comm_t *comm;
 } zero_generator_params_t;
 
 /* Defaults: batch 1, max_seq 0 (the context), 1 thread, heads 0 (from the file), fp32, weights
- * not quantized (weight_bits 0, group_size 64), in RAM (nvme_path NULL, buffer_count 4). */
+ * not quantized (weight_bits 0, group_size 64), in RAM (nvme_path NULL, buffer_count 4), one rank
+ * (comm NULL). */
 ZERO_API zero_generator_params_t zero_generator_params_default(void);
 
 typedef struct zero_generator_info {
@@ -78,13 +90,17 @@ typedef struct zero_generator_info {
     size_t activation_bytes; /* working buffers of a forward */
     const char *format;      /* "checkpoint" or "safetensors" */
     /* Of weight_bytes, in RAM: all of them, or with nvme_path the embeddings, the final
-     * LayerNorm and buffer_count layer buffers. */
+     * LayerNorm and buffer_count layer buffers; sharded, those (two buffers) and this rank's
+     * slices of the blocks. */
     size_t resident_weight_bytes;
     const char *offload;    /* "none" or "nvme" */
     int buffer_count;       /* nvme: layer buffers in use (at most the layers); else 0 */
     const char *io_engine;  /* nvme: "io_uring" or "threads"; else NULL */
     uint64_t io_bytes_read; /* nvme: bytes read from the weights file so far (after each call) */
     double io_wait_s;       /* nvme: seconds the forward waited for those reads */
+    int ranks;              /* the weights sharded over this many ranks (1: not sharded) */
+    uint64_t gather_bytes;  /* sharded: bytes received from the other ranks so far */
+    double gather_wait_s;   /* sharded: seconds the forward waited for the all-gathers */
 } zero_generator_info_t;
 
 typedef struct zero_generator zero_generator_t;

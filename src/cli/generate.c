@@ -15,6 +15,7 @@
 #include "zero/zero.h"
 
 #include <cJSON.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,8 @@ static void usage(FILE *out) {
         "                     [--seed S] [--batch B] [--greedy] [--stream] [--json]\n"
         "                     [--dtype fp32|bf16] [--weights int8|int4] [--group-size G]\n"
         "                     [--offload none|nvme] [--nvme-path DIR] [--buffer-count N]\n"
-        "                     [--config FILE] [--threads N] [--heads H] [--tokenizer FILE]\n\n"
+        "                     [--config FILE] [--threads N] [--ranks N] [--heads H]\n"
+        "                     [--tokenizer FILE]\n\n"
         "  --model           a checkpoint directory (step-00000123), a save directory (its\n"
         "                    `latest`), SAVE_DIR/latest, or a safetensors file with Hugging\n"
         "                    Face GPT-2 names (zero convert's, or another's)\n"
@@ -59,7 +61,10 @@ static void usage(FILE *out) {
         "  --config          a zero train / DeepSpeed config: its\n"
         "                    zero_optimization.offload_param (device, nvme_path, buffer_count)\n"
         "                    sets the three above (the flags win)\n"
-        "  --threads         cores to use (default: all)\n"
+        "  --threads         cores per rank (default: all, shared by the ranks of a machine)\n"
+        "  --ranks           shard the blocks' weights over N ranks (threads of this process;\n"
+        "                    under mpirun the MPI job's ranks): each holds 1/N of them and\n"
+        "                    all-gathers every layer just in time; rank 0 prints\n"
         "  --heads           attention heads of a safetensors file that does not say (default:\n"
         "                    zero convert's metadata, config.json beside the file, dim / 64)\n"
         "  --tokenizer       GPT-2 BPE tokenizer for the prompt and the output: a vocab.json\n"
@@ -85,6 +90,8 @@ typedef struct opts {
     double temperature, top_p;
     uint64_t seed;
     const char *tokenizer;
+    int ranks;         /* --ranks (0: not given) */
+    int threads_given; /* --threads was given (else all cores, shared by the ranks of a node) */
 } opts_t;
 
 /* --offload, --nvme-path, --buffer-count over --config's offload_param; exit status 2 (bad
@@ -138,7 +145,8 @@ static int parse(int argc, char **argv, opts_t *o) {
                   0,    0,
                   64,   ZERO_DTYPE_FP32,
                   1.0,  1.0,
-                  1337, NULL};
+                  1337, NULL,
+                  0,    0};
     const char *const prog = "zero generate";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -182,6 +190,10 @@ static int parse(int argc, char **argv, opts_t *o) {
         } else if ((v = zero__cli_arg_value(argc, argv, &i, "--threads"))) {
             if (!zero__cli_number(prog, a, v, 1, 1, &d)) return 2;
             o->threads = (int)d;
+            o->threads_given = 1;
+        } else if ((v = zero__cli_arg_value(argc, argv, &i, "--ranks"))) {
+            if (!zero__cli_number(prog, a, v, 1, 1, &d)) return 2;
+            o->ranks = (int)d;
         } else if ((v = zero__cli_arg_value(argc, argv, &i, "--dtype"))) {
             if (!strcmp(v, "fp32") || !strcmp(v, "bf16")) {
                 o->dtype = !strcmp(v, "bf16") ? ZERO_DTYPE_BF16 : ZERO_DTYPE_FP32;
@@ -274,57 +286,38 @@ static unsigned char *read_prompt(const opts_t *o, size_t *n) {
     return p;
 }
 
-int zero__cli_generate(int argc, char **argv) {
-    opts_t o;
-    int rc = parse(argc, argv, &o);
-    if (rc >= 0) return rc;
-    /* threads sleep between parallel regions: a step is ~100 short regions, and on a machine
-     * whose cores other processes use, spinning threads made decoding 5x slower
-     * (docs/inference.md); OMP_WAIT_POLICY=active, set by the user, wins */
-    zero__cli_openmp_wait("passive");
-    size_t text_len = 0, plen = 0;
-    unsigned char *text = read_prompt(&o, &text_len);
-    if (!text) return 1;
-    rc = 1;
+/* One rank's generation (comm NULL: the only one): the generator, the prompt prefilled, tokens
+ * sampled and fed until max_new or the context; rank 0 prints the text and the figures. Every
+ * rank samples the same tokens from the same logits (zero/generate.h), so they stay in step. */
+static int generate_on(const opts_t *o, const unsigned char *text, size_t text_len,
+                       const int32_t *ptok, size_t plen, const zero_tokenizer_t *tok,
+                       zero_comm_t *comm) {
+    const int rank = comm ? zero_comm_rank(comm) : 0, ranks = comm ? zero_comm_size(comm) : 1;
+    int rc = 1;
     zero_generator_t *g = NULL;
-    zero_tokenizer_t *tok = NULL;
-    int32_t *prompt = NULL, *out = NULL, *ptok = NULL;
+    int32_t *prompt = NULL, *out = NULL;
     uint64_t *rng = NULL;
-    if (o.tokenizer && zero_tokenizer_init(&tok, o.tokenizer)) {
-        fprintf(stderr, "zero generate: %s\n", zero_last_error());
-        goto done;
-    }
-    if (text_len == 0 && !(tok && zero_tokenizer_eot(tok) >= 0)) {
-        fprintf(stderr, "zero generate: the prompt is empty (expected at least one byte)\n");
-        goto done;
-    }
-    if (text_len > (size_t)1 << 30) {
-        fprintf(stderr, "zero generate: the prompt of %zu bytes is too long\n", text_len);
-        goto done;
-    }
-    if (text_len == 0) { /* GPT-2's unconditional generation starts at <|endoftext|> */
-        ptok = malloc(sizeof *ptok);
-        if (ptok) ptok[0] = zero_tokenizer_eot(tok), plen = 1;
-    } else {
-        ptok = zero__cli_prompt_tokens(text, text_len, tok, &plen);
-    }
-    if (!ptok) goto done;
     zero_generator_params_t gp = zero_generator_params_default();
-    gp.batch = o.batch;
-    gp.threads = o.threads;
-    gp.heads = o.heads;
-    gp.dtype = o.dtype;
-    gp.weight_bits = o.weight_bits;
-    gp.group_size = o.group_size;
-    gp.nvme_path = o.nvme_path;
-    if (o.buffer_count) gp.buffer_count = o.buffer_count;
+    gp.batch = o->batch;
+    gp.comm = comm;
+    /* the cores shared by the ranks of this node unless --threads says */
+    const int per_node = ranks / (comm ? zero_comm_node_count(comm) : 1);
+    int threads = o->threads;
+    if (!o->threads_given) threads = o->threads / per_node > 1 ? o->threads / per_node : 1;
+    gp.threads = threads;
+    gp.heads = o->heads;
+    gp.dtype = o->dtype;
+    gp.weight_bits = o->weight_bits;
+    gp.group_size = o->group_size;
+    gp.nvme_path = o->nvme_path;
+    if (o->buffer_count) gp.buffer_count = o->buffer_count;
     /* the cache holds the prompt and every new token but the last (capped at the context) */
-    gp.max_seq = plen + (size_t)o.max_new - 1 > (size_t)1 << 30 ? 0 : (int)plen + o.max_new - 1;
+    gp.max_seq = plen + (size_t)o->max_new - 1 > (size_t)1 << 30 ? 0 : (int)plen + o->max_new - 1;
     double t0 = zero_time_now();
-    zero_status_t st = zero_generator_init(&g, o.model, &gp);
+    zero_status_t st = zero_generator_init(&g, o->model, &gp);
     if (st) {
-        fprintf(stderr, "zero generate: %s\n", zero_last_error());
-        if (st == ZERO_ERR_MISMATCH || st == ZERO_ERR_FORMAT)
+        if (!rank) fprintf(stderr, "zero generate: %s\n", zero_last_error());
+        if (!rank && (st == ZERO_ERR_MISMATCH || st == ZERO_ERR_FORMAT))
             fprintf(stderr, "hint: --model takes a zero checkpoint or a safetensors file with "
                             "Hugging Face GPT-2 names (zero convert writes one)\n");
         goto done;
@@ -338,7 +331,7 @@ int zero__cli_generate(int argc, char **argv) {
                     "zero generate: prompt token %d (the %zu-th) is outside the model's "
                     "vocabulary of %d tokens (expected --tokenizer '%s', of %d tokens, to be the "
                     "model's)\n",
-                    (int)ptok[i], i, V, o.tokenizer, zero_tokenizer_vocab(tok));
+                    (int)ptok[i], i, V, o->tokenizer, zero_tokenizer_vocab(tok));
             goto done;
         } else if (ptok[i] >= V) {
             fprintf(stderr,
@@ -356,22 +349,22 @@ int zero__cli_generate(int argc, char **argv) {
         goto done;
     }
     prompt = malloc((size_t)B * plen * sizeof *prompt);
-    out = malloc((size_t)B * (size_t)o.max_new * sizeof *out);
+    out = malloc((size_t)B * (size_t)o->max_new * sizeof *out);
     rng = malloc((size_t)B * sizeof *rng);
     if (!prompt || !out || !rng) {
-        fprintf(stderr, "zero generate: out of memory\n");
+        if (!rank) fprintf(stderr, "zero generate: out of memory\n");
         goto done;
     }
     for (int b = 0; b < B; b++) {
         for (size_t i = 0; i < plen; i++) prompt[(size_t)b * plen + i] = ptok[i];
-        rng[b] = o.seed + (uint64_t)b;
+        rng[b] = o->seed + (uint64_t)b;
     }
     zero_sample_params_t sp = zero_sample_params_default();
-    sp.greedy = o.greedy;
-    sp.temperature = (float)o.temperature;
-    sp.top_k = o.top_k;
-    sp.top_p = (float)o.top_p;
-    if (o.stream) {
+    sp.greedy = o->greedy;
+    sp.temperature = (float)o->temperature;
+    sp.top_k = o->top_k;
+    sp.top_p = (float)o->top_p;
+    if (o->stream && !rank) {
         fwrite(text, 1, text_len, stdout);
         fflush(stdout);
     }
@@ -387,22 +380,24 @@ int zero__cli_generate(int argc, char **argv) {
             st = zero_sample(lg + (size_t)b * (size_t)V, V, &sp, &rng[b], &row[b]);
         if (st) break;
         if (++n == 1) t_first = zero_time_now(), ttft = t_first - t0;
-        if (o.stream) {
+        if (o->stream && !rank) {
             zero__cli_put_token(stdout, row[0], V, tok);
             fflush(stdout);
         }
-        if (n == o.max_new || zero_generator_position(g) == in->max_seq) break;
+        if (n == o->max_new || zero_generator_position(g) == in->max_seq) break;
         st = zero_generator_step(g, row, &lg);
     }
     const double decode_s = n > 1 ? zero_time_now() - t_first : 0;
     if (st) {
-        fprintf(stderr, "zero generate: %s\n", zero_last_error());
+        if (!rank) fprintf(stderr, "zero generate: %s\n", zero_last_error());
         goto done;
     }
-    const int stopped_at_context = n < o.max_new;
+    const int stopped_at_context = n < o->max_new;
     const double decode_tps = decode_s > 0 ? (double)(n - 1) * B / decode_s : 0;
     const double peak = (double)zero_peak_rss_bytes();
-    if (o.json) {
+    if (rank) {
+        /* rank 0 prints */
+    } else if (o->json) {
         cJSON *j = cJSON_CreateObject(), *outs = cJSON_AddArrayToObject(j, "outputs");
         cJSON *toks = cJSON_AddArrayToObject(j, "tokens");
         int32_t *seq = malloc((size_t)n * sizeof *seq + 1);
@@ -412,7 +407,7 @@ int zero__cli_generate(int argc, char **argv) {
             cJSON_AddItemToArray(toks, cJSON_CreateIntArray(seq, n));
         }
         free(seq);
-        cJSON_AddStringToObject(j, "model", o.model);
+        cJSON_AddStringToObject(j, "model", o->model);
         cJSON_AddStringToObject(j, "format", in->format);
         cJSON_AddStringToObject(j, "dtype", zero_dtype_name(in->dtype));
         cJSON_AddStringToObject(j, "weights", weights_name(in));
@@ -428,7 +423,10 @@ int zero__cli_generate(int argc, char **argv) {
                     {"context", in->seq},
                     {"params", (double)in->param_count},
                     {"batch", B},
-                    {"threads", o.threads},
+                    {"threads", threads},
+                    {"ranks", ranks},
+                    {"gather_bytes", (double)in->gather_bytes},
+                    {"gather_wait_s", in->gather_wait_s},
                     {"prompt_tokens", P},
                     {"new_tokens", n},
                     {"load_s", load_s},
@@ -449,28 +447,29 @@ int zero__cli_generate(int argc, char **argv) {
             cJSON_AddNumberToObject(j, nums[i].k, nums[i].v);
         cJSON_AddStringToObject(j, "stopped", stopped_at_context ? "context" : "max_new_tokens");
         cJSON *s = cJSON_AddObjectToObject(j, "sampling");
-        cJSON_AddBoolToObject(s, "greedy", o.greedy);
-        cJSON_AddNumberToObject(s, "temperature", o.temperature);
-        cJSON_AddNumberToObject(s, "top_k", o.top_k);
-        cJSON_AddNumberToObject(s, "top_p", o.top_p);
-        cJSON_AddNumberToObject(s, "seed", (double)o.seed);
+        cJSON_AddBoolToObject(s, "greedy", o->greedy);
+        cJSON_AddNumberToObject(s, "temperature", o->temperature);
+        cJSON_AddNumberToObject(s, "top_k", o->top_k);
+        cJSON_AddNumberToObject(s, "top_p", o->top_p);
+        cJSON_AddNumberToObject(s, "seed", (double)o->seed);
         char *txt = cJSON_Print(j);
         if (txt) printf("%s\n", txt);
         free(txt);
         cJSON_Delete(j);
     } else {
-        for (int b = 0; b < B && !o.stream; b++) {
+        for (int b = 0; b < B && !o->stream; b++) {
             if (B > 1) printf("---- sequence %d\n", b);
             fwrite(text, 1, text_len, stdout);
             for (int i = 0; i < n; i++)
                 zero__cli_put_token(stdout, out[(size_t)i * (size_t)B + (size_t)b], V, tok);
             printf("\n");
         }
-        if (o.stream) printf("\n");
+        if (o->stream) printf("\n");
         fflush(stdout);
         if (stopped_at_context)
-            fprintf(stderr, "zero generate: stopped at the model's context of %d positions\n",
-                    in->seq);
+            if (!rank)
+                fprintf(stderr, "zero generate: stopped at the model's context of %d positions\n",
+                        in->seq);
         fprintf(stderr,
                 "zero generate: %s, %d layers x dim %d, %zu parameters, loaded in %.2f s\n"
                 "  prompt %d tokens x batch %d: time to first token %.2f ms (prefill %.0f "
@@ -480,14 +479,21 @@ int zero__cli_generate(int argc, char **argv) {
                 "positions x batch %d), working buffers %.1f MiB\n",
                 in->format, in->layers, in->dim, in->param_count, load_s, P, B, ttft * 1e3,
                 ttft > 0 ? (double)P * B / ttft : 0, n > 0 ? n - 1 : 0, B, decode_s, decode_tps,
-                o.threads, peak / 1048576.0, (double)in->weight_bytes / 1048576.0, weights_name(in),
+                threads, peak / 1048576.0, (double)in->weight_bytes / 1048576.0, weights_name(in),
                 (double)in->kv_cache_bytes / 1048576.0, in->max_seq, B,
                 (double)in->activation_bytes / 1048576.0);
+        if (ranks > 1)
+            fprintf(stderr,
+                    "  weights sharded over %d ranks: %.1f MiB resident on rank 0 of %.1f, %.1f "
+                    "MiB all-gathered, %.3f s waited for the gathers\n",
+                    ranks, (double)in->resident_weight_bytes / 1048576.0,
+                    (double)in->weight_bytes / 1048576.0, (double)in->gather_bytes / 1048576.0,
+                    in->gather_wait_s);
         if (in->io_engine)
             fprintf(stderr,
                     "  weights streamed from %s (%s): %.1f MiB resident of %.1f (%d layer "
                     "buffers), %.1f MiB read, %.3f s waited for reads\n",
-                    o.nvme_path, in->io_engine, (double)in->resident_weight_bytes / 1048576.0,
+                    o->nvme_path, in->io_engine, (double)in->resident_weight_bytes / 1048576.0,
                     (double)in->weight_bytes / 1048576.0, in->buffer_count,
                     (double)in->io_bytes_read / 1048576.0, in->io_wait_s);
     }
@@ -497,6 +503,120 @@ done:
     free(prompt);
     free(out);
     free(rng);
+    return rc;
+}
+
+typedef struct rank_job {
+    const opts_t *o;
+    const unsigned char *text;
+    size_t text_len;
+    const int32_t *ptok;
+    size_t plen;
+    const zero_tokenizer_t *tok;
+    zero_comm_t *comm;
+    int rc;
+    pthread_t tid;
+} rank_job_t;
+
+static void *rank_main(void *arg) {
+    rank_job_t *j = arg;
+    j->rc = generate_on(j->o, j->text, j->text_len, j->ptok, j->plen, j->tok, j->comm);
+    return NULL;
+}
+
+/* --ranks N thread ranks (rank 0 on this thread), the MPI job's ranks under a launcher, or one. */
+static int generate_ranks(const opts_t *o, const unsigned char *text, size_t text_len,
+                          const int32_t *ptok, size_t plen, const zero_tokenizer_t *tok) {
+    if (zero_comm_mpi_launched()) {
+        zero_comm_t *comm = NULL;
+        zero_comm_params_t cp = zero_comm_params_default();
+        if (zero_comm_mpi_init(&comm, &cp)) {
+            fprintf(stderr, "zero generate: %s\n", zero_last_error());
+            return 1;
+        }
+        int rc = 0;
+        if (o->ranks && o->ranks != zero_comm_size(comm)) {
+            if (!zero_comm_rank(comm))
+                fprintf(stderr,
+                        "zero generate: --ranks %d but the MPI job has %d ranks (expected the "
+                        "same, or no --ranks under mpirun)\n",
+                        o->ranks, zero_comm_size(comm));
+            rc = 2;
+        }
+        if (!rc) rc = generate_on(o, text, text_len, ptok, plen, tok, comm);
+        zero_comm_free(comm);
+        if (!rc)
+            zero_comm_mpi_finalize();
+        else
+            zero_comm_mpi_abort(rc); /* a rank left waiting in a collective would hang */
+        return rc;
+    }
+    const int n = o->ranks ? o->ranks : 1;
+    if (n == 1) return generate_on(o, text, text_len, ptok, plen, tok, NULL);
+    zero_comm_t **comms = calloc((size_t)n, sizeof *comms);
+    rank_job_t *jobs = calloc((size_t)n, sizeof *jobs);
+    zero_comm_params_t cp = zero_comm_params_default();
+    int rc = 1;
+    if (!comms || !jobs || zero_comm_threads_init_all(n, comms, &cp)) {
+        fprintf(stderr, "zero generate: cannot set up %d ranks: %s\n", n, zero_last_error());
+        free(comms);
+        free(jobs);
+        return 1;
+    }
+    int started = 1;
+    for (int k = 0; k < n; k++)
+        jobs[k] = (rank_job_t){o, text, text_len, ptok, plen, tok, comms[k], 1, 0};
+    for (int k = 1; k < n && started == k; k++)
+        if (pthread_create(&jobs[k].tid, NULL, rank_main, &jobs[k]) == 0) started++;
+    if (started == n) {
+        rank_main(&jobs[0]);
+        rc = 0;
+    } else { /* the started ranks give up at the collective timeout */
+        fprintf(stderr, "zero generate: cannot start the thread of rank %d\n", started);
+    }
+    for (int k = 1; k < started; k++) pthread_join(jobs[k].tid, NULL);
+    for (int k = 0; k < n && !rc; k++) rc = jobs[k].rc;
+    for (int k = 0; k < n; k++) zero_comm_free(comms[k]);
+    free(comms);
+    free(jobs);
+    return rc;
+}
+
+int zero__cli_generate(int argc, char **argv) {
+    opts_t o;
+    int rc = parse(argc, argv, &o);
+    if (rc >= 0) return rc;
+    /* threads sleep between parallel regions: a step is ~100 short regions, and on a machine
+     * whose cores other processes use, spinning threads made decoding 5x slower
+     * (docs/inference.md); OMP_WAIT_POLICY=active, set by the user, wins */
+    zero__cli_openmp_wait("passive");
+    size_t text_len = 0, plen = 0;
+    unsigned char *text = read_prompt(&o, &text_len);
+    if (!text) return 1;
+    rc = 1;
+    zero_tokenizer_t *tok = NULL;
+    int32_t *ptok = NULL;
+    if (o.tokenizer && zero_tokenizer_init(&tok, o.tokenizer)) {
+        fprintf(stderr, "zero generate: %s\n", zero_last_error());
+        goto done;
+    }
+    if (text_len == 0 && !(tok && zero_tokenizer_eot(tok) >= 0)) {
+        fprintf(stderr, "zero generate: the prompt is empty (expected at least one byte)\n");
+        goto done;
+    }
+    if (text_len > (size_t)1 << 30) {
+        fprintf(stderr, "zero generate: the prompt of %zu bytes is too long\n", text_len);
+        goto done;
+    }
+    if (text_len == 0) { /* GPT-2's unconditional generation starts at <|endoftext|> */
+        ptok = malloc(sizeof *ptok);
+        if (ptok) ptok[0] = zero_tokenizer_eot(tok), plen = 1;
+    } else {
+        ptok = zero__cli_prompt_tokens(text, text_len, tok, &plen);
+    }
+    if (!ptok) goto done;
+    rc = generate_ranks(&o, text, text_len, ptok, plen, tok);
+done:
     free(ptok);
     zero_tokenizer_free(tok);
     free(text);

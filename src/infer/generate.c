@@ -22,7 +22,9 @@
  * zero__matmul_forward_q; wte's embedding rows are dequantized one by one.
  * Weights file (nvme_path): the blocks are staged one at a time as they load and written to a
  * file (stream.c); the forward acquires each block's region from there and releases it, which
- * posts the read of a later one. The embeddings and the final LayerNorm stay in w.
+ * posts the read of a later one. The embeddings and the final LayerNorm stay in w. Sharded over
+ * ranks (comm): the same, each rank keeping its slice of every staged block and the fetch an
+ * all-gather; every rank loads the whole file, so each rank's slices are the same bytes.
  * Not here: MoE layers (refused), sampling (sample.c), timing and printing (the CLI).
  */
 #include "zero/generate.h"
@@ -77,6 +79,7 @@ struct zero_generator {
     /* weights file (nvme_path): the blocks, block_bytes each; while loading, block `staged`
      * (a unit number, -1 none) is filled in `stage` */
     const char *nvme_path; /* borrowed during init only */
+    zero_comm_t *comm;     /* more than one rank: the blocks sharded over them; else NULL */
     zero__wstream_t *stream;
     size_t block_bytes;
     int staged;
@@ -99,7 +102,7 @@ static void *at(const zero_generator_t *g, const void *base, size_t i) {
 }
 
 zero_generator_params_t zero_generator_params_default(void) {
-    zero_generator_params_t p = {1, 0, 1, 0, ZERO_DTYPE_FP32, 0, 64, NULL, 4};
+    zero_generator_params_t p = {1, 0, 1, 0, ZERO_DTYPE_FP32, 0, 64, NULL, 4, NULL};
     return p;
 }
 
@@ -176,11 +179,12 @@ static zero_status_t build_layout(zero_generator_t *g) {
             g->tbyte[k + (size_t)t] = bytes;
             bytes += zero__align_up(stored_bytes(g, u, t), 64);
         }
-        /* streamed blocks: each region is a buffer of its own (offset 0), whole pages on disk */
-        const int streamed = g->nvme_path && u > 0 && u < nu - 1;
+        /* streamed blocks: each region is a buffer of its own (offset 0), whole pages on disk,
+         * or sharded a 64-byte slice per rank */
+        const int streamed = (g->nvme_path || g->comm) && u > 0 && u < nu - 1;
         g->region_off[u] = streamed ? 0 : resident;
         if (streamed)
-            g->block_bytes = zero__align_up(bytes, 4096);
+            g->block_bytes = zero__align_up(bytes, g->comm ? 64 * (size_t)g->info.ranks : 4096);
         else
             resident += bytes;
         total += bytes;
@@ -199,6 +203,12 @@ static zero_status_t build_layout(zero_generator_t *g) {
     g->wpe = tensor_at(g, g->w, 0, 1);
     g->lnfw = tensor_at(g, (const char *)g->w + g->region_off[nu - 1], nu - 1, 0);
     g->lnfb = tensor_at(g, (const char *)g->w + g->region_off[nu - 1], nu - 1, 1);
+    if (g->comm) { /* two layer buffers and this rank's slices */
+        const int nbuf = ZERO_MIN(2, L);
+        g->info.resident_weight_bytes +=
+            (size_t)nbuf * g->block_bytes + (size_t)L * (g->block_bytes / (size_t)g->info.ranks);
+        return zero__wstream_init_sharded(&g->stream, g->comm, L, g->block_bytes, nbuf);
+    }
     if (!g->nvme_path) return ZERO_OK;
     const int nbuf = ZERO_MIN(g->info.buffer_count, L);
     g->info.buffer_count = nbuf;
@@ -230,7 +240,7 @@ static zero_status_t finish_load(zero_generator_t *g) {
     zero_status_t st = g->staged > 0 ? zero__wstream_flush(g->stream) : ZERO_OK;
     g->staged = -1;
     if (!st) st = zero__wstream_start(g->stream);
-    g->info.io_engine = zero__wstream_engine(g->stream);
+    if (!g->comm) g->info.io_engine = zero__wstream_engine(g->stream);
     return st;
 }
 
@@ -534,6 +544,12 @@ zero_status_t zero_generator_init(zero_generator_t **out, const char *path,
                            "quantized weights are fp32)",
                            p.weight_bits, p.group_size, zero_dtype_name(p.dtype),
                            ZERO__Q_GROUP_MAX);
+    const int ranks = p.comm ? zero_comm_size(p.comm) : 1;
+    if (ranks > 1 && p.nvme_path)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "generate: nvme_path %s with the weights sharded over %d ranks "
+                           "(expected one of the two: the blocks in a file, or sharded)",
+                           p.nvme_path, ranks);
     if (p.nvme_path && p.buffer_count < 2)
         return zero__error(ZERO_ERR_CONFIG,
                            "generate: buffer_count = %d with nvme_path %s (expected at least 2: "
@@ -556,6 +572,8 @@ zero_status_t zero_generator_init(zero_generator_t **out, const char *path,
     g->info.weight_bits = p.weight_bits;
     g->info.group_size = g->wbits ? p.group_size : 0;
     g->nvme_path = p.nvme_path;
+    g->comm = ranks > 1 ? p.comm : NULL;
+    g->info.ranks = ranks;
     g->staged = -1;
     g->info.offload = p.nvme_path ? "nvme" : "none";
     g->info.buffer_count = p.nvme_path ? p.buffer_count : 0;
@@ -718,7 +736,10 @@ static zero_status_t forward(zero_generator_t *g, const int32_t *tokens, size_t 
     else
         zero__matmul_forward(g->logits, g->ln, g->wte, NULL, B, C, V, th);
     g->pos += (int)T;
-    if (g->stream) zero__wstream_stats(g->stream, &g->info.io_bytes_read, &g->info.io_wait_s);
+    if (g->comm)
+        zero__wstream_stats(g->stream, &g->info.gather_bytes, &g->info.gather_wait_s);
+    else if (g->stream)
+        zero__wstream_stats(g->stream, &g->info.io_bytes_read, &g->info.io_wait_s);
     return ZERO_OK;
 }
 #undef LP

@@ -24,6 +24,7 @@
 
 #define MODEL_TEST_SEED 0x57e4a11ull
 #include "model/model_test_util.h"
+#include "random_model.h"
 
 #include <dirent.h>
 #include <string.h>
@@ -42,23 +43,6 @@ static int entries(const char *d) {
         n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
     if (h) closedir(h);
     return n;
-}
-
-/* Bytes of one block as the generator stores it: each tensor in es-byte elements (or, for the
- * four matrices with bits 8, int8 rows with one fp32 scale per 64), rounded up to 64 bytes. */
-static size_t block_bytes(size_t es, int bits) {
-    const size_t C = 64;
-    const size_t shape[12][2] = {{C, 1}, {C, 1}, {3 * C, C}, {3 * C, 1}, {C, C},     {C, 1},
-                                 {C, 1}, {C, 1}, {4 * C, C}, {4 * C, 1}, {C, 4 * C}, {C, 1}};
-    size_t total = 0;
-    for (int t = 0; t < 12; t++) {
-        const int matrix = shape[t][1] > 1;
-        const size_t bytes = bits && matrix
-                                 ? shape[t][0] * (4 * ((shape[t][1] + 63) / 64) + shape[t][1])
-                                 : shape[t][0] * shape[t][1] * es;
-        total += (bytes + 63) / 64 * 64;
-    }
-    return total;
 }
 
 /* Logits (ROUNDS, STEPS + 1, B, V) over seq (B, P + STEPS); the final info into *info. */
@@ -96,33 +80,13 @@ int main(void) {
     mkdir(nvme, 0755);
     /* the model */
     const zero_gpt_config_t cfg = {.layers = L, .heads = 4, .dim = 64, .vocab = V, .seq = 64};
-    zero_engine_params_t ep = zero_engine_params_default();
-    zero_engine_t *eng = NULL;
-    zero_gpt_t *gpt = NULL;
-    CHECK(zero_engine_init(&eng, &ep) == ZERO_OK &&
-              zero__gpt_init(&gpt, &cfg, eng, 1, 0, 1) == ZERO_OK,
-          "engine");
-    randomize(eng, 0.1);
-    zero_ckpt_engine_layout_t lay;
-    CHECK(zero_ckpt_engine_layout_init(&lay, eng) == ZERO_OK, "layout");
-    zero_ckpt_save_params_t sp = zero_ckpt_save_params_default();
-    sp.save_dir = ckpt;
-    sp.world = 1;
-    sp.with_optim = 0;
-    zero_ckpt_meta_t meta = {0};
-    meta.step = 1;
-    meta.model_json = "{\"layers\": 5, \"heads\": 4, \"dim\": 64, \"vocab\": 256, \"seq\": 64}";
-    zero_ckpt_shard_io_t io = zero_ckpt_engine_io(eng);
-    CHECK(zero_ckpt_save(&sp, &lay.layout, &meta, &io, NULL, 0) == ZERO_OK, "save");
-    zero_ckpt_engine_layout_free(&lay);
+    save_random_model(&cfg, ckpt);
     zero_ckpt_t *c = NULL;
     CHECK(zero_ckpt_open(&c, ckpt) == ZERO_OK &&
               zero_ckpt_export_safetensors(c, zero__gpt_names(), st_path, ZERO_DTYPE_FP32) ==
                   ZERO_OK,
           "export");
     zero_ckpt_close(c);
-    zero__gpt_free(gpt);
-    zero_engine_free(eng);
 
     int32_t seq[B * (P + STEPS)];
     for (int i = 0; i < B * (P + STEPS); i++) seq[i] = (int32_t)(urand() * V);
