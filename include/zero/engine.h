@@ -189,6 +189,17 @@ typedef struct zero_engine_params {
     int total_steps;     /* scheduler.params.total_num_steps: decay ends here, then min_lr */
     float warmup_min_lr; /* scheduler.params.warmup_min_lr: warm-up starts here (default 0) */
     zero_warmup_type_t warmup_type; /* scheduler.params.warmup_type (default linear) */
+    /* optimizer.params.state_dtype (optimizer.type "AdamW8bit"): the dtype of Adam's m and v.
+     * ZERO_DTYPE_FP32 (default) or ZERO_DTYPE_INT8: bitsandbytes' 8-bit Adam, m and v block-wise
+     * quantized with its dynamic map (signed for m, unsigned for v) in blocks of 256 elements at
+     * fixed offsets of each unit, one fp32 absmax per block, the update in bitsandbytes' order
+     * (kernels/q8dyn.h). Units are then padded to a multiple of group size x 256, so no block
+     * straddles two ranks and the blocks are the same at every stage and world size. A block
+     * holding any element of a tensor of fewer than 4096 elements (bitsandbytes' min_8bit_size)
+     * keeps fp32 m and v. Checkpoints carry the states as fp32 through zero_engine_state_read /
+     * write, exactly (src/zero/q8state.c). Not with offload (device nvme) of the optimizer or the
+     * parameters (ZERO_ERR_CONFIG). */
+    zero_dtype_t optim_state_dtype;
     float grad_clip;      /* gradient_clipping: > 0 clips to this global L2 norm; 0 disables */
     int grad_accum_steps; /* gradient_accumulation_steps: zero_engine_step averages over them */
 

@@ -143,8 +143,15 @@ static const cfg_key_t keys[] = {
      "steps between progress lines when output is not a terminal"},
     {"seed", K_INT, OFF(seed), 1337, 0, INT_MAX, NULL, NULL, "--seed",
      "seed of initialisation, batches and sampling"},
-    {"optimizer.type", K_STR, OFF(optimizer), 0, 0, 0, "AdamW", "AdamW|Adam", NULL,
-     "AdamW (Adam means AdamW: decoupled decay, DeepSpeed's adam_w_mode)"},
+    {"optimizer.type", K_STR, OFF(optimizer), 0, 0, 0, "AdamW", "AdamW|Adam|AdamW8bit", NULL,
+     "AdamW (Adam means AdamW: decoupled decay, DeepSpeed's adam_w_mode); AdamW8bit: the same "
+     "with 8-bit states, as bitsandbytes' name (optimizer.params.state_dtype int8)"},
+    {"optimizer.params.state_dtype", K_STR, OFF(state_dtype), 0, 0, 0, "fp32", "fp32|int8", NULL,
+     "dtype of Adam's m and v: fp32, or int8 (bitsandbytes' 8-bit Adam: blocks of 256 at fixed "
+     "offsets, the dynamic map, signed for m and unsigned for v, one fp32 absmax per block; "
+     "units padded to 256 x ranks; blocks touching a tensor of fewer than 4096 elements keep "
+     "fp32 states; checkpoints store the states as fp32, exactly; not with offload device nvme); "
+     "absent with AdamW8bit: int8"},
     {"optimizer.params.lr", K_FLOAT, OFF(lr), 1e-3, 0, 10, NULL, NULL, NULL, "peak learning rate"},
     {"optimizer.params.betas", K_PAIR, OFF(beta), 0.9, 0, 0.999999, NULL, NULL, NULL,
      "Adam betas (default [0.9, 0.999], DeepSpeed's and PyTorch's Adam/AdamW default)"},
@@ -603,6 +610,7 @@ static size_t str_cap(const cfg_key_t *k) {
     if (o == offsetof(zero_train_config_t, warmup_type) ||
         o == offsetof(zero_train_config_t, backend) ||
         o == offsetof(zero_train_config_t, grad_accum_dtype) ||
+        o == offsetof(zero_train_config_t, state_dtype) ||
         o == offsetof(zero_train_config_t, data_order) ||
         o == offsetof(zero_train_config_t, tune_metric) ||
         o == offsetof(zero_train_config_t, tune_tuner))
@@ -1276,6 +1284,28 @@ zero_status_t zero__train_config_check(zero_train_config_t *cfg, int world) {
             "(expected \"fp32\"%s%s%s)",
             cfg->grad_accum_dtype, zero_dtype_name(cdt), cdt == ZERO_DTYPE_FP32 ? "" : " or \"",
             cdt == ZERO_DTYPE_FP32 ? "" : zero_dtype_name(cdt), cdt == ZERO_DTYPE_FP32 ? "" : "\"");
+    if (!strcmp(cfg->optimizer, "AdamW8bit") &&
+        zero__train_config_is_set(cfg, "optimizer.params.state_dtype") &&
+        strcmp(cfg->state_dtype, "int8"))
+        return zero__error(ZERO_ERR_CONFIG,
+                           "optimizer.type = \"AdamW8bit\" with optimizer.params.state_dtype = "
+                           "\"%s\" (expected \"int8\" or no state_dtype: AdamW8bit is 8-bit "
+                           "states; for fp32 states use optimizer.type \"AdamW\")",
+                           cfg->state_dtype);
+    if (zero__train_config_state_dtype(cfg) == ZERO_DTYPE_INT8) {
+        const char *dev = !strcasecmp(cfg->offload_optimizer, "nvme") ? "offload_optimizer"
+                          : !strcasecmp(cfg->offload_param, "nvme")   ? "offload_param"
+                                                                      : NULL;
+        if (dev)
+            return zero__error(ZERO_ERR_CONFIG,
+                               "%s cannot be combined with zero_optimization.%s.device = "
+                               "\"nvme\" (8-bit optimizer states live in memory; expected "
+                               "\"none\" or \"cpu\", or fp32 states)",
+                               !strcmp(cfg->optimizer, "AdamW8bit")
+                                   ? "optimizer.type = \"AdamW8bit\" (8-bit states)"
+                                   : "optimizer.params.state_dtype = \"int8\"",
+                               dev);
+    }
     st = zero_loss_scaler_params_check(&cfg->loss_scaler);
     if (st) return st;
     st = timeout_from_env(cfg);
@@ -1328,6 +1358,7 @@ zero_status_t zero__train_config_engine_params(const zero_train_config_t *cfg,
     ep->stage = cfg->stage;
     ep->compute_dtype = zero__train_config_compute_dtype(cfg);
     ep->grad_accum_dtype = zero__train_config_accum_dtype(cfg);
+    ep->optim_state_dtype = zero__train_config_state_dtype(cfg);
     ep->loss_scaler = cfg->loss_scaler;
     /* DeepSpeed: no scheduler keeps the optimizer's lr; WarmupLR and WarmupDecayLR take their
      * peak from warmup_max_lr and decay to warmup_min_lr; WarmupCosineLR scales the optimizer's
@@ -1399,6 +1430,12 @@ zero_status_t zero__train_config_engine_params(const zero_train_config_t *cfg,
     ep->aio.single_submit = cfg->aio_single_submit;
     ep->aio.overlap_events = cfg->aio_overlap_events;
     return ZERO_OK;
+}
+
+zero_dtype_t zero__train_config_state_dtype(const zero_train_config_t *cfg) {
+    return !strcmp(cfg->state_dtype, "int8") || !strcmp(cfg->optimizer, "AdamW8bit")
+               ? ZERO_DTYPE_INT8
+               : ZERO_DTYPE_FP32;
 }
 
 zero_dtype_t zero__train_config_compute_dtype(const zero_train_config_t *cfg) {

@@ -52,7 +52,8 @@ typedef struct zero_train_config {
     char grad_accum_dtype[16]; /* "fp32" | "bf16" | "fp16" */
     int steps_per_print;
     int seed;
-    char optimizer[32]; /* optimizer.type */
+    char optimizer[32];   /* optimizer.type */
+    char state_dtype[16]; /* optimizer.params.state_dtype: "fp32" | "int8" */
     float lr, beta[2], eps, weight_decay;
     char scheduler[32]; /* scheduler.type */
     float warmup_min_lr, warmup_max_lr, warmup_min_ratio;
@@ -160,6 +161,8 @@ zero_status_t zero__train_config_set_dtype(zero_train_config_t *cfg, const char 
 /* The compute dtype and the gradient-accumulation dtype the config asks for (after check). */
 zero_dtype_t zero__train_config_compute_dtype(const zero_train_config_t *cfg);
 zero_dtype_t zero__train_config_accum_dtype(const zero_train_config_t *cfg);
+/* Adam's m and v: ZERO_DTYPE_INT8 with state_dtype "int8" or optimizer.type AdamW8bit. */
+zero_dtype_t zero__train_config_state_dtype(const zero_train_config_t *cfg);
 
 /* Map a checked config onto engine parameters (stage, optimizer, schedule, clipping,
  * accumulation, dtypes and loss scaler, buckets, prefetch, persistence): the one mapping that

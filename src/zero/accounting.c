@@ -118,6 +118,7 @@ zero_status_t zero_engine_fingerprint(zero_engine_t *eng, uint64_t *out) {
 typedef struct unit_sums {
     uint64_t P, S, S_np, P_pers, S_acc, P_sec, loco;
     uint64_t P_work; /* the working buffers' elements: slots x P_u each */
+    uint64_t q8;     /* 8-bit Adam states: their bytes by the layout (zero__q8_state_bytes) */
 } unit_sums_t;
 
 static int unit_of_kind(const zero_engine_t *eng, const zero__unit_t *u, int kind) {
@@ -142,6 +143,12 @@ static unit_sums_t sum_units(const zero_engine_t *eng, int kind) {
         /* + LoCo: 4 P_u per unit of the world's int4 reductions, from the first reduction on */
         if (eng->params.loco && eng->buckets_ready && zero__xfer_qgz_group(eng, u->grp))
             s.loco += 4 * (uint64_t)u->padded_count;
+        if (eng->q8) {
+            size_t lo = 0, n = 0;
+            zero__optim_held_range(eng, u, ZERO_ENGINE_STATE_ADAM_M, &lo, &n);
+            s.q8 += zero__q8_state_bytes(
+                n, zero__q8_fp32_blocks(u->offsets, u->counts, u->tensor_count, lo, n));
+        }
     }
     return s;
 }
@@ -156,6 +163,8 @@ static void model_theory(const zero_engine_t *eng, const unit_sums_t *s, uint64_
     out[1] = (pol.shard_grads ? a * s->S_acc : c * s->P_work + a * s->S_acc) + s->loco;
     const uint64_t ob = eng->swap ? 0 : zero__optim_state_bytes(eng->lowp); /* per element */
     out[2] = pol.shard_optim ? ob * s->S : ob * s->P;
+    if (eng->q8) /* m and v 8-bit: the fp32 master (16-bit compute) and s->q8 */
+        out[2] = (eng->lowp ? sizeof(float) : 0) * (pol.shard_optim ? s->S : s->P) + s->q8;
 }
 
 /* The model states unit u holds in RAM now, from its buffers: parameters (full copy, shard, hpZ's
@@ -172,7 +181,8 @@ static void unit_held(const zero_engine_t *eng, const zero__unit_t *u, uint64_t 
               (u->sec ? c * zero__hpz_count(eng, u) : 0);
     out[1] += (u->acc ? a * S : 0) + (!pol.shard_grads && u->work ? c * zero__work_count(u) : 0) +
               (u->loco ? 4 * P : 0);
-    out[2] += (u->master ? 4 * opt : 0) + (u->m ? 4 * opt : 0) + (u->v ? 4 * opt : 0);
+    out[2] += (u->master ? 4 * opt : 0) + (u->m ? 4 * opt : 0) + (u->v ? 4 * opt : 0) +
+              zero__q8_unit_bytes(u);
 }
 
 void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out) {

@@ -84,6 +84,7 @@ zero_engine_params_t zero_engine_params_default(void) {
     p.warmup_type = ZERO_WARMUP_LINEAR;
     p.grad_clip = 1.0f;
     p.grad_accum_steps = 1;
+    p.optim_state_dtype = ZERO_DTYPE_FP32;
     p.reduce_bucket_bytes = (size_t)INT_MAX; /* DeepSpeed: 5e8 elements = 2e9 bytes */
     p.overlap_comm = 1;
     p.prefetch_bucket_elems = 50000000;
@@ -219,6 +220,19 @@ static zero_status_t check_params(const zero_engine_params_t *p) {
     if (p->threads < 1)
         return zero__error(ZERO_ERR_CONFIG, "engine threads %d is invalid (expected >= 1)",
                            p->threads);
+    if (p->optim_state_dtype != ZERO_DTYPE_FP32 && p->optim_state_dtype != ZERO_DTYPE_INT8)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "optimizer.params.state_dtype %s is invalid (expected fp32 or int8)",
+                           zero_dtype_name(p->optim_state_dtype));
+    if (p->optim_state_dtype == ZERO_DTYPE_INT8 &&
+        (p->offload_optimizer.device == ZERO_OFFLOAD_NVME ||
+         p->offload_param.device == ZERO_OFFLOAD_NVME))
+        return zero__error(ZERO_ERR_CONFIG,
+                           "optimizer.params.state_dtype int8 (AdamW8bit) cannot be combined with "
+                           "zero_optimization.%s.device nvme (8-bit optimizer states live in "
+                           "memory; expected device none or cpu)",
+                           p->offload_optimizer.device == ZERO_OFFLOAD_NVME ? "offload_optimizer"
+                                                                            : "offload_param");
     if (p->grad_accum_steps < 1)
         return zero__error(ZERO_ERR_CONFIG,
                            "gradient accumulation steps %d is invalid (expected >= 1)",
@@ -328,6 +342,7 @@ zero_status_t zero_engine_init(zero_engine_t **out, const zero_engine_params_t *
     eng->lowp = p.compute_dtype != ZERO_DTYPE_FP32;
     eng->ce = eng->lowp ? 2 : sizeof(float);
     eng->ae = p.grad_accum_dtype == ZERO_DTYPE_FP32 ? sizeof(float) : 2;
+    eng->q8 = p.optim_state_dtype == ZERO_DTYPE_INT8;
     eng->residency = zero__state_residency_ram(eng);
     {
         /* fp16: the configured (dynamic by default) scaler. bf16 and fp32: a static scale of 1,

@@ -131,7 +131,8 @@ typedef struct zero__unit {
      * widens it into acc (zero__flush_pending). */
     int pending;
 
-    float *m, *v; /* Adam moments: P_u (stage 0) or S_u elements */
+    float *m, *v;        /* Adam moments: P_u (stage 0) or S_u elements; NULL with 8-bit states */
+    struct zero__q8 *q8; /* 8-bit Adam states (q8state.c) instead of m and v; else NULL */
 
     /* offload_optimizer.overlap_step (step.c, eng->overlap): grads_done calls and reduced
      * gradients landed in the accumulator this step; early: 1 its last micro-step's gradient
@@ -262,6 +263,7 @@ struct zero_engine {
      * compute (separate fp32 master). The scaler decides skips (and fp16's scale). */
     size_t ce, ae;
     int lowp;
+    int q8; /* 8-bit Adam states (params.optim_state_dtype int8): units padded to 256 x group */
     zero_loss_scaler_t *scaler;
     /* Where the optimizer's states (fp32 master, m, v) live: every access to them goes through
      * its map/unmap (optim/adamw.h). RAM: zero__state_residency_ram. */
@@ -422,6 +424,39 @@ zero__optim_residency_t zero__state_residency_ram(zero_engine_t *eng);
 /* Replace where the optimizer's states live (tests; an offload residency). Only between steps,
  * with no tile mapped; the new residency must hold the states' current values. */
 void zero__engine_set_residency(zero_engine_t *eng, const zero__optim_residency_t *res);
+
+/* q8state.c: 8-bit Adam states (params.optim_state_dtype int8; engine.h). Blocks of
+ * ZERO__Q8DYN_BLOCK elements at multiples of it in the unit buffer; a block holding any element
+ * of a tensor of fewer than ZERO__Q8_MIN_SIZE elements keeps fp32 m and v. */
+#define ZERO__Q8_MIN_SIZE 4096
+/* The quantum of a unit's padding per rank of its group: 256 with 8-bit states, else 16. */
+static inline size_t zero__pad_quantum(const zero_engine_t *eng) {
+    return eng->q8 ? 256 : ZERO__ALIGN_ELEMS;
+}
+/* Blocks of [lo, lo + n) (multiples of 256) that keep fp32 states, of tensors at offsets[t]
+ * with counts[t] elements. */
+size_t zero__q8_fp32_blocks(const size_t *offsets, const size_t *counts, int tensors, size_t lo,
+                            size_t n);
+/* Bytes of the 8-bit states of n held elements of which fp32_blocks blocks keep fp32 states:
+ * codes of m and v (1 byte each per element), absmax of m and v and a block index (4 bytes each
+ * per block), fp32 m and v of the fp32 blocks. */
+uint64_t zero__q8_state_bytes(uint64_t n, uint64_t fp32_blocks);
+/* Unit un's states over its held range (zero__optim_held_range), zero. */
+zero_status_t zero__q8_alloc(zero_engine_t *eng, zero__unit_t *un);
+void zero__q8_free(zero__unit_t *un);
+uint64_t zero__q8_unit_bytes(const zero__unit_t *un); /* what it holds now (staging included) */
+/* The step of [base, base + span) of unit `unit` (its held range): for each run of blocks, m
+ * and v dequantized (fp32 blocks copied), zero__adamw_fused on each tensor's part with its decay
+ * (and on the gaps, which stay zero), then the blocks quantized again with their new absmax:
+ * bitsandbytes' order. master: its fp32 master (base's element first); lp, g as in step.c. */
+zero_status_t zero__q8_update(zero_engine_t *eng, int unit, size_t base, size_t span, float *master,
+                              void *lp, void *g, zero_dtype_t gdt, float gscale, int zero_g,
+                              float lr, int64_t tstep);
+/* zero_engine_state_read (out) / write (in) of m or v, [offset, offset + count) inside the held
+ * range: reads dequantize, writes are staged in fp32 and quantized at the unit's next update, so
+ * that a checkpoint's states come back exactly (q8state.c). */
+zero_status_t zero__q8_io(zero_engine_t *eng, zero__unit_t *un, zero_engine_state_t state,
+                          size_t offset, size_t count, float *out, const float *in);
 
 /* swap.c: the optimizer's states in swap files (offload_optimizer device nvme). */
 /* An offload block's keys (block: "offload_optimizer", "offload_param"; files and buffers name

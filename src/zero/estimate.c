@@ -62,6 +62,7 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
     if (!ce || !ae)
         return zero__error(ZERO_ERR_INVALID_ARG, "zero_engine_estimate_memory: invalid dtype");
     const int lowp = p->compute_dtype != ZERO_DTYPE_FP32;
+    const int q8 = p->optim_state_dtype == ZERO_DTYPE_INT8;
     const zero__stage_policy_t pol = zero__stage_policy(p, world);
     const uint64_t N = (uint64_t)world, f = sizeof(float), q = N * ZERO__ALIGN_ELEMS;
     int total_units = 0;
@@ -112,16 +113,32 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
         /* a stacked unit's group (zero_engine_add_unit_in): the ZeRO formulas with N = G */
         const uint64_t G = (uint64_t)(units[i].group_size > 0 ? units[i].group_size : world);
         const uint64_t K = (uint64_t)(units[i].slots > 0 ? units[i].slots : 1);
-        uint64_t count = 0, off = 0;
+        uint64_t count = 0, off = 0, fp32_blocks = 0;
         int is_tied = 0;
-        for (int t = 0; t < units[i].tensor_count; t++) {
+        const int T = units[i].tensor_count;
+        /* with 8-bit states: the tensors' places, for the blocks that keep fp32 states */
+        size_t *toff = q8 ? malloc(2 * (size_t)(T > 0 ? T : 1) * sizeof *toff) : NULL;
+        if (q8 && !toff) {
+            free(block);
+            return zero__error(ZERO_ERR_OUT_OF_MEMORY,
+                               "zero_engine_estimate_memory: out of memory");
+        }
+        for (int t = 0; t < T; t++) {
             is_tied |= (units[i].tensors[t].flags & ZERO_TENSOR_TIED) != 0;
             uint64_t e = 1;
             for (int k = 0; k < units[i].tensors[t].ndim; k++) e *= units[i].tensors[t].shape[k];
+            if (toff) {
+                toff[t] = (size_t)off;
+                toff[T + t] = (size_t)e;
+            }
             count += e;
             off += zero__tensor_span(e);
         }
-        const uint64_t Pu = zero__padded_count(off, (int)G), Su = Pu / G;
+        const uint64_t Pu = zero__align_up(off, G * (q8 ? 256 : ZERO__ALIGN_ELEMS)), Su = Pu / G;
+        /* rank 0's range of m and v */
+        if (toff)
+            fp32_blocks = zero__q8_fp32_blocks(toff, toff + T, T, 0, pol.shard_optim ? Su : Pu);
+        free(toff);
         const int persistent = pol.shard_params && (int64_t)count <= p->persistence_threshold_elems;
         const int reps = units[i].repeat > 0 ? units[i].repeat : 1;
         for (int r = 0; r < reps; r++) {
@@ -152,7 +169,10 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
                 disk += (uint64_t)swapped * zero__align_up(f * states, ZERO__AIO_ALIGN);
                 max_held = states > max_held ? states : max_held;
             } else {
-                optim += f * states * (lowp ? 3 : 2); /* master (16-bit), Adam m and v */
+                /* master (16-bit), Adam m and v (fp32 or 8-bit) */
+                optim +=
+                    q8 ? f * states * (lowp ? 1 : 0) + zero__q8_state_bytes(states, fp32_blocks)
+                       : f * states * (lowp ? 3 : 2);
             }
             if (gswap && !persistent) {
                 const uint64_t b = zero__align_up(ae * Su, ZERO__AIO_ALIGN);

@@ -3,9 +3,9 @@
  *
  * Not here: anything that communicates (buckets.c, fetch.c, step.c).
  * Invariants: the layout rule of core (zero__padded_count): tensor offsets are multiples of 16
- * elements; a unit's padded length is a multiple of its group's size x 16, so every shard starts
- * 64-byte aligned; padding stays zero. Initial values depend
- * only on (seed, unit, tensor, element), never on the stage or world size.
+ * elements; a unit's padded length is a multiple of its group's size x 16 (x 256 with 8-bit
+ * optimizer states), so every shard starts 64-byte aligned; padding stays zero. Initial values
+ * depend only on (seed, unit, tensor, element), never on the stage or world size.
  */
 #include "engine_internal.h"
 
@@ -33,6 +33,7 @@ void zero__unit_free_buffers(zero__unit_t *un) {
     zero_mem_free(un->acc);
     zero_mem_free(un->m);
     zero_mem_free(un->v);
+    zero__q8_free(un);
     free(un->tensors);
     free(un->tensor_names);
     free(un->offsets);
@@ -255,6 +256,10 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
         if (st) return st;
     }
     if (eng->swap) return zero__swap_sync(eng); /* the fill is on disk */
+    if (eng->q8) {
+        if (zero__q8_alloc(eng, u)) goto fail;
+        return ZERO_OK;
+    }
     size_t mcount = pol.shard_optim ? S : P;
     u->m = zero_mem_calloc(mem, ZERO_MEM_OPTIM,
                            mcount * zero__optim_states[ZERO_ENGINE_STATE_ADAM_M].esize, 64);
@@ -410,7 +415,8 @@ static zero_status_t add_unit(zero_engine_t *eng, int group, const char *name,
     u.grp = &eng->groups[group];
     u.slots = 1;
     u.exact = exact;
-    u.padded_count = zero__padded_count(off, u.grp->size);
+    /* (with 8-bit optimizer states a multiple of group size x 256: q8state.c) */
+    u.padded_count = zero__align_up(off, (size_t)u.grp->size * zero__pad_quantum(eng));
     u.shard_count = u.padded_count / (size_t)u.grp->size;
     /* Allocated in its slot (not counted yet): the initial fill of a 16-bit master reaches it
      * through the residency of the optimizer's states, which finds units by index. */

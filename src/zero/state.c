@@ -11,6 +11,7 @@
  * With 16-bit compute the ranges are the same, but the fp32 master covers only part of them in
  * stages 1-3 (the owned shard): the rest of a whole-unit range is the 16-bit parameters (read
  * widened, written rounded), so a load at world 1 refreshes every parameter a rank holds.
+ * With 8-bit Adam states m and v are read and written as fp32 through q8state.c.
  */
 #include "engine_internal.h"
 
@@ -143,6 +144,8 @@ zero_status_t zero_engine_state_read(const zero_engine_t *eng, int u, zero_engin
     if (!st) st = locate(eng, u, state, offset, count, &split);
     if (st || !count) return st;
     if (split) return zero__master_io(eng, &eng->units[u], offset, count, out, NULL);
+    if (eng->q8 && state != ZERO_ENGINE_STATE_MASTER) /* 8-bit m, v: dequantized */
+        return zero__q8_io((zero_engine_t *)eng, &eng->units[u], state, offset, count, out, NULL);
     /* reading maps the tile without changing it (unmapped as not written) */
     return state_copy((zero_engine_t *)eng, u, state, offset, count, out, NULL);
 }
@@ -156,6 +159,8 @@ zero_status_t zero_engine_state_write(zero_engine_t *eng, int u, zero_engine_sta
     zero__hpz_invalidate(eng); /* a master written: the parameters follow it */
     eng->loco_reset = 1;       /* and LoCo's error feedback starts again (as at resume) */
     if (split) return zero__master_io(eng, &eng->units[u], offset, count, NULL, in);
+    if (eng->q8 && state != ZERO_ENGINE_STATE_MASTER) /* 8-bit m, v: quantized at the step */
+        return zero__q8_io(eng, &eng->units[u], state, offset, count, NULL, in);
     return state_copy(eng, u, state, offset, count, NULL, in);
 }
 

@@ -256,7 +256,21 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
     const zero__adamw_t opt = zero__adamw_from_params(p);
     zero_status_t st = ZERO_OK;
     size_t done = base; /* [base, done) is finished: tensors in offset order, gaps between */
-    for (int t = 0; t < u->tensor_count && !st; t++) {
+    if (eng->q8) {      /* 8-bit states: block by block over the whole range, gaps included */
+        void *master = NULL;
+        st = eng->residency.map(eng->residency.ctx, unit, ZERO_ENGINE_STATE_MASTER, base, span,
+                                &master);
+        if (!st)
+            st = zero__q8_update(eng, unit, base, span, master, lp, g, gdt, gscale, zero_g, lr,
+                                 tstep);
+        if (master) {
+            zero_status_t s2 = eng->residency.unmap(
+                eng->residency.ctx, unit, ZERO_ENGINE_STATE_MASTER, master, base, span, 1);
+            if (!st) st = s2;
+        }
+        done = base + span;
+    }
+    for (int t = 0; t < u->tensor_count && !st && !eng->q8; t++) {
         size_t a = ZERO_MAX(u->offsets[t], base);
         size_t b = ZERO_MIN(u->offsets[t] + u->counts[t], base + span);
         if (a >= b) continue;

@@ -19,7 +19,8 @@ typedef struct run_cfg {
      * (the tiny GPT's gradients overflow fp16 at the default 2^16 in the first steps). */
     zero_dtype_t dtype, accum_dtype;
     int fp16_scale_power;
-    int no_overlap; /* 1: overlap_comm off (memset 0: on, the default) */
+    int no_overlap;           /* 1: overlap_comm off (memset 0: on, the default) */
+    zero_dtype_t state_dtype; /* Adam's m and v (memset 0: fp32; ZERO_DTYPE_INT8: 8-bit) */
 } run_cfg_t;
 
 typedef struct rank_result {
