@@ -27,6 +27,9 @@
  * layout. A put maps the logical range onto the slice of this rank's copy (the rest is another
  * copy's). A save needs each rank's shard of the logical unit, which other ranks hold:
  * zero_ckpt_engine_save_init gathers it beforehand (collective), one unit and one state at a time.
+ * The same for a unit the engine pads to a multiple of 256 x ranks (8-bit optimizer states,
+ * src/zero/q8state.c): the checkpoint keeps its round_up(extent, world x 16) layout, so the files
+ * do not depend on the optimizer's state dtype, and its shards are cut from the gathered unit.
  */
 #include "ckpt/ckpt_internal.h"
 #include "core/core_internal.h"
@@ -117,14 +120,18 @@ zero_status_t zero_ckpt_engine_layout_init(zero_ckpt_engine_layout_t *out,
          * units; a stacked unit's shards are re-cut from the logical unit at the save). */
         size_t padded = zero_engine_unit_padded_count(eng, u), so = 0, sc = 0;
         zero_engine_shard_range(eng, u, &so, &sc);
-        if (!sc || zero_ckpt_padded_count(engine_extent(eng, u), (int)(padded / sc)) != padded ||
-            (copies == 1 && U->param_count != engine_extent(eng, u))) {
+        const size_t G = sc ? padded / sc : 1, extent = engine_extent(eng, u);
+        /* (with 8-bit optimizer states the engine pads to group x 256: padded_differs) */
+        if (!sc ||
+            (zero_ckpt_padded_count(extent, (int)G) != padded &&
+             zero__align_up(extent, G * 256) != padded) ||
+            (copies == 1 && U->param_count != extent)) {
             zero_ckpt_engine_layout_free(out);
             return zero__error(ZERO_ERR_INTERNAL,
                                "checkpoint layout: unit %d of the engine has %zu padded elements, "
-                               "its tensors end at %zu (expected round_up(%zu, group x %d))",
-                               u, padded, engine_extent(eng, u), engine_extent(eng, u),
-                               ZERO_CKPT_ALIGN_ELEMS);
+                               "its tensors end at %zu (expected round_up(%zu, group x %d), or "
+                               "x 256 with 8-bit optimizer states)",
+                               u, padded, extent, extent, ZERO_CKPT_ALIGN_ELEMS);
         }
     }
     out->layout.unit_count = nu;
@@ -168,6 +175,15 @@ static zero_status_t clip(zero_engine_t *eng, int u, zero_ckpt_state_t state, si
     return ZERO_OK;
 }
 
+/* Whether unit u's checkpoint shards are not the engine's, so that a save gathers them first:
+ * a stacked unit (its copies are on other ranks), or a unit the engine pads to more than the
+ * checkpoint's round_up(extent, world x 16) (8-bit optimizer states: group x 256), whose
+ * shards are cut elsewhere. */
+static int regather(const zero_engine_t *eng, int u, int world) {
+    return copies_of(eng, u, NULL) > 1 || zero_engine_unit_padded_count(eng, u) !=
+                                              zero_ckpt_padded_count(engine_extent(eng, u), world);
+}
+
 static zero_status_t eng_get(void *user, int rank, int unit, zero_ckpt_state_t state, size_t offset,
                              size_t count, float *out) {
     zero_engine_t *eng = user;
@@ -176,6 +192,14 @@ static zero_status_t eng_get(void *user, int rank, int unit, zero_ckpt_state_t s
         return zero__error(ZERO_ERR_INVALID_ARG,
                            "checkpoint save: unit %d '%s' is stacked (its copies are on other "
                            "ranks): save through zero_ckpt_engine_save_init's shard access",
+                           unit, zero_engine_unit_name(eng, unit));
+    size_t so = 0, sc = 0;
+    zero_engine_shard_range(eng, unit, &so, &sc);
+    if (sc && regather(eng, unit, (int)(zero_engine_unit_padded_count(eng, unit) / sc)))
+        return zero__error(ZERO_ERR_INVALID_ARG,
+                           "checkpoint save: unit %d '%s' is padded to a multiple of 256 x ranks "
+                           "(8-bit optimizer states), so its checkpoint shards are not the "
+                           "engine's: save through zero_ckpt_engine_save_init's shard access",
                            unit, zero_engine_unit_name(eng, unit));
     size_t a = offset, e = offset + count;
     zero_status_t st = clip(eng, unit, state, &a, &e);
@@ -279,7 +303,7 @@ zero_status_t zero_ckpt_engine_save_init(zero_ckpt_engine_save_t **out, zero_eng
     zero_status_t st = ZERO_OK;
     for (int u = 0; u < nu && !st; u++) {
         const int copies = copies_of(eng, u, NULL);
-        if (copies == 1) continue;
+        if (!regather(eng, u, rep.world_size)) continue;
         zero_ckpt_shard_range(logical_extent(eng, u), rep.world_size, rep.rank, &sv->lo[u],
                               &sv->count[u]);
         const size_t P = zero_engine_unit_padded_count(eng, u);
@@ -314,7 +338,7 @@ static zero_status_t save_get(void *user, int rank, int unit, zero_ckpt_state_t 
         return zero__error(ZERO_ERR_INVALID_ARG, "checkpoint save: unit %d state %d unknown", unit,
                            (int)state);
     const float *held = sv->held[unit * ZERO_CKPT_STATE_COUNT + state];
-    if (copies_of(sv->eng, unit, NULL) == 1)
+    if (!sv->count[unit]) /* not gathered (regather): the engine's shards are the checkpoint's */
         return eng_get(sv->eng, rank, unit, state, offset, count, out);
     if (!held || rank != sv->rank || offset < sv->lo[unit] ||
         offset + count > sv->lo[unit] + sv->count[unit])

@@ -453,8 +453,8 @@ zero_status_t zero__q8_update(zero_engine_t *eng, int unit, size_t base, size_t 
                               void *lp, void *g, zero_dtype_t gdt, float gscale, int zero_g,
                               float lr, int64_t tstep);
 /* zero_engine_state_read (out) / write (in) of m or v, [offset, offset + count) inside the held
- * range: reads dequantize, writes are staged in fp32 and quantized at the unit's next update, so
- * that a checkpoint's states come back exactly (q8state.c). */
+ * range: reads dequantize, writes are staged in fp32 and quantized at the unit's next update or
+ * read, so that a checkpoint's states come back exactly (q8state.c). */
 zero_status_t zero__q8_io(zero_engine_t *eng, zero__unit_t *un, zero_engine_state_t state,
                           size_t offset, size_t count, float *out, const float *in);
 

@@ -23,10 +23,11 @@
  * is within 2 ulp of its map entry, far from the midpoints, and writing the block back gives the
  * same codes and absmax: resume and resharding are exact. (Not for a block whose absmax is the
  * floor 1e-38 and whose values are subnormal.) Writes are staged in an fp32 copy of the held
- * range and quantized at the unit's next update: a checkpoint writes a block in pieces (at the old
- * world size's shard boundaries), and quantizing a piece beside a stale remainder would not give
- * the block's absmax. An fp32 checkpoint loaded into an 8-bit run is quantized there (a
- * conversion), and an 8-bit run's checkpoint loads into an fp32 run as the dequantized states.
+ * range and quantized at the unit's next update or state read: a checkpoint writes a block in
+ * pieces (at the old world size's shard boundaries), and quantizing a piece beside a stale
+ * remainder would not give the block's absmax. An fp32 checkpoint loaded into an 8-bit run is
+ * quantized there (a conversion), and an 8-bit run's checkpoint loads into an fp32 run as the
+ * dequantized states.
  */
 #include "engine_internal.h"
 
@@ -288,11 +289,11 @@ zero_status_t zero__q8_io(zero_engine_t *eng, zero__unit_t *un, zero_engine_stat
             export_block(q, b, 0, q->stage_v + b * QB);
         }
     }
-    if (q->stage_m) {
-        float *s = (is_m ? q->stage_m : q->stage_v) + r;
-        memcpy(in ? s : out, in ? in : s, count * sizeof(float));
+    if (in) {
+        memcpy((is_m ? q->stage_m : q->stage_v) + r, in, count * sizeof(float));
         return ZERO_OK;
     }
+    commit_staging(q); /* a read gives what the states hold: the writes quantized */
     float x[QB];
     for (size_t i = r; i < r + count;) {
         const size_t b = i / QB, k = ZERO_MIN(QB - i % QB, r + count - i);

@@ -514,6 +514,70 @@ static void test_mixed_precision(void) {
     free(buf);
 }
 
+/* 8-bit Adam states: optimizer.params.state_dtype and optimizer.type AdamW8bit, into the
+ * engine's parameters; bad values and combinations fail naming the keys and values. */
+static void test_state_dtype(void) {
+    zero_train_config_t c;
+    zero_engine_params_t ep;
+    CHECK(parse_check(&c, "{}", 1) == ZERO_OK &&
+              zero__train_config_engine_params(&c, &ep) == ZERO_OK &&
+              ep.optim_state_dtype == ZERO_DTYPE_FP32,
+          "default state dtype: %s", zero_last_error());
+    CHECK(parse_check(&c, "{\"optimizer\": {\"type\": \"adamw8bit\"}}", 1) == ZERO_OK &&
+              zero__train_config_engine_params(&c, &ep) == ZERO_OK &&
+              ep.optim_state_dtype == ZERO_DTYPE_INT8 && !strcmp(c.optimizer, "AdamW8bit"),
+          "AdamW8bit: %s", zero_last_error());
+    CHECK(parse_check(&c,
+                      "{\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"state_dtype\": "
+                      "\"int8\"}}}",
+                      1) == ZERO_OK &&
+              zero__train_config_engine_params(&c, &ep) == ZERO_OK &&
+              ep.optim_state_dtype == ZERO_DTYPE_INT8,
+          "AdamW with state_dtype int8: %s", zero_last_error());
+    CHECK(parse_check(&c,
+                      "{\"optimizer\": {\"type\": \"AdamW8bit\", \"params\": {\"state_dtype\": "
+                      "\"int8\"}}}",
+                      1) == ZERO_OK,
+          "AdamW8bit with state_dtype int8: %s", zero_last_error());
+    zero_status_t st =
+        parse_check(&c, "{\"optimizer\": {\"params\": {\"state_dtype\": \"int7\"}}}", 1);
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "optimizer.params.state_dtype") &&
+              strstr(zero_last_error(), "int7") && strstr(zero_last_error(), "fp32|int8"),
+          "state_dtype int7: '%s'", zero_last_error());
+    st = parse_check(&c,
+                     "{\"optimizer\": {\"type\": \"AdamW8bit\", \"params\": {\"state_dtype\": "
+                     "\"fp32\"}}}",
+                     1);
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "AdamW8bit") &&
+              strstr(zero_last_error(), "state_dtype = \"fp32\""),
+          "AdamW8bit with fp32 states: '%s'", zero_last_error());
+    st = parse_check(&c, "{\"optimizer\": {\"type\": \"Adam8bit\"}}", 1);
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "Adam8bit") &&
+              strstr(zero_last_error(), "AdamW8bit"),
+          "Adam8bit: '%s'", zero_last_error());
+    st = parse_check(&c,
+                     "{\"optimizer\": {\"type\": \"AdamW8bit\"}, \"zero_optimization\": "
+                     "{\"stage\": 3, \"offload_param\": {\"device\": \"nvme\", "
+                     "\"nvme_path\": \"swap\"}}}",
+                     1);
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "offload_param.device") &&
+              strstr(zero_last_error(), "AdamW8bit"),
+          "AdamW8bit with offload_param nvme: '%s'", zero_last_error());
+    st = parse_check(&c,
+                     "{\"optimizer\": {\"params\": {\"state_dtype\": \"int8\"}}, "
+                     "\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"nvme\", "
+                     "\"nvme_path\": \"swap\"}}}",
+                     1);
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "offload_optimizer.device") &&
+              strstr(zero_last_error(), "state_dtype = \"int8\""),
+          "int8 states with offload_optimizer nvme: '%s'", zero_last_error());
+    CHECK(parse_check(&c,
+                      "{\"optimizer\": {\"type\": \"AdamW8bit\"}, \"zero_optimization\": "
+                      "{\"offload_optimizer\": {\"device\": \"cpu\"}}}",
+                      1) == ZERO_OK,
+          "AdamW8bit with offload_optimizer cpu: %s", zero_last_error());
+}
+
 /* The legacy boolean form of zero_optimization in DeepSpeed's older examples. */
 static void test_legacy_zero(void) {
     zero_train_config_t c;
@@ -859,6 +923,7 @@ int main(int argc, char **argv) {
     test_flags();
     test_legacy_zero();
     test_mixed_precision();
+    test_state_dtype();
     test_machine_threads();
     test_absent_keys();
     test_public_load();

@@ -17,7 +17,9 @@
  * restore once); an fp32 checkpoint resumed in bf16 loads the same fp32 master weights (the bf16
  * run's fingerprint, a hash of its fp32 master, equals the saving run's) and trains on. (6)
  * ZeRO++ qwZ at stage 3, fp32 and bf16: the exact resume of (1), and its checkpoint loaded with
- * qwZ off holds the saving run's weights.
+ * qwZ off holds the saving run's weights. (9) 8-bit Adam states (AdamW8bit): the exact resume of
+ * (1) at stage 1 (fp32) and stage 3 (bf16); a 2-rank checkpoint loaded at 4 and 1 ranks holds its
+ * weights, and loads into fp32 states too (test_zero_q8 checks the states' exact resharding).
  */
 #include "check.h"
 #include "cli/cli.h"
@@ -55,6 +57,7 @@ typedef struct opts {
     int per_node;      /* train.ranks_per_node, 0: unset */
     int qgz;           /* zero_optimization.zero_quantized_gradients (ZeRO++ qgZ) */
     int loco_reset;    /* zeropp_loco_param.reset_T (LoCo on), 0: LoCo off */
+    int q8;            /* optimizer.type AdamW8bit (8-bit Adam states) */
 } opts_t;
 
 /* Run the trainer in process; returns the status, *fp the weights fingerprint. */
@@ -94,6 +97,7 @@ static zero_status_t train(const opts_t *o, uint64_t *fp) {
         st = zero__train_config_set(&c, "zero_optimization.zeropp_loco_param.reset_T", num);
     snprintf(num, sizeof num, "%d", o->per_node);
     if (!st && o->per_node) st = zero__train_config_set(&c, "train.ranks_per_node", num);
+    if (!st && o->q8) st = zero__train_config_set(&c, "optimizer.type", "AdamW8bit");
     if (st) return st;
     zero_train_io_t io = {.out = NULL}; /* silent, no peak measurement */
     zero_train_report_t rep;
@@ -108,16 +112,17 @@ static zero_status_t train(const opts_t *o, uint64_t *fp) {
 static void path(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", dir, name); }
 
 /* (1) N + M with a resume at N against N + M uninterrupted, for one stage on 2 ranks. */
-static void test_exact(int stage, const char *dtype) {
+static void test_exact(int stage, const char *dtype, int q8) {
     char save[512], name[64];
-    snprintf(name, sizeof name, "exact-%d-%s", stage, dtype);
+    snprintf(name, sizeof name, "exact-%d-%s%s", stage, dtype, q8 ? "-q8" : "");
     path(save, sizeof save, name);
     uint64_t ref = 0, mid = 0, resumed = 0;
     opts_t o = {.ranks = 2,
                 .stage = stage,
                 .steps = 6,
                 .dtype = dtype,
-                .busy_scaler = !strcmp(dtype, "fp16")};
+                .busy_scaler = !strcmp(dtype, "fp16"),
+                .q8 = q8};
     CHECK(train(&o, &ref) == ZERO_OK, "stage %d: uninterrupted run: %s", stage, zero_last_error());
     o.steps = 3;
     o.save_dir = save;
@@ -265,6 +270,32 @@ static void test_qgz(const char *dtype, int loco_reset) {
           (unsigned long long)loaded, (unsigned long long)resumed);
 }
 
+/* (9) 8-bit Adam states through the trainer's checkpoints at other world sizes (their exactness
+ * is test_zero_q8's): a checkpoint of 2 ranks at stage 3 loaded by 4 ranks at stage 2 and by 1
+ * rank at stage 0 with no step left holds the saving run's weights; an fp32-state run (AdamW)
+ * loads it too (the documented conversion: the dequantized states) and trains on, as does an
+ * 8-bit one at 1 rank. */
+static void test_q8_reshard(void) {
+    char save2[512];
+    path(save2, sizeof save2, "q8-reshard-2");
+    uint64_t saved = 0, at4 = 0, at1 = 0, fp32 = 0, q8 = 0;
+    opts_t o = {.ranks = 2, .stage = 3, .steps = 3, .save_dir = save2, .q8 = 1};
+    CHECK(train(&o, &saved) == ZERO_OK, "8-bit states: save at 2 ranks: %s", zero_last_error());
+    opts_t f = {.ranks = 4, .stage = 2, .steps = 3, .resume = save2, .q8 = 1};
+    CHECK(train(&f, &at4) == ZERO_OK && at4 == saved, "8-bit states: 2 -> 4 ranks: %016llx, %s",
+          (unsigned long long)at4, zero_last_error());
+    opts_t g = {.ranks = 1, .stage = 0, .steps = 3, .resume = save2, .q8 = 1};
+    CHECK(train(&g, &at1) == ZERO_OK && at1 == saved, "8-bit states: 2 -> 1 rank: %016llx, %s",
+          (unsigned long long)at1, zero_last_error());
+    opts_t a = {.ranks = 1, .stage = 0, .steps = 5, .resume = save2};
+    CHECK(train(&a, &fp32) == ZERO_OK && fp32 != saved, "8-bit checkpoint into fp32 states: %s",
+          zero_last_error());
+    opts_t b = {.ranks = 1, .stage = 0, .steps = 5, .resume = save2, .q8 = 1};
+    CHECK(train(&b, &q8) == ZERO_OK && q8 != saved && q8 != fp32,
+          "8-bit checkpoint continued with 8-bit states: %016llx (fp32 states %016llx): %s",
+          (unsigned long long)q8, (unsigned long long)fp32, zero_last_error());
+}
+
 /* (2) Save at (from_ranks, from_stage), load at (to_ranks, to_stage). */
 static void test_reshard(int from_ranks, int from_stage, int to_ranks, int to_stage) {
     char save[512], name[64];
@@ -372,10 +403,13 @@ int main(void) {
     snprintf(dir, sizeof dir, "%s/zero-test-resume-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     if (!mkdtemp(dir)) return 1;
     zero_log_set_level(ZERO_LOG_WARN);
-    for (int stage = 0; stage <= 3; stage++) test_exact(stage, "fp32");
-    test_exact(1, "bf16");
-    test_exact(3, "bf16");
-    test_exact(2, "fp16");
+    for (int stage = 0; stage <= 3; stage++) test_exact(stage, "fp32", 0);
+    test_exact(1, "bf16", 0);
+    test_exact(3, "bf16", 0);
+    test_exact(2, "fp16", 0);
+    test_exact(1, "fp32", 1);
+    test_exact(3, "bf16", 1);
+    test_q8_reshard();
     test_dtype_change();
     test_qwz("fp32");
     test_qwz("bf16");

@@ -25,16 +25,23 @@
  *     a fresh int8 engine in pieces cut at other places than the blocks give the same weights
  *     after further steps, bit for bit.
  * (6) Bad parameters: state dtype fp16, int8 with offload nvme: ZERO_ERR_CONFIG naming them.
+ * (7) Resharding through checkpoints: a toy unit trained 4 steps on 2 ranks at stage 3 and
+ *     saved; loaded by 4 ranks at stage 2 (each loading the whole checkpoint, as the trainer
+ *     does), its m and v gathered and saved again: the weights and the gathered m and v equal the
+ *     2-rank run's; then 2 more steps on 1 rank from that checkpoint and from the 2-rank one give
+ *     the same weights and states, bit for bit (and not the saved weights).
  * Prints "N passed, M failed" and fails through the exit code.
  */
 #include "check.h"
 #include "harness.h"
 #include "kernels/q8dyn.h"
-#include "zero/engine.h"
+#include "thread_ranks.h"
+#include "zero/zero.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------ (1) and (2): one rank */
 
@@ -310,6 +317,125 @@ static void round_trip(void) {
     zero_engine_free(b);
 }
 
+/* ------------------------------------------------------------------ (7) resharding */
+
+/* The toy unit of (5) on the ranks of a threads clique: optionally loaded from a checkpoint
+ * (every rank loading it whole, as the trainer does), trained for some steps with the same
+ * gradients on every rank, hashed (weights; m and v gathered over the ranks), optionally saved. */
+typedef struct rs_job {
+    int stage, steps;
+    const char *load, *save;
+    char path[512]; /* the saved checkpoint */
+    uint64_t fp, states;
+    zero_status_t st;
+    char err[512];
+} rs_job_t;
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static void rs_rank(zero_comm_t *comm, int rank, void *arg) {
+    rs_job_t *j = (rs_job_t *)arg + rank;
+    zero_tensor_desc_t t[3] = {{"w", 2, {40, 300}, 0, ZERO_INIT_NORMAL, 0.1f},
+                               {"b", 1, {300}, ZERO_TENSOR_NO_DECAY, ZERO_INIT_ZEROS, 0},
+                               {"u", 1, {5001}, 0, ZERO_INIT_NORMAL, 0.1f}};
+    const size_t extent = 12000 + 304 + 5001; /* where "u" ends */
+    zero_engine_params_t p = zero_engine_params_default();
+    p.optim_state_dtype = ZERO_DTYPE_INT8;
+    p.grad_clip = 0.0f;
+    p.stage = j->stage;
+    p.comm = zero_comm_size(comm) > 1 ? comm : NULL;
+    p.persistence_threshold_elems = 0;
+    zero_engine_t *eng = NULL;
+    zero_ckpt_engine_layout_t L = {0};
+    zero_ckpt_t *c = NULL;
+    zero_ckpt_engine_save_t *sv = NULL;
+    float *g = malloc(extent * sizeof *g), *all = NULL;
+    zero_status_t st = zero_engine_init(&eng, &p);
+    if (!st) st = zero_engine_add_unit(eng, "x", t, 3, NULL);
+    if (!st) st = zero_ckpt_engine_layout_init(&L, eng);
+    if (!st && j->load) {
+        zero_ckpt_shard_io_t io = zero_ckpt_engine_io(eng);
+        zero_ckpt_load_params_t lp = zero_ckpt_load_params_default();
+        st = zero_ckpt_open(&c, j->load);
+        if (!st) st = zero_ckpt_load(c, &lp, &L.layout, &io);
+        if (!st) st = zero_engine_set_step_count(eng, zero_ckpt_get_meta(c)->step);
+    }
+    for (int s = 0; !st && s < j->steps; s++) {
+        const int64_t k = zero_engine_step_count(eng);
+        for (size_t i = 0; i < extent; i++)
+            g[i] = 0.01f * sinf(0.37f * (float)i + (float)k) + (i % 7 == 0 ? -0.02f : 0.0f);
+        float *w = zero_unit_grads(eng, 0);
+        for (size_t i = 0; i < extent; i++) w[i] = i < 12000 || i >= 12304 ? g[i] : 0.0f;
+        zero_step_stats_t ss;
+        st = zero_unit_grads_done(eng, 0);
+        if (!st) st = zero_engine_step(eng, &ss);
+    }
+    if (!st) st = zero_engine_fingerprint(eng, &j->fp);
+    const size_t P = zero_engine_unit_padded_count(eng, 0);
+    all = malloc(P * sizeof *all);
+    j->states = 0xcbf29ce484222325ull;
+    for (int k = 1; !st && k <= 2; k++) {
+        st = zero_engine_state_gather(eng, 0, (zero_engine_state_t)k, all);
+        j->states = fnv(j->states, all, extent * sizeof *all);
+    }
+    if (!st && j->save) {
+        zero_ckpt_save_params_t sp = zero_ckpt_save_params_default();
+        sp.save_dir = j->save;
+        sp.comm = comm;
+        zero_ckpt_meta_t meta = {.step = zero_engine_step_count(eng), .stage = j->stage};
+        st = zero_ckpt_engine_save_init(&sv, eng, 1);
+        zero_ckpt_shard_io_t io = zero_ckpt_engine_save_io(sv);
+        if (!st) st = zero_ckpt_save(&sp, &L.layout, &meta, &io, j->path, sizeof j->path);
+    }
+    if (st) snprintf(j->err, sizeof j->err, "%s", zero_last_error());
+    j->st = st;
+    zero_ckpt_engine_save_free(sv);
+    zero_ckpt_close(c);
+    zero_ckpt_engine_layout_free(&L);
+    zero_engine_free(eng);
+    free(g);
+    free(all);
+}
+
+static int rs_run(int world, int stage, int steps, const char *load, const char *save,
+                  rs_job_t *out) {
+    rs_job_t j[4];
+    memset(j, 0, sizeof j);
+    for (int r = 0; r < world; r++)
+        j[r] = (rs_job_t){.stage = stage, .steps = steps, .load = load, .save = save};
+    zero_comm_params_t cp = zero_comm_params_default();
+    CHECK(thread_ranks_clique_with(world, &cp, rs_rank, j) == ZERO_OK, "clique of %d", world);
+    int ok = 1;
+    for (int r = 0; r < world; r++) {
+        CHECK(j[r].st == ZERO_OK, "%d ranks stage %d rank %d: %s", world, stage, r, j[r].err);
+        ok &= j[r].st == ZERO_OK && j[r].fp == j[0].fp && j[r].states == j[0].states;
+    }
+    *out = j[0];
+    return ok;
+}
+
+static void reshard(const char *root) {
+    char d2[600], d4[600];
+    snprintf(d2, sizeof d2, "%s/two", root);
+    snprintf(d4, sizeof d4, "%s/four", root);
+    rs_job_t a, b, c, d;
+    if (!rs_run(2, 3, 4, NULL, d2, &a)) return;
+    if (!rs_run(4, 2, 0, a.path, d4, &b)) return; /* loaded, quantized, saved again */
+    CHECK(b.fp == a.fp && b.states == a.states,
+          "2 -> 4 ranks: weights %016llx / %016llx, states %016llx / %016llx",
+          (unsigned long long)b.fp, (unsigned long long)a.fp, (unsigned long long)b.states,
+          (unsigned long long)a.states);
+    if (!rs_run(1, 0, 2, b.path, NULL, &c) || !rs_run(1, 0, 2, a.path, NULL, &d)) return;
+    CHECK(c.fp == d.fp && c.states == d.states && c.fp != a.fp,
+          "2 -> 4 -> 1 ranks then 2 steps: %016llx, 2 -> 1: %016llx (saved %016llx)",
+          (unsigned long long)c.fp, (unsigned long long)d.fp, (unsigned long long)a.fp);
+    printf("8-bit states 2 -> 4 -> 1 ranks: saved %016llx, continued %016llx and %016llx\n",
+           (unsigned long long)a.fp, (unsigned long long)c.fp, (unsigned long long)d.fp);
+}
+
 /* ------------------------------------------------------------------ (6) */
 
 static void bad_params(void) {
@@ -328,6 +454,15 @@ static void bad_params(void) {
 }
 
 int main(void) {
+    const char *tmp = getenv("TMPDIR");
+    char root[512];
+    snprintf(root, sizeof root, "%s/zero-test-q8-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (!mkdtemp(root)) return 1;
+    zero_log_set_level(ZERO_LOG_WARN);
+    reshard(root);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (failed == 0 && system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", root);
     bad_params();
     against_kernel();
     round_trip();
