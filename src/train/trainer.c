@@ -343,9 +343,10 @@ static void print_tables(const run_t *r, const zero_train_rank_report_t *all) {
         say(r, "report: %s matmuls: %s (%s)\n", zero_dtype_name(cdt), zero__matmul_lp_path(cdt),
             zero__matmul_lp_impl(cdt));
     say(r,
-        "report: model states per rank in MiB (%s compute, %s gradient accumulation), "
-        "measured / theory\n",
-        zero_dtype_name(cdt), zero_dtype_name(zero__train_config_accum_dtype(r->cfg)));
+        "report: model states per rank in MiB (%s compute, %s gradient accumulation, %s Adam "
+        "states), measured / theory\n",
+        zero_dtype_name(cdt), zero_dtype_name(zero__train_config_accum_dtype(r->cfg)),
+        zero_dtype_name(zero__train_config_state_dtype(r->cfg)));
     for (int k = 0; k < r->world; k++) {
         uint64_t m = 0, t = 0;
         for (int i = 0; i < 3; i++) {
@@ -1379,6 +1380,8 @@ zero_status_t zero__train_report_write(const zero_train_report_t *rep,
     cJSON_AddStringToObject(root, "matmul_library", zero__matmul_library());
     const zero_dtype_t cdt = zero__train_config_compute_dtype(cfg);
     cJSON_AddStringToObject(root, "compute_dtype", zero_dtype_name(cdt));
+    cJSON_AddStringToObject(root, "optim_state_dtype",
+                            zero_dtype_name(zero__train_config_state_dtype(cfg)));
     /* the 16-bit GEMMs' path (kernels_lp.h), "fp32" for an fp32 run */
     cJSON_AddStringToObject(root, "matmul_path",
                             cdt == ZERO_DTYPE_FP32 ? "fp32" : zero__matmul_lp_path(cdt));
