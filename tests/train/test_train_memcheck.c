@@ -9,7 +9,8 @@
  *   - accuracy: small real runs (stages 0-3, 1-4 thread ranks, fp32 and bf16, activation
  *     checkpointing) are measured by the accounting allocator; the estimate of every category
  *     and of the total must lie within 2% (+ 4 KiB) of the measured peak of rank 0;
- *     (and stage 3 with ZeRO++ qwZ, whose quantized send buffers are communication memory);
+ *     (and stage 3 with ZeRO++ qwZ, whose quantized send buffers are communication memory; and
+ *     8-bit Adam states at stages 0, 1 and 3);
  *   - override: a too-large model with train.memory_check = false is not refused by the check
  *     (it then fails to allocate, or not: the test only asks that the refusal is gone).
  * Mode "cgroup ZERO_PROGRAM": a real memory cgroup (v1) limited to 192 MiB; `zero train` of a
@@ -161,6 +162,20 @@ static void accuracy_qwz_case(int ranks, int bf16) {
     accuracy_run(&c, ranks, label);
 }
 
+/* 8-bit Adam states (AdamW8bit): units padded to 256 x ranks, codes, absmax, fp32 blocks. */
+static void accuracy_q8_case(int ranks, int stage, int bf16) {
+    zero_train_config_t c;
+    tiny(&c);
+    c.ranks = ranks;
+    c.stage = stage;
+    c.bf16 = bf16;
+    snprintf(c.optimizer, sizeof c.optimizer, "AdamW8bit");
+    char label[128];
+    snprintf(label, sizeof label, "ranks %d stage %d %s AdamW8bit", ranks, stage,
+             bf16 ? "bf16" : "fp32");
+    accuracy_run(&c, ranks, label);
+}
+
 static void test_override(void) {
     zero_train_config_t c;
     huge(&c);
@@ -270,5 +285,8 @@ int main(int argc, char **argv) {
     accuracy_prefetch_case();
     accuracy_qwz_case(2, 0);
     accuracy_qwz_case(3, 1);
+    accuracy_q8_case(1, 0, 0);
+    accuracy_q8_case(2, 3, 1);
+    accuracy_q8_case(3, 1, 0);
     return check_report();
 }
