@@ -7,7 +7,9 @@
  * create_dynamic_map (signed: -0.99296875, 0, 5.5e-7, 3.25e-6, 0.99296875, 1; unsigned:
  * 0, 3.25e-7, 7.75e-7, 0.103515625, 0.996484375, 1), to 2 fp32 ulp.
  * - Quantize against a linear scan for the nearest entry (ties to the lower code) and the
- *   block's max |x|, on blocks of 256 with a short last block; every entry times a power-of-two
+ *   block's max |x|, on blocks of 256 with a short last block; the encoder's table against the
+ *   scan at every midpoint, the floats beside it and 2 million fp32 patterns of [-1, 1] (both
+ *   signs); every entry times a power-of-two
  *   absmax comes back exactly; a block of zeros stays zeros.
  * - bitsandbytes' round-trip bounds: randn 1024 x 1024 signed, mean absolute error < 0.011 and
  *   mean relative < 0.018; U[0, 1) signed < 0.0036 and < 0.015; U[0, 1) unsigned < 0.0023 and
@@ -95,6 +97,50 @@ static void against_naive(int is_signed) {
             }
         }
     }
+    /* the encoder's table against the scan: every midpoint between entries and the floats next
+     * to it, every entry, and every 1021st fp32 pattern of [-1, 1] (blocks led by 1.0, so the
+     * absmax is 1 and each value is its own y) */
+    size_t n = 0, cap = 256 * 12000;
+    float *y = malloc(cap * sizeof *y);
+    uint8_t *c = malloc(cap);
+    float *am = malloc((cap / 256) * sizeof *am);
+    for (int k = 0; k + 1 < 256; k++) {
+        const float mid = 0.5f * (map[k] + map[k + 1]);
+        const float near[] = {mid, nextafterf(mid, -2.0f), nextafterf(mid, 2.0f), map[k]};
+        for (int j = 0; j < 4; j++) {
+            if (n % 256 == 0) y[n++] = 1.0f;
+            y[n++] = near[j];
+        }
+    }
+    for (uint32_t bits = 0; bits <= 0x3f800000u; bits += 1021)
+        for (int sign = 0; sign < 2 && n + 2 < cap; sign++) {
+            const uint32_t b = bits | (sign ? 0x80000000u : 0);
+            float v;
+            memcpy(&v, &b, sizeof v);
+            if (n % 256 == 0) y[n++] = 1.0f;
+            y[n++] = v;
+        }
+    zero__q8dyn_quantize(c, am, y, n, is_signed);
+    /* the code is the number of fp32 midpoints 0.5 (map[k] + map[k + 1]) strictly below y,
+     * counted here one by one: the nearest entry, ties to the lower code, up to the rounding of
+     * the midpoint (the scan's distances round too, so at the floats beside a midpoint the two
+     * may differ: counted apart, at most the two floats beside each midpoint) */
+    size_t wrong = 0, beside = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned below = 0;
+        for (int k = 0; k + 1 < 256; k++) below += 0.5f * (map[k] + map[k + 1]) < y[i];
+        wrong += c[i] != below;
+        beside += c[i] != naive_code(y[i], map);
+    }
+    CHECK(wrong == 0,
+          "%s: %zu of %zu values near midpoints and over [-1, 1] coded apart from the midpoints "
+          "below them",
+          is_signed ? "signed" : "unsigned", wrong, n);
+    CHECK(beside <= 2 * 255, "%s: %zu values coded apart from the nearest-entry scan",
+          is_signed ? "signed" : "unsigned", beside);
+    free(y);
+    free(c);
+    free(am);
     /* every entry times a power-of-two absmax comes back exactly */
     for (int i = 0; i < 256; i++) x[i] = map[i] * 0x1p-3f;
     zero__q8dyn_quantize(codes, absmax, x, 256, is_signed);
