@@ -55,6 +55,15 @@ void zero__matmul_backward_lp(void *dinp, zero_dtype_t dinp_dtype, void *dweight
                               const void *weight, zero_dtype_t dtype, size_t BT, size_t C,
                               size_t OC, int threads);
 
+/* The decode GEMV (gemv_bf16.c): out (rows, OC) = inp (rows, C) @ W^T + bias, W (OC, C) and inp
+ * and bias (OC, may be NULL) bf16, out fp32 or bf16 (rounded once); fp32 sums in a fixed order
+ * per row (independent of the other rows and of threads). Returns 1 when done, 0 when it does
+ * not apply (more than ZERO__GEMV_ROWS rows, or a CPU without AVX512-BF16 / ZERO_ISA below
+ * avx512): the caller then runs its GEMM. */
+#define ZERO__GEMV_ROWS 4
+int zero__gemv_bf16(void *out, zero_dtype_t out_dtype, const void *inp, const void *w,
+                    const void *bias, size_t rows, size_t C, size_t OC, int threads);
+
 /* How a 16-bit GEMM of `dtype` runs here, e.g. "oneDNN matmul brg:avx512_core_amx_bf16" or
  * "fp32 widening + oneDNN 2.6.3 (dnnl_sgemm)". Creates (and caches) a small primitive on first
  * use. Static or cached string, valid for the process. */
