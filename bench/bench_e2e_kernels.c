@@ -2,12 +2,12 @@
  * shapes of the end-to-end benchmarks (docs/benchmarks.md, "GPT training throughput").
  *
  * It replays the kernel calls of src/model/gpt.c for one transformer block (forward and
- * backward), the head + loss and the AdamW update on the model's parameter count, times each
- * (median of --reps calls after one warm-up, wall clock), and prints a table with each call's
- * share of the estimated step (block calls x layers). Not a test, and not the model: the engine
- * (fetch, grad norm, zeroing) is not included. Defaults: the 85M benchmark (L=12, NH=12, C=768,
- * V=256, B=4, T=128). Usage:
- *   bench_e2e_kernels [--threads t] [--B b] [--T t] [--C c] [--NH h] [--V v] [--L l] [--reps r]
+ * backward), the head + loss (fused, and the unfused calls beside) and the AdamW update on the
+ * model's parameter count, times each (median of --reps calls after one warm-up, wall clock), and
+ * prints a table with each call's share of the estimated step (block calls x layers). Not a test,
+ * and not the model: the engine (fetch, grad norm, zeroing) is not included. Defaults: the 85M
+ * benchmark (L=12, NH=12, C=768, V=256, B=4, T=128). Usage: bench_e2e_kernels [--threads t] [--B b]
+ * [--T t] [--C c] [--NH h] [--V v] [--L l] [--reps r]
  */
 #include "kernels/kernels.h"
 #include "zero/core.h"
@@ -150,17 +150,31 @@ int main(int argc, char **argv) {
         zero__embedding_backward(dwte, dwpe, dres, tok, B, T, C, thr);
     });
     const double headf = 2.0 * (double)BT * (double)C * (double)V;
-    TIME("head matmul fwd", 1, headf, zero__matmul_forward(logits, x, wte, NULL, BT, C, V, thr));
-    TIME("softmax_ce fwd", 1, 0, zero__softmax_ce_forward(losses, lse, logits, tok, BT, V, V, thr));
-    TIME("softmax_ce bwd (in place)", 1, 0,
-         zero__softmax_ce_backward(logits, logits, lse, dl, tok, BT, V, V, thr));
     /* Fresh inputs: the repeated in-place calls above leave subnormal values behind, which
      * slow the GEMM ~50x and would not be there in training. */
-    refill(logits, BT * V, 1e-3f);
     refill(x, n, 1.0f);
-    refill(dc, n, 1.0f);
-    TIME("head matmul bwd", 1, 2 * headf,
-         zero__matmul_backward(dc, dwte, NULL, logits, x, wte, BT, C, V, thr));
+    /* the head and the loss as gpt.c runs them in fp32: the head GEMM, the loss with each
+     * row's lse, and the fused backward, chunked over the vocabulary */
+    float *hscr = buf(zero__lm_head_scratch_count(BT, V)), *dlog = buf(BT * V);
+    TIME("head matmul fwd", 1, headf, zero__matmul_forward(logits, x, wte, NULL, BT, C, V, thr));
+    TIME("softmax_ce fwd", 1, 0, zero__softmax_ce_forward(losses, lse, logits, tok, BT, V, V, thr));
+    TIME("head matmul + loss bwd (fused)", 1, 2 * headf,
+         zero__lm_head_ce_backward(dc, dwte, hscr, logits, lse, x, wte, tok, dl[0], BT, C, V, thr));
+    /* The unfused calls the fused backward replaced (matmul forward, softmax + cross-entropy
+     * into a (BT, V) dlogits, the two backward GEMMs over it), timed aside: not in the total;
+     * compare with the three rows above. */
+    double head_unfused;
+    {
+        int r0 = nrows;
+        TIME("head + loss unfused", 1, 3 * headf, {
+            zero__matmul_forward(logits, x, wte, NULL, BT, C, V, thr);
+            zero__softmax_ce_forward_backward(losses, dlog, logits, tok, dl[0], BT, V, V, thr);
+            zero__sgemm(0, 0, BT, C, V, 1.0f, dlog, V, wte, C, 0.0f, dc, C, thr);
+            zero__matmul_backward(NULL, dwte, NULL, dlog, x, wte, BT, C, V, thr);
+        });
+        head_unfused = rows[r0].ms;
+        nrows = r0;
+    }
     /* optimizer on every parameter, in chunks of the largest buffer we have */
     const size_t P = L * 12 * C * C + V * C + T * C;
     {
@@ -226,6 +240,9 @@ int main(int argc, char **argv) {
     }
     printf("total %.1f ms; matmuls %.1f ms (%.1f%%) at %.0f GFLOP/s; other %.1f ms\n", total, mm,
            100.0 * mm / total, mmf / mm * 1e-6, total - mm);
+    printf("head + loss unfused (not in the total; the fused rows replace it): %.1f ms at %.0f "
+           "GFLOP/s\n",
+           head_unfused, 3 * headf / head_unfused * 1e-6);
     printf("engine passes over %zu gradient elements (not in the total): %.1f ms as in "
            "src/zero (one thread), %.1f ms with vector.c's kernels\n",
            P, eng_serial, eng_kernels);

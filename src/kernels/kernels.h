@@ -195,6 +195,32 @@ void zero__softmax_ce_forward_backward(float *losses, float *dlogits, const floa
                                        const int32_t *targets, float dloss, size_t BT, size_t V,
                                        size_t Vp, int threads);
 
+/* ------------------------------------------------------------------------------ LM head + loss */
+
+/* Backward of the LM head and softmax + cross-entropy, chunked over the vocabulary
+ * (lm_head.c): the gradient of the logits is made ZERO__LM_HEAD_CHUNK columns at a time into a
+ * scratch that stays in cache and fed to both GEMMs there, so the (BT, V) dlogits tensor is never
+ * stored. 4096 columns: 4 MiB at BT = 256 (in L3), and within the noise of the fastest width
+ * measured at the GPT-2 124M shape (docs/benchmarks.md). */
+#define ZERO__LM_HEAD_CHUNK 4096
+
+/* Floats of scratch zero__lm_head_ce_backward needs for BT rows and vocabulary V. */
+size_t zero__lm_head_scratch_count(size_t BT, size_t V);
+
+/* For the mean-type loss whose gradient per counted position is dloss (as
+ * zero__softmax_ce_forward_backward's), with dlogits = (softmax(logits) - onehot(target)) *
+ * dloss (0 on rows with target < 0): OVERWRITES dinp = dlogits · weight and ACCUMULATES
+ * dweight += dlogitsᵀ · inp. dlogits is made element by element as softmax_ce_forward_backward
+ * makes it (bitwise); dinp is summed chunk by chunk and dweight's rows come from GEMMs of the
+ * chunk's height, so both are bitwise the unfused calls' only when V <= ZERO__LM_HEAD_CHUNK.
+ * dinp: (BT, C), dweight: (V, C), scratch: zero__lm_head_scratch_count floats,
+ * logits: (BT, V) and lse: (BT) from zero__softmax_ce_forward, inp: (BT, C) the head's input,
+ * weight: (V, C) [out, in], targets: (BT) each in [0, V) or < 0 */
+void zero__lm_head_ce_backward(float *dinp, float *dweight, float *scratch, const float *logits,
+                               const float *lse, const float *inp, const float *weight,
+                               const int32_t *targets, float dloss, size_t BT, size_t C, size_t V,
+                               int threads);
+
 /* ------------------------------------------------------------------------------ AdamW */
 
 /* One AdamW step over a flat range, in place (Loshchilov & Hutter; PyTorch's AdamW):

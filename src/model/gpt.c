@@ -91,9 +91,12 @@ struct zero_gpt {
     void *resid;        /* (L+1, B, T, C): resid[0] = embeddings, resid[l+1] = block l output */
     void *lnf;          /* (B,T,C) */
     float *lnf_mean, *lnf_rstd; /* (B,T), (B,T) */
-    float *logits; /* (B,T,V) fp32 in every dtype (the head GEMM accumulates in fp32) */
-    void *dlogits; /* (B,T,V) gradient of the mean loss, from the forward */
-    float *losses; /* (B,T) */
+    float *logits;       /* (B,T,V) fp32 in every dtype (the head GEMM accumulates in fp32) */
+    void *dlogits;       /* 16-bit dtypes: (B,T,V) gradient of the mean loss, from the forward */
+    float *lse;          /* fp32: (B,T) the rows' log-sum-exp, from the forward */
+    float *head_scratch; /* fp32: zero__lm_head_scratch_count, the head backward's chunk */
+    float dloss;         /* fp32: the loss gradient per counted position, set by the forward */
+    float *losses;       /* (B,T) */
     /* activation-gradient scratch */
     void *dres;         /* (B,T,C) gradient of the residual stream */
     void *d4a, *d4b;    /* (B,T,4C) */
@@ -379,7 +382,13 @@ static void layout(zero_gpt_t *g, char *base, size_t *total) {
     zero__carve(base, &off, BT, f, &g->lnf_mean);
     zero__carve(base, &off, BT, f, &g->lnf_rstd);
     zero__carve(base, &off, BT * V, f, &g->logits);
-    zero__carve(base, &off, BT * V, e, &g->dlogits);
+    /* fp32 runs the fused head (kernels.h, lm_head.c): no (B,T,V) gradient, a chunk of it */
+    if (g->dt == ZERO_DTYPE_FP32) {
+        zero__carve(base, &off, BT, f, &g->lse);
+        zero__carve(base, &off, zero__lm_head_scratch_count(BT, V), f, &g->head_scratch);
+    } else {
+        zero__carve(base, &off, BT * V, e, &g->dlogits);
+    }
     zero__carve(base, &off, BT, f, &g->losses);
     zero__carve(base, &off, BT * C, e, &g->dres);
     zero__carve(base, &off, BT * 4 * C, e, &g->d4a);
@@ -900,29 +909,30 @@ zero_status_t zero__gpt_forward(zero_gpt_t *g, const int32_t *tokens, const int3
                 tensor(g, wf, g->unit_final, F_LNFW), tensor(g, wf, g->unit_final, F_LNFB), BT, C);
     zero_unit_release(g->eng, g->unit_final);
     FETCH(we, g->unit_emb); /* the head is the tied token embedding */
+    const void *wte = tensor(g, we, g->unit_emb, E_WTE);
     /* Logits stay fp32 in every dtype: the GEMM accumulates in fp32 anyway, so this costs no
      * rounding and no time, and the loss and sampling read them unrounded. */
     if (LP)
-        zero__matmul_forward_lp(g->logits, ZERO_DTYPE_FP32, g->lnf,
-                                tensor(g, we, g->unit_emb, E_WTE), NULL, g->dt, BT, C, V, th);
+        zero__matmul_forward_lp(g->logits, ZERO_DTYPE_FP32, g->lnf, wte, NULL, g->dt, BT, C, V, th);
     else
-        zero__matmul_forward(g->logits, g->lnf, tensor(g, we, g->unit_emb, E_WTE), NULL, BT, C, V,
-                             th);
+        zero__matmul_forward(g->logits, g->lnf, wte, NULL, BT, C, V, th);
     zero_unit_release(g->eng, g->unit_emb);
     if (targets) {
-        /* The loss is the mean over the counted positions, so its gradient is known now: one
-         * pass over the logits gives both, into a separate buffer (the logits stay readable,
-         * and out of place is faster than in place; docs/kernels-matmul.md section 3). */
-        float dloss = valid ? 1.0f / (float)valid : 0.0f;
-        if (LP) {
-            /* fp16 loss scaling: the gradient of (scale * loss), so small gradients stay above
-             * fp16's subnormal range; the engine divides the scale back out in its step. */
-            dloss = valid ? zero_engine_loss_scale(g->eng) / (float)valid : 0.0f;
-            zero__softmax_ce_forward_backward_lp(g->losses, g->dlogits, g->dt, g->logits,
-                                                 g->targets, dloss, BT, V, V, th);
+        /* The loss is the mean over the counted positions, so its gradient is known now. fp32
+         * keeps each row's log-sum-exp for the fused head backward (kernels.h), which makes the
+         * gradient of the logits chunk by chunk there instead of storing it. */
+        g->dloss = valid ? 1.0f / (float)valid : 0.0f;
+        if (!LP) {
+            zero__softmax_ce_forward(g->losses, g->lse, g->logits, g->targets, BT, V, V, th);
         } else {
-            zero__softmax_ce_forward_backward(g->losses, g->dlogits, g->logits, g->targets, dloss,
-                                              BT, V, V, th);
+            /* fp16 loss scaling: the gradient of (scale * loss), so small gradients stay above
+             * fp16's subnormal range; the engine divides the scale back out in its step. One
+             * pass over the logits gives loss and gradient, into a separate buffer (the logits
+             * stay readable, and out of place is faster than in place;
+             * docs/kernels-matmul.md section 3). */
+            g->dloss = valid ? zero_engine_loss_scale(g->eng) / (float)valid : 0.0f;
+            zero__softmax_ce_forward_backward_lp(g->losses, g->dlogits, g->dt, g->logits,
+                                                 g->targets, g->dloss, BT, V, V, th);
         }
         double sum = 0.0;
         for (size_t i = 0; i < BT; i++) sum += g->losses[i];
@@ -945,8 +955,14 @@ zero_status_t zero__gpt_backward(zero_gpt_t *g) {
     FETCH(we, g->unit_emb);
     void *gwe = zero_unit_grads(g->eng, g->unit_emb);
     if (!gwe) return ZERO_ERR_INVALID_ARG;
-    linear_backward_set(g, g->dc, gtensor(g, gwe, g->unit_emb, E_WTE), NULL, g->dlogits, g->lnf,
-                        tensor(g, we, g->unit_emb, E_WTE), BT, C, V); /* dc = d(lnf) */
+    /* dc = d(lnf) */
+    if (LP)
+        linear_backward_set(g, g->dc, gtensor(g, gwe, g->unit_emb, E_WTE), NULL, g->dlogits, g->lnf,
+                            tensor(g, we, g->unit_emb, E_WTE), BT, C, V);
+    else
+        zero__lm_head_ce_backward(g->dc, gtensor(g, gwe, g->unit_emb, E_WTE), g->head_scratch,
+                                  g->logits, g->lse, g->lnf, tensor(g, we, g->unit_emb, E_WTE),
+                                  g->targets, g->dloss, BT, C, V, th);
 
     const void *wf;
     FETCH(wf, g->unit_final);
