@@ -33,6 +33,7 @@
 
 #define MODEL_TEST_SEED 0x9e1e7a7eull
 #include "model/model_test_util.h"
+#include "random_model.h"
 
 #include <math.h>
 #include <string.h>
@@ -136,22 +137,6 @@ static void test_attention_decode_lp(void) {
 
 /* ------------------------------------------------------------------------------ parity */
 
-/* Save the engine's weights as a checkpoint at world 2 under save_dir, with model_json. */
-static void save_ckpt(zero_engine_t *eng, const char *save_dir, const char *model_json) {
-    zero_ckpt_engine_layout_t L;
-    CHECK(zero_ckpt_engine_layout_init(&L, eng) == ZERO_OK, "layout");
-    zero_ckpt_save_params_t sp = zero_ckpt_save_params_default();
-    sp.save_dir = save_dir;
-    sp.world = 2;
-    sp.with_optim = 0;
-    zero_ckpt_meta_t meta = {0};
-    meta.step = 1;
-    meta.model_json = model_json;
-    zero_ckpt_shard_io_t io = zero_ckpt_engine_io(eng);
-    CHECK(zero_ckpt_save(&sp, &L.layout, &meta, &io, NULL, 0) == ZERO_OK, "save %s", save_dir);
-    zero_ckpt_engine_layout_free(&L);
-}
-
 /* dt: the generator's and the training forward's compute dtype; tol: of the largest logit */
 static void test_parity(zero_dtype_t dt, double rel_tol) {
     const zero_gpt_config_t cfg = {.layers = 2, .heads = 4, .dim = 64, .vocab = 256, .seq = 160};
@@ -166,8 +151,8 @@ static void test_parity(zero_dtype_t dt, double rel_tol) {
     randomize(eng, 0.1);
     char save[300];
     snprintf(save, sizeof save, "%s/parity-%s", dir, zero_dtype_name(dt));
-    save_ckpt(eng, save,
-              "{\"layers\": 2, \"heads\": 4, \"dim\": 64, \"vocab\": 256, \"seq\": 160}");
+    char json[200];
+    save_model(eng, gpt_json(&cfg, json), save, 2);
     int32_t *tok = malloc((size_t)B * T * sizeof *tok);
     for (int i = 0; i < B * T; i++) tok[i] = (int32_t)(urand() * V);
     CHECK(zero__gpt_forward(gpt, tok, NULL, B, T, NULL) == ZERO_OK, "full forward");
@@ -481,15 +466,16 @@ static void test_errors(void) {
                   zero__gpt_init(&gpt, &cfg, eng, 1, 0, 1) == ZERO_OK,
               "tiny model");
         snprintf(path, sizeof path, "%s/moe", dir);
-        save_ckpt(eng, path,
-                  "{\"layers\": 1, \"heads\": 2, \"dim\": 32, \"vocab\": 64, \"seq\": 8, \"moe\": "
-                  "{\"experts\": 4}}");
+        save_model(eng,
+                   "{\"layers\": 1, \"heads\": 2, \"dim\": 32, \"vocab\": 64, \"seq\": 8, "
+                   "\"moe\": {\"experts\": 4}}",
+                   path, 2);
         EXPECT_ERR(zero_generator_init(&g, path, &gp), ZERO_ERR_UNSUPPORTED, "model.moe.experts",
                    "MoE checkpoint");
         /* the same weights as a dense model: prompt errors */
         snprintf(path, sizeof path, "%s/small", dir);
-        save_ckpt(eng, path,
-                  "{\"layers\": 1, \"heads\": 2, \"dim\": 32, \"vocab\": 64, \"seq\": 8}");
+        char json[200];
+        save_model(eng, gpt_json(&cfg, json), path, 2);
         zero__gpt_free(gpt);
         zero_engine_free(eng);
     }

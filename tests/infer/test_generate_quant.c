@@ -25,6 +25,7 @@
 
 #define MODEL_TEST_SEED 0x51a7e5ull
 #include "model/model_test_util.h"
+#include "random_model.h"
 
 #include <math.h>
 #include <string.h>
@@ -33,21 +34,6 @@
 
 enum { B = 2, P = 20, STEPS = 40, V = 256, C = 64 };
 static char dir[256];
-
-static void save_ckpt(zero_engine_t *eng, const char *save_dir) {
-    zero_ckpt_engine_layout_t L;
-    CHECK(zero_ckpt_engine_layout_init(&L, eng) == ZERO_OK, "layout");
-    zero_ckpt_save_params_t sp = zero_ckpt_save_params_default();
-    sp.save_dir = save_dir;
-    sp.world = 1;
-    sp.with_optim = 0;
-    zero_ckpt_meta_t meta = {0};
-    meta.step = 1;
-    meta.model_json = "{\"layers\": 2, \"heads\": 4, \"dim\": 64, \"vocab\": 256, \"seq\": 96}";
-    zero_ckpt_shard_io_t io = zero_ckpt_engine_io(eng);
-    CHECK(zero_ckpt_save(&sp, &L.layout, &meta, &io, NULL, 0) == ZERO_OK, "save %s", save_dir);
-    zero_ckpt_engine_layout_free(&L);
-}
 
 /* The matrices the generator quantizes: wte and the 2-D block weights (not wpe). */
 static int quantized_tensor(const zero_tensor_desc_t *d) {
@@ -143,7 +129,8 @@ int main(void) {
     randomize(eng, 0.1);
     char a_path[300], b_path[320];
     snprintf(a_path, sizeof a_path, "%s/a", dir);
-    save_ckpt(eng, a_path);
+    char json[200];
+    save_model(eng, gpt_json(&cfg, json), a_path, 1);
     int32_t seq[B * (P + STEPS)];
     for (int i = 0; i < B * (P + STEPS); i++) seq[i] = (int32_t)(urand() * V);
     const size_t n = (size_t)(STEPS + 1) * B * V;
@@ -187,7 +174,7 @@ int main(void) {
         }
         round_trip_weights(e2, bits, (size_t)G);
         snprintf(b_path, sizeof b_path, "%s/twin-%d-%d", dir, bits, G);
-        save_ckpt(e2, b_path);
+        save_model(e2, json, b_path, 1);
         zero__gpt_free(g2);
         zero_engine_free(e2);
         run(b_path, 0, 64, seq, twin, &wb);
