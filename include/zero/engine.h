@@ -200,6 +200,18 @@ typedef struct zero_engine_params {
      * write, exactly (src/zero/q8state.c). Not with offload (device nvme) of the optimizer or the
      * parameters (ZERO_ERR_CONFIG). */
     zero_dtype_t optim_state_dtype;
+    /* optimizer.type "OneBitAdam" (DeepSpeed's 1-bit Adam, src/zero/onebit.c): 1 on. The first
+     * freeze_step optimizer steps (optimizer.params.freeze_step, DeepSpeed's default 100000) are
+     * plain AdamW on the all-reduced gradient, bitwise the AdamW engine's. From then on v is
+     * frozen (with its bias correction at freeze_step), no gradient is reduced: each rank updates
+     * m from its own gradient, m is averaged by DeepSpeed's 1-bit compressed all-reduce with
+     * worker and server error feedback (sign bits and one RMS scale per tensor and chunk), and
+     * the parameters move by lr (m / (1 - beta1^t)) / (sqrt(v_frozen) + eps) + decay. Clipping
+     * then uses the quadratic mean of the ranks' local gradient norms. Stage 0 only, not with
+     * fp16, 8-bit states or offload (ZERO_ERR_CONFIG), as DeepSpeed refuses 1-bit Adam with ZeRO.
+     * The error buffers are not checkpointed (DeepSpeed resets them at a load too). */
+    int onebit;
+    int freeze_step;
     float grad_clip;      /* gradient_clipping: > 0 clips to this global L2 norm; 0 disables */
     int grad_accum_steps; /* gradient_accumulation_steps: zero_engine_step averages over them */
 
@@ -401,7 +413,9 @@ ZERO_API void zero_unit_release(zero_engine_t *eng, int u);
  * see zero_engine_set_unit_slots). The model ADDS its gradient, multiplied by
  * zero_engine_loss_scale(), into it (+=) during backward, then
  * calls zero_unit_grads_done. In stages 2-3 the buffer exists only between the two calls.
- * NULL for a bad unit or out of memory. */
+ * 1-bit Adam's compression stage (params.onebit) reduces nothing: the buffer then keeps the sum
+ * of the step's earlier micro-steps (in the compute dtype), which the model adds to, and is zeroed
+ * by the step. NULL for a bad unit or out of memory. */
 ZERO_API void *zero_unit_grads(zero_engine_t *eng, int u);
 /* The gradient of unit u for this micro-step is complete: it joins the reduce bucket (whose
  * reduce-scatter is posted when full) and the buffer from zero_unit_grads is recycled (stages

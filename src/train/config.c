@@ -143,9 +143,20 @@ static const cfg_key_t keys[] = {
      "steps between progress lines when output is not a terminal"},
     {"seed", K_INT, OFF(seed), 1337, 0, INT_MAX, NULL, NULL, "--seed",
      "seed of initialisation, batches and sampling"},
-    {"optimizer.type", K_STR, OFF(optimizer), 0, 0, 0, "AdamW", "AdamW|Adam|AdamW8bit", NULL,
+    {"optimizer.type", K_STR, OFF(optimizer), 0, 0, 0, "AdamW", "AdamW|Adam|AdamW8bit|OneBitAdam",
+     NULL,
      "AdamW (Adam means AdamW: decoupled decay, DeepSpeed's adam_w_mode); AdamW8bit: the same "
-     "with 8-bit states, as bitsandbytes' name (optimizer.params.state_dtype int8)"},
+     "with 8-bit states, as bitsandbytes' name (optimizer.params.state_dtype int8); OneBitAdam: "
+     "DeepSpeed's 1-bit Adam (AdamW for freeze_step steps, then v frozen and the momentum "
+     "averaged by a 1-bit compressed all-reduce with error feedback; stage 0 only, not with "
+     "fp16, 8-bit states or offload)"},
+    {"optimizer.params.freeze_step", K_INT, OFF(freeze_step), 100000, 0, INT_MAX, NULL, NULL, NULL,
+     "OneBitAdam: steps of plain AdamW before v is frozen and the momentum compressed "
+     "(DeepSpeed's default 100000; its tutorial suggests 15-25% of the steps)"},
+    {"optimizer.params.cuda_aware", K_BOOL, OFF(cuda_aware), 0, 0, 1, NULL, NULL, NULL,
+     "OneBitAdam: accepted, no effect (CPU buffers)"},
+    {"optimizer.params.comm_backend_name", K_STR, OFF(comm_backend_name), 0, 0, 0, "nccl", NULL,
+     NULL, "OneBitAdam: accepted, no effect (the collectives are the engine's communicator's)"},
     {"optimizer.params.state_dtype", K_STR, OFF(state_dtype), 0, 0, 0, "fp32", "fp32|int8", NULL,
      "dtype of Adam's m and v: fp32, or int8 (bitsandbytes' 8-bit Adam: blocks of 256 at fixed "
      "offsets, the dynamic map, signed for m and unsigned for v, one fp32 absmax per block; "
@@ -1292,6 +1303,29 @@ zero_status_t zero__train_config_check(zero_train_config_t *cfg, int world) {
                            "\"%s\" (expected \"int8\" or no state_dtype: AdamW8bit is 8-bit "
                            "states; for fp32 states use optimizer.type \"AdamW\")",
                            cfg->state_dtype);
+    if (!strcmp(cfg->optimizer, "OneBitAdam")) {
+        /* the first key that 1-bit Adam cannot run with, and its value */
+        char stage[16];
+        snprintf(stage, sizeof stage, "%d", cfg->stage);
+        const char *key = NULL, *val = NULL;
+        if (cfg->stage != 0)
+            key = "zero_optimization.stage", val = stage;
+        else if (cfg->fp16)
+            key = "fp16.enabled", val = "true";
+        else if (zero__train_config_state_dtype(cfg) != ZERO_DTYPE_FP32)
+            key = "optimizer.params.state_dtype", val = cfg->state_dtype;
+        else if (strcasecmp(cfg->offload_optimizer, "none"))
+            key = "zero_optimization.offload_optimizer.device", val = cfg->offload_optimizer;
+        else if (strcasecmp(cfg->offload_param, "none"))
+            key = "zero_optimization.offload_param.device", val = cfg->offload_param;
+        if (key)
+            return zero__error(ZERO_ERR_CONFIG,
+                               "optimizer.type = \"OneBitAdam\" cannot be combined with %s = %s "
+                               "(1-bit Adam runs at zero_optimization.stage 0 only, as DeepSpeed "
+                               "refuses it with ZeRO; expected stage 0, bf16 or fp32, "
+                               "state_dtype fp32 and no offload)",
+                               key, val);
+    }
     if (zero__train_config_state_dtype(cfg) == ZERO_DTYPE_INT8) {
         const char *dev = !strcasecmp(cfg->offload_optimizer, "nvme") ? "offload_optimizer"
                           : !strcasecmp(cfg->offload_param, "nvme")   ? "offload_param"
@@ -1359,6 +1393,8 @@ zero_status_t zero__train_config_engine_params(const zero_train_config_t *cfg,
     ep->compute_dtype = zero__train_config_compute_dtype(cfg);
     ep->grad_accum_dtype = zero__train_config_accum_dtype(cfg);
     ep->optim_state_dtype = zero__train_config_state_dtype(cfg);
+    ep->onebit = !strcmp(cfg->optimizer, "OneBitAdam");
+    ep->freeze_step = cfg->freeze_step;
     ep->loss_scaler = cfg->loss_scaler;
     /* DeepSpeed: no scheduler keeps the optimizer's lr; WarmupLR and WarmupDecayLR take their
      * peak from warmup_max_lr and decay to warmup_min_lr; WarmupCosineLR scales the optimizer's

@@ -54,6 +54,9 @@ typedef struct zero_train_config {
     int seed;
     char optimizer[32];   /* optimizer.type */
     char state_dtype[16]; /* optimizer.params.state_dtype: "fp32" | "int8" */
+    int freeze_step;      /* optimizer.params.freeze_step (OneBitAdam) */
+    int cuda_aware;       /* optimizer.params.cuda_aware (OneBitAdam; accepted, no effect) */
+    char comm_backend_name[ZERO_CONFIG_STR_MAX]; /* (OneBitAdam; accepted, no effect) */
     float lr, beta[2], eps, weight_decay;
     char scheduler[32]; /* scheduler.type */
     float warmup_min_lr, warmup_max_lr, warmup_min_ratio;

@@ -119,6 +119,7 @@ typedef struct unit_sums {
     uint64_t P, S, S_np, P_pers, S_acc, P_sec, loco;
     uint64_t P_work; /* the working buffers' elements: slots x P_u each */
     uint64_t q8;     /* 8-bit Adam states: their bytes by the layout (zero__q8_state_bytes) */
+    uint64_t ob;     /* 1-bit Adam's error buffers and scratch (zero__onebit_theory_bytes) */
 } unit_sums_t;
 
 static int unit_of_kind(const zero_engine_t *eng, const zero__unit_t *u, int kind) {
@@ -143,6 +144,7 @@ static unit_sums_t sum_units(const zero_engine_t *eng, int kind) {
         /* + LoCo: 4 P_u per unit of the world's int4 reductions, from the first reduction on */
         if (eng->params.loco && eng->buckets_ready && zero__xfer_qgz_group(eng, u->grp))
             s.loco += 4 * (uint64_t)u->padded_count;
+        s.ob += zero__onebit_theory_bytes(eng, u);
         if (eng->q8) {
             size_t lo = 0, n = 0;
             zero__optim_held_range(eng, u, ZERO_ENGINE_STATE_ADAM_M, &lo, &n);
@@ -165,6 +167,7 @@ static void model_theory(const zero_engine_t *eng, const unit_sums_t *s, uint64_
     out[2] = pol.shard_optim ? ob * s->S : ob * s->P;
     if (eng->q8) /* m and v 8-bit: the fp32 master (16-bit compute) and s->q8 */
         out[2] = (eng->lowp ? sizeof(float) : 0) * (pol.shard_optim ? s->S : s->P) + s->q8;
+    out[2] += s->ob;
 }
 
 /* The model states unit u holds in RAM now, from its buffers: parameters (full copy, shard, hpZ's
@@ -182,7 +185,7 @@ static void unit_held(const zero_engine_t *eng, const zero__unit_t *u, uint64_t 
     out[1] += (u->acc ? a * S : 0) + (!pol.shard_grads && u->work ? c * zero__work_count(u) : 0) +
               (u->loco ? 4 * P : 0);
     out[2] += (u->master ? 4 * opt : 0) + (u->m ? 4 * opt : 0) + (u->v ? 4 * opt : 0) +
-              zero__q8_unit_bytes(u);
+              zero__q8_unit_bytes(u) + zero__onebit_unit_bytes(u);
 }
 
 void zero_engine_get_report(const zero_engine_t *eng, zero_engine_report_t *out) {

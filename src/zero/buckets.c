@@ -423,6 +423,10 @@ zero_status_t zero__grads_done(zero_engine_t *eng, int u) {
         zero_status_t st = take_work(eng, un);
         if (st) return st;
     }
+    if (zero__onebit_local(eng, un)) { /* 1-bit Adam: summed where it is (onebit.c) */
+        un->dirty = 0;
+        return ZERO_OK;
+    }
     const size_t S = un->shard_count;
     const int N = un->grp->size;
     eng->xfer.rs_bytes += zero__xfer_grad_bytes(eng, un, 0);

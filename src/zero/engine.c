@@ -85,6 +85,7 @@ zero_engine_params_t zero_engine_params_default(void) {
     p.grad_clip = 1.0f;
     p.grad_accum_steps = 1;
     p.optim_state_dtype = ZERO_DTYPE_FP32;
+    p.freeze_step = 100000;
     p.reduce_bucket_bytes = (size_t)INT_MAX; /* DeepSpeed: 5e8 elements = 2e9 bytes */
     p.overlap_comm = 1;
     p.prefetch_bucket_elems = 50000000;
@@ -233,6 +234,24 @@ static zero_status_t check_params(const zero_engine_params_t *p) {
                            "memory; expected device none or cpu)",
                            p->offload_optimizer.device == ZERO_OFFLOAD_NVME ? "offload_optimizer"
                                                                             : "offload_param");
+    if (p->onebit) {
+        const char *why = p->stage != 0                         ? "zero_optimization.stage is not 0"
+                          : p->compute_dtype == ZERO_DTYPE_FP16 ? "fp16.enabled is true"
+                          : p->optim_state_dtype != ZERO_DTYPE_FP32
+                              ? "optimizer.params.state_dtype is not fp32"
+                          : p->offload_optimizer.device != ZERO_OFFLOAD_NONE
+                              ? "zero_optimization.offload_optimizer.device is not none"
+                          : p->offload_param.device != ZERO_OFFLOAD_NONE
+                              ? "zero_optimization.offload_param.device is not none"
+                          : p->freeze_step < 0 ? "optimizer.params.freeze_step is negative"
+                                               : NULL;
+        if (why)
+            return zero__error(ZERO_ERR_CONFIG,
+                               "optimizer.type OneBitAdam (1-bit Adam) cannot run: %s (stage %d; "
+                               "expected stage 0 with bf16 or fp32, fp32 states, no offload, "
+                               "freeze_step >= 0; DeepSpeed refuses 1-bit Adam with ZeRO too)",
+                               why, p->stage);
+    }
     if (p->grad_accum_steps < 1)
         return zero__error(ZERO_ERR_CONFIG,
                            "gradient accumulation steps %d is invalid (expected >= 1)",

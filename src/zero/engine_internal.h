@@ -133,6 +133,7 @@ typedef struct zero__unit {
 
     float *m, *v;        /* Adam moments: P_u (stage 0) or S_u elements; NULL with 8-bit states */
     struct zero__q8 *q8; /* 8-bit Adam states (q8state.c) instead of m and v; else NULL */
+    struct zero__onebit *ob; /* 1-bit Adam's error feedback (onebit.c); else NULL */
 
     /* offload_optimizer.overlap_step (step.c, eng->overlap): grads_done calls and reduced
      * gradients landed in the accumulator this step; early: 1 its last micro-step's gradient
@@ -452,6 +453,37 @@ uint64_t zero__q8_unit_bytes(const zero__unit_t *un); /* what it holds now (stag
 zero_status_t zero__q8_update(zero_engine_t *eng, int unit, size_t base, size_t span, float *master,
                               void *lp, void *g, zero_dtype_t gdt, float gscale, int zero_g,
                               float lr, int64_t tstep);
+/* onebit.c: DeepSpeed's 1-bit Adam (params.onebit; engine.h). */
+/* The compression stage: steps after the first freeze_step. During backward and before the
+ * step's count moves (eng->step completed steps) a unit of more than one rank then keeps its
+ * gradient local in its working buffer, summed over micro-steps, unreduced. */
+static inline int zero__onebit_local(const zero_engine_t *eng, const zero__unit_t *un) {
+    return eng->params.onebit && un->grp->size > 1 && eng->step >= eng->params.freeze_step;
+}
+/* A tensor of n elements padded as DeepSpeed pads it for N ranks: to N x lcm(N, 8). */
+size_t zero__onebit_padded(size_t n, int N);
+/* Bytes of one rank's block in either phase of the compressed all-reduce of n (padded)
+ * elements over N ranks: its fp32 scale and n / N sign bits. */
+size_t zero__onebit_block_bytes(size_t n, int N);
+/* Bytes of unit un's error buffers and scratch by its tensors' counts (the theory; 0 for a unit
+ * of one rank or without 1-bit Adam), and what it holds. */
+uint64_t zero__onebit_theory_bytes(const zero_engine_t *eng, const zero__unit_t *un);
+uint64_t zero__onebit_unit_bytes(const zero__unit_t *un);
+/* Bytes this rank sends (inter: to other nodes) in unit un's compressed all-reduces of a step. */
+uint64_t zero__onebit_comm_bytes(const zero_engine_t *eng, const zero__unit_t *un, int inter);
+zero_status_t zero__onebit_alloc(zero_engine_t *eng, zero__unit_t *un);
+void zero__onebit_free(zero__unit_t *un);
+/* The worker side of one compressed all-reduce: x += err, the RMS scale s = |x|_2 / sqrt(n)
+ * (float64 sum in index order, rounded once), bit i of signs (LSB first) = x_i >= 0 (sign(0) =
+ * +1), err = x - s sign(x). Returns s. n a multiple of 8. */
+float zero__onebit_compress(float *x, float *err, size_t n, uint8_t *signs);
+/* The step of unit `unit` in the compression stage (tstep > freeze_step): per tensor, m from
+ * the gradient g (gdt, scaled by gscale; zeroed), m averaged by the compressed all-reduce over
+ * the unit's group (one rank: kept), then the update with the frozen v into the master and, with
+ * 16-bit compute, the parameters (onebit.c). */
+zero_status_t zero__onebit_update(zero_engine_t *eng, int unit, void *g, zero_dtype_t gdt,
+                                  float gscale, float lr, int64_t tstep);
+
 /* zero_engine_state_read (out) / write (in) of m or v, [offset, offset + count) inside the held
  * range: reads dequantize, writes are staged in fp32 and quantized at the unit's next update or
  * read, so that a checkpoint's states come back exactly (q8state.c). */

@@ -34,6 +34,7 @@ void zero__unit_free_buffers(zero__unit_t *un) {
     zero_mem_free(un->m);
     zero_mem_free(un->v);
     zero__q8_free(un);
+    zero__onebit_free(un);
     free(un->tensors);
     free(un->tensor_names);
     free(un->offsets);
@@ -266,6 +267,7 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
     u->v = zero_mem_calloc(mem, ZERO_MEM_OPTIM,
                            mcount * zero__optim_states[ZERO_ENGINE_STATE_ADAM_V].esize, 64);
     if (!u->m || !u->v) goto fail;
+    if (zero__onebit_alloc(eng, u)) goto fail;
     return ZERO_OK;
 fail:
     return zero__error(ZERO_ERR_OUT_OF_MEMORY,

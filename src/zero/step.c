@@ -183,7 +183,13 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
     size_t gsize = u->pending ? eng->ce : eng->ae;
     size_t base = lo, span = S;
     int zero_g = 1;
-    u->pending = 0; /* the pass zeroes work */
+    u->pending = 0;                                     /* the pass zeroes work */
+    if (p->onebit && tstep > p->freeze_step) {          /* 1-bit Adam's compression stage */
+        if (N > 1) g = u->work, gdt = p->compute_dtype; /* the local gradient */
+        zero_status_t st = zero__onebit_update(eng, unit, g, gdt, gscale, lr, tstep);
+        if (st) return comm_fail(eng, st, "1-bit Adam's compressed all-reduce");
+        return ZERO_OK;
+    }
     if (!eng->pol.shard_optim) {
         /* Stage 0 keeps whole moments: gather the reduced gradient and update all. fp32 uses the
          * model's working buffer (zeroed by the pass); 16-bit compute a pooled
@@ -326,6 +332,10 @@ static void unit_sumsq(zero_engine_t *eng, const zero__unit_t *u, double *f, zer
      * values, the same sum) */
     const void *g = u->pending ? u->work : u->acc;
     const zero_dtype_t dt = u->pending ? p->compute_dtype : p->grad_accum_dtype;
+    if (zero__onebit_local(eng, u)) { /* the local gradient, whole (onebit.c) */
+        *f += zero__sumsq_dt(eng, u->work, u->padded_count, p->compute_dtype);
+        return;
+    }
     if (u->goff && !u->pending) { /* taken when written; zero if never written */
         if (!u->acc_on_disk) return;
         if (u->exact)
@@ -635,6 +645,10 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
      * with the clip factor (fp32 and bf16: the scale is 1, so this is the plain mean). */
     const double avg = 1.0 / ((double)eng->world * (double)p->grad_accum_steps) / ls.used_scale;
     double norm = sqrt(sumsq) * avg;
+    /* 1-bit Adam's compression stage: each rank's own gradient, unreduced, is what the step
+     * scales; the norm clipped against is the quadratic mean of the ranks' local norms */
+    const int local = p->onebit && eng->step >= p->freeze_step && eng->world > 1;
+    if (local) norm *= sqrt((double)eng->world);
     zero_step_stats_t ss;
     memset(&ss, 0, sizeof ss);
     ss.lr = zero_engine_lr_at(eng, eng->step);
@@ -643,6 +657,10 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
         ss.grad_norm = isfinite(norm) ? norm : -1.0;
         ss.skipped = 1;
         eng->loco_reset = 1; /* LoCo: an inf/NaN may sit in the error buffers */
+        for (int i = 0; i < eng->unit_count; i++) /* 1-bit Adam: the local gradients */
+            if (zero__onebit_local(eng, &eng->units[i]))
+                zero__zero(eng->units[i].work, eng->units[i].padded_count * eng->ce / sizeof(float),
+                           p->threads);
         if (eng->rank == 0) {
             zero_loss_scaler_state_t lst;
             zero_loss_scaler_get_state(eng->scaler, &lst);
@@ -656,7 +674,7 @@ zero_status_t zero_engine_step(zero_engine_t *eng, zero_step_stats_t *stats) {
         }
     } else {
         ss.grad_norm = norm;
-        double scale = avg;
+        double scale = local ? avg * eng->world : avg;
         if (p->grad_clip > 0.0f && norm > p->grad_clip) {
             scale *= p->grad_clip / norm;
             ss.clipped = 1;

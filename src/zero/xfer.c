@@ -361,6 +361,10 @@ static uint64_t control_bytes(const zero_engine_t *eng) {
  * W_u = zero__q4_bytes(S_u) (qgz.h; the bytes are linear in W, each unit being its own segment of a
  * bucket),
  *            + stage 0: AG(g_u, S_u, a) (the reduced gradient all-gathered)
+ *            or in 1-bit Adam's compression stage (params.onebit, the last step after
+ *            freeze_step) instead of both, per tensor t of a unit of more than one rank,
+ *            A2A(g_u, k_t bytes) + AG(g_u, k_t bytes), k_t = 4 + n_t / n_u / 8, n_t the tensor
+ *            padded to n_u lcm(n_u, 8) (onebit.c: [scale][sign bits] per chunk)
  *   params   stage 3: AG(g_u, w_u bytes) per fetch window of a non-persistent unit (a fetch
  *            with the unit not held: twice per micro-step for a forward + backward use), where
  *            w_u = c S_u, or with qwZ (n_u > 1) the quantized shard S_u + 4 ceil(S_u / 256); +
@@ -405,6 +409,13 @@ static void theory(const zero_engine_t *eng, int inter, uint64_t out[ZERO_XFER_K
         ag = inter ? eng->xfer.last_gather_inter_bytes : eng->xfer.last_gather_bytes;
     }
     out[ZERO_XFER_GRADS] = rs + (pol.shard_optim ? 0 : after);
+    /* 1-bit Adam's compression stage (the last step was in it): no reduction, the compressed
+     * all-reduces of m instead (onebit.c) */
+    if (eng->params.onebit && eng->step > eng->params.freeze_step) {
+        out[ZERO_XFER_GRADS] = 0;
+        for (int i = 0; i < eng->unit_count; i++)
+            out[ZERO_XFER_GRADS] += zero__onebit_comm_bytes(eng, &eng->units[i], inter);
+    }
     out[ZERO_XFER_PARAMS] = ag + (pol.shard_optim ? after : 0);
     /* + with swapped optimizer states, the step's 4-byte I/O agreement (step.c) */
     const zero__group_t *w = &eng->groups[0];

@@ -578,6 +578,53 @@ static void test_state_dtype(void) {
           "AdamW8bit with offload_optimizer cpu: %s", zero_last_error());
 }
 
+/* 1-bit Adam: optimizer.type OneBitAdam and freeze_step into the engine's parameters, DeepSpeed's
+ * ignored keys accepted, the combinations it cannot run with refused naming key and value. */
+static void test_onebit(void) {
+    zero_train_config_t c;
+    zero_engine_params_t ep;
+    CHECK(parse_check(&c, "{\"optimizer\": {\"type\": \"OneBitAdam\"}}", 1) == ZERO_OK &&
+              zero__train_config_engine_params(&c, &ep) == ZERO_OK && ep.onebit == 1 &&
+              ep.freeze_step == 100000,
+          "OneBitAdam default freeze_step: %s", zero_last_error());
+    CHECK(parse_check(&c,
+                      "{\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {\"lr\": 1e-3, "
+                      "\"freeze_step\": 400, \"cuda_aware\": false, \"comm_backend_name\": "
+                      "\"nccl\"}}}",
+                      1) == ZERO_OK &&
+              zero__train_config_engine_params(&c, &ep) == ZERO_OK && ep.onebit == 1 &&
+              ep.freeze_step == 400 && ep.lr == 1e-3f,
+          "OneBitAdam freeze_step 400: %s", zero_last_error());
+    CHECK(parse_check(&c, "{}", 1) == ZERO_OK &&
+              zero__train_config_engine_params(&c, &ep) == ZERO_OK && ep.onebit == 0,
+          "AdamW: no 1-bit");
+    zero_status_t st = parse_check(
+        &c, "{\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {\"freeze_step\": -1}}}", 1);
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "optimizer.params.freeze_step"),
+          "freeze_step -1: '%s'", zero_last_error());
+    static const char *bad[][2] = {
+        {"\"zero_optimization\": {\"stage\": 1}", "zero_optimization.stage = 1"},
+        {"\"zero_optimization\": {\"stage\": 3}", "zero_optimization.stage = 3"},
+        {"\"fp16\": {\"enabled\": true}", "fp16.enabled = true"},
+        {"\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\"}}",
+         "zero_optimization.offload_optimizer.device = cpu"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char json[512];
+        snprintf(json, sizeof json, "{\"optimizer\": {\"type\": \"OneBitAdam\"}, %s}", bad[i][0]);
+        st = parse_check(&c, json, 1);
+        CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), bad[i][1]) &&
+                  strstr(zero_last_error(), "OneBitAdam"),
+              "OneBitAdam with %s: '%s'", bad[i][0], zero_last_error());
+    }
+    st = parse_check(&c,
+                     "{\"optimizer\": {\"type\": \"OneBitAdam\", \"params\": {\"state_dtype\": "
+                     "\"int8\"}}}",
+                     1);
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "optimizer.params.state_dtype = int8"),
+          "OneBitAdam with int8 states: '%s'", zero_last_error());
+}
+
 /* The legacy boolean form of zero_optimization in DeepSpeed's older examples. */
 static void test_legacy_zero(void) {
     zero_train_config_t c;
@@ -924,6 +971,7 @@ int main(int argc, char **argv) {
     test_legacy_zero();
     test_mixed_precision();
     test_state_dtype();
+    test_onebit();
     test_machine_threads();
     test_absent_keys();
     test_public_load();

@@ -86,6 +86,8 @@ zero_status_t harness_gpt_rank(zero_comm_t *comm, const run_cfg_t *cfg, rank_res
     p.overlap_comm = !cfg->no_overlap;
     p.grad_accum_dtype = cfg->accum_dtype;
     p.optim_state_dtype = cfg->state_dtype;
+    p.onebit = cfg->onebit;
+    p.freeze_step = cfg->freeze_step;
     if (cfg->fp16_scale_power > 0) p.loss_scaler.initial_scale_power = cfg->fp16_scale_power;
     zero_gpt_config_t gc = {HARNESS_LAYERS, HARNESS_HEADS, HARNESS_DIM,
                             HARNESS_VOCAB,  HARNESS_SEQ,   {0}};

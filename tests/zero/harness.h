@@ -21,6 +21,7 @@ typedef struct run_cfg {
     int fp16_scale_power;
     int no_overlap;           /* 1: overlap_comm off (memset 0: on, the default) */
     zero_dtype_t state_dtype; /* Adam's m and v (memset 0: fp32; ZERO_DTYPE_INT8: 8-bit) */
+    int onebit, freeze_step;  /* 1-bit Adam (stage 0) after freeze_step steps (memset 0: off) */
 } run_cfg_t;
 
 typedef struct rank_result {

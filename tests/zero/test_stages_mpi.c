@@ -4,7 +4,9 @@
  * sum in rank order with one reduction kernel), and identical across stages. The same once more
  * with bf16 compute (accumulation 3): the 16-bit reduce-scatters sum in fp32 in rank order on
  * both backends, so the fp32 master fingerprints agree too. And bf16 with 8-bit Adam states
- * (optimizer_state_dtype int8), whose blocks sit at the same offsets on every stage.
+ * (optimizer_state_dtype int8), whose blocks sit at the same offsets on every stage. And bf16
+ * with 1-bit Adam (stage 0 only) after one warm-up step: its compressed all-reduce is the same
+ * all-to-all and all-gather on both backends.
  */
 #include "harness.h"
 #include "mpi_harness.h"
@@ -16,14 +18,16 @@ int main(void) {
     if (!comm) return 1;
     zero_status_t st;
     const int rank = zero_comm_rank(comm), n = zero_comm_size(comm);
-    for (int c = 0; c < 4; c++) {
+    for (int c = 0; c < 5; c++) {
         const int accum = c == 0 ? 1 : 3;
         const zero_dtype_t dt = c >= 2 ? ZERO_DTYPE_BF16 : ZERO_DTYPE_FP32;
         uint64_t fp_stage0 = 0;
-        for (int stage = 0; stage <= 3; stage++) {
+        for (int stage = 0; stage <= (c == 4 ? 0 : 3); stage++) {
             run_cfg_t cfg = harness_default_cfg(stage, n, accum);
             cfg.dtype = dt;
             if (c == 3) cfg.state_dtype = ZERO_DTYPE_INT8;
+            cfg.onebit = c == 4;
+            cfg.freeze_step = 1;
             rank_result_t mine;
             st = harness_gpt_rank(comm, &cfg, &mine);
             CHECK(st == ZERO_OK, "rank %d stage %d accum %d (mpi): %s", rank, stage, accum,
