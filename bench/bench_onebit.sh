@@ -4,7 +4,11 @@
 # parameters), 2000 steps, bf16 compute, stage 0 (1-bit Adam's only stage) on 2 thread ranks, the
 # same seed and data for every run. Runs: the baseline; 1-bit Adam with freeze_step FREEZE (400:
 # 20% of the steps, the tutorial's 15-25%); and, as a negative control, 1-bit Adam with almost no
-# warm-up (freeze_step CONTROL_FREEZE, 20; with 0, v is zero and the update m / eps diverges). Per run, from rank 0's JSON report: the final validation loss, the model states
+# warm-up (freeze_step CONTROL_FREEZE, 20; with 0, v is zero and the update m / eps diverges).
+# Every run uses Adam betas BETAS (0.9,0.999: DeepSpeed's OneBitAdam default and the paper's): the
+# frozen v must be a long average; with the config's beta2 0.95 it reflects the last ~20 steps, and
+# elements whose recent gradients were tiny get a tiny frozen v, which the 1-bit momentum's one
+# scale per tensor and chunk (+-RMS for every element) turns into huge steps at the switch. Per run, from rank 0's JSON report: the final validation loss, the model states
 # per rank (measured / the engine's theory), the bytes the rank sent in the last step (measured /
 # theory) and the median step time (after 5 warm-up steps). Then the ratio of the validation
 # losses (1-bit / baseline; the issue's bar: within 5%) and of the bytes per step.
@@ -18,8 +22,8 @@
 # error (4 Psi / N) and a scratch of the largest tensor.
 #
 # Usage: bench/bench_onebit.sh [BUILD_DIR]     (default: build)
-# Environment: STEPS (2000), FREEZE (400), RANKS (2), SEED (1337), CONFIG, CONTROL (1: run the
-# control), CONTROL_FREEZE (20), OUT (directory for the raw reports).
+# Environment: STEPS (2000), FREEZE (400), RANKS (2), SEED (1337), CONFIG, BETAS (0.9,0.999),
+# CONTROL (1: run the control), CONTROL_FREEZE (20), OUT (directory for the raw reports).
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
@@ -29,6 +33,7 @@ steps=${STEPS:-2000}
 freeze=${FREEZE:-400}
 ranks=${RANKS:-2}
 seed=${SEED:-1337}
+betas=${BETAS:-0.9,0.999}
 control=${CONTROL:-1}
 control_freeze=${CONTROL_FREEZE:-20}
 out=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/bench_onebit.XXXXXX")}
@@ -38,7 +43,7 @@ python=${PYTHON:-python3}
 mkdir -p "$out"
 cd "$here" || exit 2 # the config's data path is relative to the clone
 common=(train --config "$config" --ranks "$ranks" --stage 0 --dtype bf16 --steps "$steps"
-        --seed "$seed" --no-peak -q)
+        --seed "$seed" --no-peak -q --set "optimizer.params.betas=$betas")
 echo "# bench_onebit: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, raw output in $out"
 echo "# $zero ${common[*]} --set optimizer.type=AdamW|OneBitAdam --set optimizer.params.freeze_step=$freeze|$control_freeze"
 

@@ -1318,12 +1318,14 @@ zero_status_t zero__train_config_check(zero_train_config_t *cfg, int world) {
             key = "zero_optimization.offload_optimizer.device", val = cfg->offload_optimizer;
         else if (strcasecmp(cfg->offload_param, "none"))
             key = "zero_optimization.offload_param.device", val = cfg->offload_param;
+        else if (cfg->model.moe.ep_size > 1)
+            key = "model.moe.ep_size", val = "> 1";
         if (key)
             return zero__error(ZERO_ERR_CONFIG,
                                "optimizer.type = \"OneBitAdam\" cannot be combined with %s = %s "
                                "(1-bit Adam runs at zero_optimization.stage 0 only, as DeepSpeed "
                                "refuses it with ZeRO; expected stage 0, bf16 or fp32, "
-                               "state_dtype fp32 and no offload)",
+                               "state_dtype fp32, no offload and no expert parallelism)",
                                key, val);
     }
     if (zero__train_config_state_dtype(cfg) == ZERO_DTYPE_INT8) {

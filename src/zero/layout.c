@@ -316,6 +316,11 @@ zero_status_t zero_engine_set_unit_slots(zero_engine_t *eng, int u, int slots) {
                            "its expert-parallel block%s)",
                            u, un->name, slots, copies,
                            copies == 1 ? "; a unit with one copy takes 1" : "");
+    if (slots > 1 && eng->params.onebit)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "zero_engine_set_unit_slots: unit %d '%s': optimizer.type OneBitAdam "
+                           "(1-bit Adam) takes one slot (expected model.moe.ep_size 1)",
+                           u, un->name);
     if (eng->event_count > 0 || eng->xfer.have_last)
         return zero__error(ZERO_ERR_INVALID_ARG,
                            "zero_engine_set_unit_slots: unit %d '%s': slots set after training "
@@ -372,6 +377,12 @@ static zero_status_t add_unit(zero_engine_t *eng, int group, const char *name,
                            "zero_engine_add_unit: engine, name and at least one tensor are "
                            "required (got %d tensors)",
                            count);
+    /* its mean over a smaller group is not the world's (onebit.c averages over the group) */
+    if (eng->params.onebit && group != 0)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "unit '%s' in partition group %d: optimizer.type OneBitAdam (1-bit "
+                           "Adam) takes units of the world only (expected model.moe.ep_size 1)",
+                           name, group);
     if (strlen(name) >= ZERO__NAME_MAX_LEN)
         return zero__error(ZERO_ERR_INVALID_ARG, "unit name '%s' is longer than %d characters",
                            name, ZERO__NAME_MAX_LEN - 1);

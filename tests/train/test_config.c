@@ -608,11 +608,12 @@ static void test_onebit(void) {
         {"\"fp16\": {\"enabled\": true}", "fp16.enabled = true"},
         {"\"zero_optimization\": {\"offload_optimizer\": {\"device\": \"cpu\"}}",
          "zero_optimization.offload_optimizer.device = cpu"},
+        {"\"model\": {\"moe\": {\"experts\": 4, \"ep_size\": 2}}", "model.moe.ep_size"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char json[512];
         snprintf(json, sizeof json, "{\"optimizer\": {\"type\": \"OneBitAdam\"}, %s}", bad[i][0]);
-        st = parse_check(&c, json, 1);
+        st = parse_check(&c, json, 2); /* 2 ranks: ep_size 2 divides them */
         CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), bad[i][1]) &&
                   strstr(zero_last_error(), "OneBitAdam"),
               "OneBitAdam with %s: '%s'", bad[i][0], zero_last_error());

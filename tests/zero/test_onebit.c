@@ -304,6 +304,19 @@ static void refusals(void) {
     p = params(NULL, 1);
     p.offload_optimizer.device = ZERO_OFFLOAD_CPU;
     refused("offload", p, "offload_optimizer");
+    /* a unit of a smaller partition group (expert parallelism) */
+    p = params(NULL, 1);
+    zero_engine_t *eng = NULL;
+    int grp = -1;
+    CHECK(zero_engine_init(&eng, &p) == ZERO_OK && zero_engine_add_group(eng, 0, &grp) == ZERO_OK,
+          "engine with a group: %s", zero_last_error());
+    zero_tensor_desc_t t = {"w", 1, {64}, 0, ZERO_INIT_ZEROS, 0.0f};
+    const zero_status_t st =
+        grp > 0 ? zero_engine_add_unit_in(eng, grp, "e", &t, 1, NULL) : ZERO_ERR_INVALID_ARG;
+    CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "OneBitAdam") &&
+              strstr(zero_last_error(), "ep_size"),
+          "unit in group %d: status %d, '%s'", grp, st, zero_last_error());
+    zero_engine_free(eng);
 }
 
 int main(void) {
