@@ -33,7 +33,7 @@
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 
 /* The dot product of C bf16 elements of x and w. */
-TARGET static float dot(const uint16_t *x, const uint16_t *w, size_t C) {
+TARGET static float dot_avx512bf16(const uint16_t *x, const uint16_t *w, size_t C) {
     __m512 acc = _mm512_setzero_ps();
     size_t k = 0;
     for (; k + 32 <= C; k += 32)
@@ -52,7 +52,7 @@ static void features(void *out, zero_dtype_t out_dtype, const uint16_t *inp, con
     for (size_t o = o0; o < o1; o++) {
         const float b = bias ? zero_bf16_to_fp32(bias[o]) : 0.0f;
         for (size_t r = 0; r < rows; r++) {
-            const float v = dot(inp + r * C, w + o * C, C) + b;
+            const float v = dot_avx512bf16(inp + r * C, w + o * C, C) + b;
             if (out_dtype == ZERO_DTYPE_FP32)
                 ((float *)out)[r * OC + o] = v;
             else
