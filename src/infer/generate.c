@@ -93,7 +93,7 @@ struct zero_generator {
     void *act;
     void *x, *ln, *atty, *res2, *qkv, *fch, *last; /* (rows, ...) in dt */
     float *mean, *rstd, *logits, *scratch;         /* fp32 */
-    void *wrow;   /* (threads, 4C) bytes: the quantized matmuls' unpacked int4 rows */
+    void *wrow;   /* the quantized matmuls' scratch (int4 rows unpacked, activations in int16) */
     int32_t *tok; /* (rows) the chunk's tokens, contiguous */
 };
 
@@ -495,7 +495,8 @@ static size_t carve_buffers(zero_generator_t *g, char *base) {
     zero__carve(base, &off, R, f, &g->rstd);
     zero__carve(base, &off, B * V, f, &g->logits);
     zero__carve(base, &off, scratch, f, &g->scratch);
-    zero__carve(base, &off, g->wbits ? (size_t)g->threads * 4 * C : 0, 1, &g->wrow);
+    zero__carve(base, &off, g->wbits ? zero__matmul_q_scratch_bytes(R, 4 * C, g->threads) : 0, 1,
+                &g->wrow);
     zero__carve(base, &off, R, sizeof(int32_t), &g->tok);
     return off;
 }

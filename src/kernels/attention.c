@@ -261,6 +261,55 @@ __attribute__((target("avx2,fma"))) static void softmax_row_avx2(float *p, size_
 /* Lanes l < k set (k <= 16). */
 static inline __mmask16 lanes_below(size_t k) { return (__mmask16)((1u << k) - 1u); }
 
+/* tile_edge with AVX-512 intrinsics: mr (a constant after inlining) rows of two 16-lane
+ * accumulators, b read through masks beyond nr. The same sums in the same order as tile_body,
+ * and its edge store (alpha · acc + 0 or + c), so the same bits. Decoding's single query row
+ * takes this path: the scalar edge tile was a quarter of a decode step at a few hundred keys. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+tile_avx512_edge_rows(float *c, size_t ldc, float alpha, int add, const float *a, size_t ai,
+                      size_t ak, const float *b, size_t ldb, size_t kn, const size_t mr,
+                      size_t nr) {
+    const __mmask16 m0 = lanes_below(ZERO_MIN(nr, (size_t)16));
+    const __mmask16 m1 = nr > 16 ? lanes_below(nr - 16) : 0;
+    __m512 acc[MR][2];
+    for (size_t i = 0; i < mr; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (size_t k = 0; k < kn; k++) {
+        const float *ap = a + k * ak, *bk = b + k * ldb;
+        const __m512 b0 = _mm512_maskz_loadu_ps(m0, bk), b1 = _mm512_maskz_loadu_ps(m1, bk + 16);
+        for (size_t i = 0; i < mr; i++) {
+            const __m512 x = _mm512_set1_ps(ap[i * ai]);
+            acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
+        }
+    }
+    const __m512 va = _mm512_set1_ps(alpha);
+    for (size_t i = 0; i < mr; i++) {
+        float *ci = c + i * ldc;
+        const __m512 c0 = add ? _mm512_maskz_loadu_ps(m0, ci) : _mm512_setzero_ps();
+        const __m512 c1 = add ? _mm512_maskz_loadu_ps(m1, ci + 16) : _mm512_setzero_ps();
+        _mm512_mask_storeu_ps(ci, m0, _mm512_add_ps(_mm512_mul_ps(va, acc[i][0]), c0));
+        _mm512_mask_storeu_ps(ci + 16, m1, _mm512_add_ps(_mm512_mul_ps(va, acc[i][1]), c1));
+    }
+}
+
+__attribute__((target("avx512f"))) static void
+tile_avx512_edge(float *c, size_t ldc, float alpha, int add, const float *a, size_t ai, size_t ak,
+                 const float *b, size_t ldb, size_t kn, size_t mr, size_t nr) {
+    switch (mr) {
+#define EDGE_ROWS(n)                                                                               \
+    case n: tile_avx512_edge_rows(c, ldc, alpha, add, a, ai, ak, b, ldb, kn, n, nr); break;
+        EDGE_ROWS(1)
+        EDGE_ROWS(2)
+        EDGE_ROWS(3)
+        EDGE_ROWS(4)
+        EDGE_ROWS(5)
+        EDGE_ROWS(6)
+        EDGE_ROWS(7)
+        EDGE_ROWS(8)
+#undef EDGE_ROWS
+    }
+}
+
 /* Backward row: d[s] = p[s] (d[s] - Σ_{u<=t} p[u] d[u]) and pc[s] = p[s] for s <= t; d and pc
  * zero on (t, n). Reads p only at s <= t. */
 __attribute__((target("avx512f"))) static void
@@ -299,9 +348,15 @@ static void tile(float *c, size_t ldc, float alpha, int add, const float *a, siz
         }
 #endif
         tile_full(c, ldc, alpha, add, a, ai, ak, b, ldb, kn);
-    } else {
-        tile_edge(c, ldc, alpha, add, a, ai, ak, b, ldb, kn, mr, nr);
+        return;
     }
+#ifdef HAVE_X86
+    if (use_avx512()) {
+        tile_avx512_edge(c, ldc, alpha, add, a, ai, ak, b, ldb, kn, mr, nr);
+        return;
+    }
+#endif
+    tile_edge(c, ldc, alpha, add, a, ai, ak, b, ldb, kn, mr, nr);
 }
 
 /* End (exclusive) of the columns `scores` writes in row t of block [r0, r1): the key panels up to

@@ -91,11 +91,14 @@ static inline size_t zero__q_row_bytes(int bits, size_t C, size_t group) {
 
 /* out (rows, OC) = inp (rows, C) @ W^T + bias (OC, may be NULL), fp32, where W (OC, C) is stored
  * quantized row by row: row o is the wire of its C elements (groups of `group` along C, bits 8
- * or 4) at wq + o * zero__q_row_bytes(bits, C, group). A fused dot product converts the weights
- * in registers, up to 4 input rows per pass over a weight row, and applies each group's scale
- * once; the order of its sums is fixed (matmul_q.c), so the result is bitwise independent of
- * `threads`, of the other rows and of the ISA level. It equals dequantizing W and an fp32
- * matmul up to that order. scratch: threads x C bytes (int4 rows are unpacked there). */
+ * or 4) at wq + o * zero__q_row_bytes(bits, C, group). Each input row is rounded to int16 with
+ * one scale (sx = max|x| / 32767), the dot products run in exact integers per group, and each
+ * group's scale is applied once (matmul_q.c gives the order); so the result is bitwise
+ * independent of `threads`, of the other rows and of the ISA level, and within
+ * sum_i |q_i s_g(i)| sx / 2 (the activations' rounding) plus the float sums' rounding of
+ * dequantizing W and an fp32 matmul. A row holding an inf or a NaN gives NaN outputs.
+ * scratch: zero__matmul_q_scratch_bytes(rows, C, threads) bytes, 64-byte aligned. */
+size_t zero__matmul_q_scratch_bytes(size_t rows, size_t C, int threads);
 void zero__matmul_forward_q(float *out, const float *inp, const void *wq, int bits, size_t group,
                             const float *bias, size_t rows, size_t C, size_t OC, void *scratch,
                             int threads);

@@ -16,8 +16,9 @@
  * values read back nibble by nibble, dequantize and dequantize-add against q s, the bound
  * |x - q s| <= s / 2, sizes 0, 1, 2, 3, 255 .. 257, 511, 1000, 1000003, 1e6 + 3 (odd, short and
  * empty blocks), the same edge cases.
- * The matmul on group-quantized weight rows (matmul_q.c): against a dequantize-then-matmul twin
- * in double and against the unquantized weights within the bound the group scales give.
+ * The matmul on group-quantized weight rows (matmul_q.c): bitwise its documented order, against
+ * a dequantize-then-matmul twin in double within the activations' int16 rounding and against
+ * the unquantized weights within that plus the bound the group scales give.
  */
 #include "check.h"
 #include "core/core_internal.h"
@@ -380,41 +381,46 @@ static float scale_at(const unsigned char *wire, size_t g) {
     return s;
 }
 
-/* The documented order of zero__matmul_forward_q (matmul_q.c's file comment), re-derived: per
- * group, element lo + i (below the last multiple of 16) into chain (i / 16) % 4, lane i % 16;
- * A = fma(s, (P0 + P1) + (P2 + P3), A); the rest one by one into t, T = fma(s, t, T); then
- * bias + (the lanes in a tree of 8, 4, 2, 1 + T). q: the row's int8 values (int4 unpacked). */
+/* The documented order of zero__matmul_forward_q (matmul_q.c's file comment), re-derived: the
+ * row rounded to int16 with sx = max|x| / 32767; per group, 16 int32 lanes, element lo + i into
+ * lane (i % 32) / 2; A = fma(s, (float)D, A); then fma(sx, the lanes in a tree of 8, 4, 2, 1,
+ * bias). q: the row's int8 values (int4 unpacked). Returns sx through *sxp. */
 static float documented_order(const float *x, const int8_t *q, const unsigned char *wire, size_t C,
-                              size_t G, float bias) {
-    float A[16] = {0}, T = 0.0f;
+                              size_t G, float bias, float *sxp) {
+    float a = 0.0f;
+    for (size_t i = 0; i < C; i++) a = fabsf(x[i]) > a ? fabsf(x[i]) : a;
+    const float m = 32767.0f / a, sx = a / 32767.0f;
+    float A[16] = {0};
     for (size_t lo = 0, g = 0; lo < C; lo += G, g++) {
-        const size_t n = C - lo < G ? C - lo : G, full = n / 16 * 16;
-        const float s = scale_at(wire, g);
-        float P[4][16] = {{0}}, t = 0.0f;
-        for (size_t i = 0; i < full; i++)
-            P[(i / 16) % 4][i % 16] = fmaf(x[lo + i], (float)q[lo + i], P[(i / 16) % 4][i % 16]);
-        for (int j = 0; j < 16; j++)
-            A[j] = fmaf(s, (P[0][j] + P[1][j]) + (P[2][j] + P[3][j]), A[j]);
-        for (size_t i = full; i < n; i++) t = fmaf(x[lo + i], (float)q[lo + i], t);
-        if (full < n) T = fmaf(s, t, T);
+        const size_t n = C - lo < G ? C - lo : G;
+        int32_t D[16] = {0};
+        for (size_t i = 0; i < n; i++) {
+            const long xq = lrintf(x[lo + i] * m);
+            CHECK(labs(xq) <= 32767, "x' %ld out of int16", xq);
+            D[(i % 32) / 2] += (int32_t)xq * q[lo + i];
+        }
+        for (int j = 0; j < 16; j++) A[j] = fmaf(scale_at(wire, g), (float)D[j], A[j]);
     }
     for (int w = 8; w > 0; w /= 2)
         for (int j = 0; j < w; j++) A[j] += A[j + w];
-    return bias + (A[0] + T);
+    *sxp = sx;
+    return fmaf(sx, A[0], bias);
 }
 
 /* zero__matmul_forward_q against (1) the naive twin: every row dequantized (the _g round trip,
  * itself checked bitwise above for G = 256 and here against q s per group), then a double
- * matmul: within 1e-5 relative of sum |x w'|; (2) the original fp32 weights: within the bound
- * sum_i |x_i| s_{g(i)} / 2 from the group scales (plus 1e-5 relative for the sums). Shapes with
- * C not a multiple of G (a short last group), 1 and 5 rows, 1 and 2 threads (bitwise equal);
- * (3) bitwise, the documented order re-derived in scalar code: the AVX-512 path here, and the
- * portable one in the test_quant_baseline run (ZERO_ISA=baseline). */
+ * matmul: within sum_i |w'_i| sx / 2 (the activations' rounding to int16) plus 1e-5 relative of
+ * sum |x w'|; (2) the original fp32 weights: within that plus the bound sum_i |x_i| s_g(i) / 2
+ * from the group scales; (3) bitwise, the documented order re-derived in scalar code: the
+ * AVX-512 path here, and the portable one in the test_quant_baseline run (ZERO_ISA=baseline).
+ * Shapes with C not a multiple of G or of 32 (short last groups and chunks), 1 and 5 rows, 1 and
+ * 2 threads (bitwise equal). Then rows of zeros (zero dot products: the bias) and rows with an
+ * inf or a NaN (NaN outputs, the other rows untouched). */
 static void matmul_q(void) {
     const struct {
         size_t rows, C, OC, G;
-    } shapes[] = {{1, 64, 48, 64},   {5, 64, 48, 32},    {1, 100, 33, 48},
-                  {5, 256, 130, 64}, {3, 768, 200, 128}, {2, 6, 5, 2}};
+    } shapes[] = {{1, 64, 48, 64},    {5, 64, 48, 32}, {1, 100, 33, 48},   {5, 256, 130, 64},
+                  {3, 768, 200, 128}, {2, 6, 5, 2},    {4, 1030, 17, 1024}};
     for (int bits = 8; bits >= 4; bits -= 4)
         for (size_t k = 0; k < ZERO_ARRAY_LEN(shapes); k++) {
             const size_t R = shapes[k].rows, C = shapes[k].C, OC = shapes[k].OC, G = shapes[k].G;
@@ -423,7 +429,7 @@ static void matmul_q(void) {
             float *w = xmalloc(OC * C * sizeof *w), *wd = xmalloc(OC * C * sizeof *wd);
             float *x = xmalloc(R * C * sizeof *x), *bias = xmalloc(OC * sizeof *bias);
             float *out = xmalloc(R * OC * sizeof *out), *out2 = xmalloc(R * OC * sizeof *out2);
-            float *scratch = xmalloc(2 * C * sizeof *scratch);
+            void *scratch = xmalloc(zero__matmul_q_scratch_bytes(R, C, 2));
             unsigned char *wq = xmalloc(OC * rb);
             for (size_t i = 0; i < OC * C; i++) w[i] = frand();
             for (size_t i = 0; i < R * C; i++) x[i] = frand();
@@ -456,29 +462,53 @@ static void matmul_q(void) {
                   bits, R, C, OC, G);
             for (size_t r = 0; r < R; r++)
                 for (size_t o = 0; o < OC; o++) {
-                    double twin = bias[o], mag = fabs(bias[o]), exact = bias[o], bound = 0;
+                    float sx;
+                    const float want =
+                        documented_order(x + r * C, qv + o * C, wq + o * rb, C, G, bias[o], &sx);
+                    double twin = bias[o], mag = fabs(bias[o]), exact = bias[o], wbound = 0,
+                           xbound = 0;
                     for (size_t i = 0; i < C; i++) {
                         twin += (double)x[r * C + i] * wd[o * C + i];
                         exact += (double)x[r * C + i] * w[o * C + i];
                         mag += fabs((double)x[r * C + i] * wd[o * C + i]);
-                        bound += fabs((double)x[r * C + i]) * scale_at(wq + o * rb, i / G) / 2;
+                        wbound += fabs((double)x[r * C + i]) * scale_at(wq + o * rb, i / G) / 2;
+                        xbound += fabs((double)wd[o * C + i]) * sx / 2;
                     }
                     const double got = out[r * OC + o];
-                    const float want =
-                        documented_order(x + r * C, qv + o * C, wq + o * rb, C, G, bias[o]);
                     if (memcmp(&want, &out[r * OC + o], sizeof want)) bad_order++;
-                    if (fabs(got - twin) > 1e-5 * mag) bad_twin++;
-                    if (fabs(got - exact) > bound * (1 + 1e-5) + 1e-5 * mag) bad_bound++;
+                    if (fabs(got - twin) > xbound * (1 + 1e-5) + 1e-5 * mag) bad_twin++;
+                    if (fabs(got - exact) > (wbound + xbound) * (1 + 1e-5) + 1e-5 * mag)
+                        bad_bound++;
                 }
             CHECK(!bad_order,
                   "int%d %zux%zux%zu G %zu (%s): %zu outputs not bitwise the documented "
                   "order",
                   bits, R, C, OC, G, zero__isa_name(zero__isa_selected()), bad_order);
-            free(qv);
             CHECK(!bad_deq && !bad_twin && !bad_bound,
                   "int%d %zux%zux%zu G %zu: %zu weights off their group's grid, %zu outputs off "
                   "the dequantize-then-matmul twin, %zu beyond the group-scale bound",
                   bits, R, C, OC, G, bad_deq, bad_twin, bad_bound);
+            /* row 0 all zeros: the bias exactly; row 1 (if any) with an inf, row 2 a NaN: NaN
+             * outputs there, and the other rows' outputs unchanged */
+            for (size_t i = 0; i < C; i++) x[i] = 0.0f;
+            if (R > 2) x[C + C / 2] = INFINITY, x[2 * C + C - 1] = NAN;
+            zero__matmul_forward_q(out2, x, wq, bits, G, bias, R, C, OC, scratch, 2);
+            size_t bad_zero = 0, bad_nan = 0, bad_rest = 0;
+            for (size_t r = 0; r < R; r++)
+                for (size_t o = 0; o < OC; o++) {
+                    const float v = out2[r * OC + o];
+                    if (r == 0)
+                        bad_zero += memcmp(&v, &bias[o], sizeof v) != 0;
+                    else if (R > 2 && r <= 2)
+                        bad_nan += !isnan(v);
+                    else
+                        bad_rest += memcmp(&v, &out[r * OC + o], sizeof v) != 0;
+                }
+            CHECK(!bad_zero && !bad_nan && !bad_rest,
+                  "int%d %zux%zux%zu G %zu: %zu outputs of a zero row not the bias, %zu of a "
+                  "row with inf / NaN not NaN, %zu of other rows changed",
+                  bits, R, C, OC, G, bad_zero, bad_nan, bad_rest);
+            free(qv);
             free(w);
             free(wd);
             free(x);
