@@ -16,7 +16,9 @@
  * tokens, so the working buffers are batch x CHUNK rows whatever the context. bf16: the
  * training model's 16-bit I/O kernels (kernels_lp.h) on bf16 weights, activations and cache,
  * fp32 logits, as gpt.c runs them, except that a matmul of at most ZERO__GEMV_ROWS rows (a
- * decode step of a small batch) runs on zero__gemv_bf16 where the CPU has AVX512-BF16.
+ * decode step of a small batch) runs on zero__gemv_bf16 where the CPU has AVX512-BF16; fp32
+ * matmuls of at most ZERO__GEMV_FP32_ROWS rows on zero__gemv_fp32 (the GEMM library packs the
+ * weights per call, more than a small batch's product costs).
  * Quantized weights (weight_bits 8 or 4): the units are stored tensor by tensor (each at a
  * multiple of 64 bytes), the matrices (is_quantized) as one quant.c wire per row, quantized as
  * the loaders deliver them (row by row, so the fp32 model is never held whole), and read by
@@ -645,9 +647,10 @@ static void k_matmul(const zero_generator_t *g, void *out, const void *inp, cons
     if (g->wbits)
         zero__matmul_forward_q(out, inp, w, g->wbits, g->group, bias, rows, C, OC, g->wrow,
                                g->threads);
-    else if (!LP)
-        zero__matmul_forward(out, inp, w, bias, rows, C, OC, g->threads);
-    else if (!zero__gemv_bf16(out, g->dt, inp, w, bias, rows, C, OC, g->threads))
+    else if (!LP) {
+        if (!zero__gemv_fp32(out, inp, w, bias, rows, C, OC, g->threads))
+            zero__matmul_forward(out, inp, w, bias, rows, C, OC, g->threads);
+    } else if (!zero__gemv_bf16(out, g->dt, inp, w, bias, rows, C, OC, g->threads))
         zero__matmul_forward_lp(out, g->dt, inp, w, bias, g->dt, rows, C, OC, g->threads);
 }
 
@@ -736,7 +739,7 @@ static zero_status_t forward(zero_generator_t *g, const int32_t *tokens, size_t 
         if (!zero__gemv_bf16(g->logits, ZERO_DTYPE_FP32, g->ln, g->wte, NULL, B, C, V, th))
             zero__matmul_forward_lp(g->logits, ZERO_DTYPE_FP32, g->ln, g->wte, NULL, g->dt, B, C, V,
                                     th);
-    } else
+    } else if (!zero__gemv_fp32(g->logits, g->ln, g->wte, NULL, B, C, V, th))
         zero__matmul_forward(g->logits, g->ln, g->wte, NULL, B, C, V, th);
     g->pos += (int)T;
     if (g->comm)

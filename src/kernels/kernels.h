@@ -44,6 +44,14 @@ void zero__sgemm(int trans_a, int trans_b, size_t M, size_t N, size_t K, float a
 void zero__matmul_forward(float *out, const float *inp, const float *weight, const float *bias,
                           size_t BT, size_t C, size_t OC, int threads);
 
+/* The decode GEMV (gemv_fp32.c): the same product for a few rows, each weight row read once in
+ * place; fp32 sums in a fixed order per output (independent of the other rows and of threads).
+ * Returns 1 when done, 0 when it does not apply (more than ZERO__GEMV_FP32_ROWS rows, or ZERO_ISA
+ * / the CPU below avx512): the caller then runs zero__matmul_forward. */
+#define ZERO__GEMV_FP32_ROWS 16
+int zero__gemv_fp32(float *out, const float *inp, const float *w, const float *bias, size_t rows,
+                    size_t C, size_t OC, int threads);
+
 /* Linear backward, accumulates (+=) into each gradient; any of dinp, dweight, dbias may be NULL.
  * dinp:    (BT, C)    += dout · weight
  * dweight: (OC, C)    += doutᵀ · inp

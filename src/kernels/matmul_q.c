@@ -26,6 +26,7 @@
 #include "core/core_internal.h"
 #include "isa.h"
 #include "kmath.h"
+#include "tree16.h"
 
 #include <float.h>
 #include <math.h>
@@ -43,13 +44,6 @@ static inline float scale_at(const unsigned char *row, size_t g) {
     float s;
     memcpy(&s, row + 4 * g, sizeof s);
     return s;
-}
-
-/* The 16 lanes of a, added in a fixed tree (8 + 8, 4 + 4, 2 + 2, 1 + 1). */
-static inline float tree16(float *a) {
-    for (int w = 8; w > 0; w /= 2)
-        for (int j = 0; j < w; j++) a[j] += a[j + w];
-    return a[0];
 }
 
 /* xq (C) <- x rounded to int16 as the file comment says; returns sx. */
@@ -91,17 +85,6 @@ static void dot_ref(float *out, size_t ldo, const int16_t *xq, const float *sx, 
 #include <immintrin.h>
 #define HAVE_X86 1
 #define TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-
-/* tree16 in registers: the same additions in the same order (lane j + lane j + 8, then + 4,
- * + 2, + 1). */
-TARGET_AVX512 __attribute__((always_inline)) static inline float tree16_avx512(__m512 a) {
-    const __m256 h8 =
-        _mm256_add_ps(_mm512_castps512_ps256(a),
-                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
-    const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
-    const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
-    return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
-}
 
 /* dot_ref with the lanes in registers: nr is a constant after inlining, so the arrays of
  * vectors become registers. Lane j of a multiply-add is x'_2j q_2j + x'_2j+1 q_2j+1 of the 32
