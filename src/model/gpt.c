@@ -110,6 +110,10 @@ struct zero_gpt {
     int last_B, last_T, have_targets;
     size_t valid_targets;
 
+    zero_fp8_t *fp8;     /* owned (NULL: fp8 off): scales of the FP8 GEMM inputs */
+    void *fp8_x, *fp8_w; /* fp8: (B,T,4C) and (4C,C) the quantized X and W of one linear */
+    void *fp8_dy;        /* fp8: (B,T,4C) its quantized dY */
+
     zero_moe_mlp_t *moe; /* owned (NULL: dense model) over moe_mem */
     void *moe_mem;       /* view into act_mem */
     double *moe_stats;   /* owned: moe_layers x ZERO_GPT_MOE_STATS(E), summed since the reset */
@@ -145,6 +149,26 @@ zero_status_t zero__gpt_config_check(const zero_gpt_config_t *c) {
                            "model.moe.every = %d exceeds model.layers = %d: no layer would be MoE "
                            "(expected 1..%d)",
                            c->moe.every, c->layers, c->layers);
+    const zero_fp8_config_t *f = &c->fp8;
+    if (f->enabled) {
+        if ((unsigned)f->recipe >= ZERO_FP8_RECIPE_COUNT)
+            return zero__error(ZERO_ERR_CONFIG,
+                               "fp8.recipe = %d is invalid (expected delayed or blockwise)",
+                               f->recipe);
+        if (f->margin < 0)
+            return zero__error(ZERO_ERR_CONFIG, "fp8.margin = %d is invalid (expected >= 0)",
+                               f->margin);
+        if (f->history_len < 1)
+            return zero__error(ZERO_ERR_CONFIG,
+                               "fp8.amax_history_len = %d is invalid (expected >= 1)",
+                               f->history_len);
+        if (c->moe.experts > 0)
+            return zero__error(ZERO_ERR_CONFIG,
+                               "fp8.enabled = true cannot be combined with model.moe.experts = %d "
+                               "(the experts' GEMMs have no FP8 path; expected experts 0 or fp8 "
+                               "off)",
+                               c->moe.experts);
+    }
     return ZERO_OK;
 }
 
@@ -400,6 +424,11 @@ static void layout(zero_gpt_t *g, char *base, size_t *total) {
                       ? zero__attention_scratch_count(T, g->threads)
                       : zero__attention_scratch_count_lp(T, C / NH, g->threads);
     zero__carve(base, &off, nscr, f, &g->att_scratch);
+    if (g->cfg.fp8.enabled) {
+        zero__carve(base, &off, BT * 4 * C, e, &g->fp8_x);
+        zero__carve(base, &off, 4 * C * C, e, &g->fp8_w);
+        zero__carve(base, &off, BT * 4 * C, e, &g->fp8_dy);
+    }
     zero__carve(base, &off, BT, sizeof(int32_t), &g->tokens);
     zero__carve(base, &off, BT, sizeof(int32_t), &g->targets);
     *total = off;
@@ -461,6 +490,8 @@ zero_status_t zero__gpt_init_ep(zero_gpt_t **out, const zero_gpt_config_t *cfg, 
     }
     st = declare_units(g);
     if (st) goto fail;
+    st = zero__fp8_init(&g->fp8, &cfg->fp8, cfg->layers, zero_engine_mem(eng));
+    if (st) goto fail;
     g->acts = calloc(g->checkpointing ? 1 : (size_t)cfg->layers, sizeof *g->acts);
     if (!g->acts) {
         st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "model: out of memory");
@@ -501,6 +532,7 @@ fail:
 void zero__gpt_free(zero_gpt_t *g) {
     if (!g) return;
     zero__moe_mlp_free(g->moe);
+    zero__fp8_free(g->fp8);
     zero_mem_free(g->act_mem);
     free(g->acts);
     free(g->unit_block);
@@ -538,6 +570,7 @@ void zero__gpt_moe_stats_reset(zero_gpt_t *g) {
 }
 
 const float *zero__gpt_logits(const zero_gpt_t *g) { return g->logits; }
+zero_fp8_t *zero__gpt_fp8(zero_gpt_t *g) { return g->fp8; }
 size_t zero__gpt_activation_bytes(const zero_gpt_t *g) { return g->act_bytes; }
 
 zero_status_t zero__gpt_memory_estimate(const zero_gpt_config_t *cfg,
@@ -584,7 +617,9 @@ zero_status_t zero__gpt_memory_estimate(const zero_gpt_config_t *cfg,
     size_t total = 0;
     layout(&g, NULL, &total);
     out->bytes[ZERO_MEM_ACTIVATIONS] = total;
-    out->total_bytes += total;
+    const size_t fp8_bytes = zero__fp8_state_bytes(&cfg->fp8, cfg->layers);
+    out->bytes[ZERO_MEM_OTHER] += fp8_bytes;
+    out->total_bytes += total + fp8_bytes;
     return ZERO_OK;
 }
 const zero_gpt_config_t *zero__gpt_config(const zero_gpt_t *g) { return &g->cfg; }
@@ -691,6 +726,44 @@ static void linear_backward_set(const zero_gpt_t *g, void *dinp, void *dweight, 
     zero__matmul_backward(NULL, dweight, dbias, dout, inp, weight, BT, C, OC, th);
 }
 
+/* The blocks' linear layers: k_matmul / linear_backward_set, with FP8 GEMM inputs when fp8 is
+ * on (fp8.h): X and W quantized for the forward; dY quantized for the backward, X and W again as
+ * the forward had them (the scales do not change within a step, the tiles are the same values).
+ * The bias gradient sums the unquantized dY (Transformer Engine's dbias). record: take the
+ * inputs' amax into the step's (training forwards and backwards only). linear: ZERO_FP8_LINEARS
+ * index of the linear in block l. */
+static void linear_forward(zero_gpt_t *g, int l, int linear, void *out, const void *inp,
+                           const void *w, const void *bias, size_t BT, size_t C, size_t OC,
+                           int record) {
+    if (!g->fp8) {
+        k_matmul(g, out, inp, w, bias, BT, C, OC);
+        return;
+    }
+    record = record && !g->eval;
+    zero__fp8_input(g->fp8, g->fp8_x, inp, g->dt, BT, C, l, linear, ZERO_FP8_X, record, g->threads);
+    zero__fp8_input(g->fp8, g->fp8_w, w, g->dt, OC, C, l, linear, ZERO_FP8_W, record, g->threads);
+    k_matmul(g, out, g->fp8_x, g->fp8_w, bias, BT, C, OC);
+}
+
+static void linear_backward(zero_gpt_t *g, int l, int linear, void *dinp, void *dweight,
+                            void *dbias, const void *dout, const void *inp, const void *weight,
+                            size_t BT, size_t C, size_t OC) {
+    if (!g->fp8) {
+        linear_backward_set(g, dinp, dweight, dbias, dout, inp, weight, BT, C, OC);
+        return;
+    }
+    const int th = g->threads;
+    zero__fp8_input(g->fp8, g->fp8_dy, dout, g->dt, BT, OC, l, linear, ZERO_FP8_DY, !g->eval, th);
+    zero__fp8_input(g->fp8, g->fp8_x, inp, g->dt, BT, C, l, linear, ZERO_FP8_X, 0, th);
+    zero__fp8_input(g->fp8, g->fp8_w, weight, g->dt, OC, C, l, linear, ZERO_FP8_W, 0, th);
+    linear_backward_set(g, dinp, dweight, NULL, g->fp8_dy, g->fp8_x, g->fp8_w, BT, C, OC);
+    if (LP)
+        zero__matmul_backward_lp(NULL, g->dt, NULL, dbias, g->dt, dout, NULL, NULL, g->dt, BT, C,
+                                 OC, th);
+    else
+        zero__matmul_backward(NULL, NULL, dbias, dout, NULL, NULL, BT, C, OC, th);
+}
+
 /* ------------------------------------------------------------------------------ blocks */
 
 /* Views of MoE layer l's parameters (or, grads, gradients) in its block unit's buffer w and its
@@ -748,9 +821,9 @@ static zero_status_t block_forward(zero_gpt_t *g, int l, const void *w, const vo
     void *ln = g->ln, *atty = g->d4b, *gelu = g->d4b, *proj = g->dc;
 #define W(i) tensor(g, w, unit, i)
     k_layernorm(g, ln, a->ln1_mean, a->ln1_rstd, x, W(B_LN1W), W(B_LN1B), BT, C);
-    k_matmul(g, a->qkv, ln, W(B_QKVW), W(B_QKVB), BT, C, 3 * C);
+    linear_forward(g, l, 0, a->qkv, ln, W(B_QKVW), W(B_QKVB), BT, C, 3 * C, record);
     k_attention(g, atty, a->qkv, B, T);
-    k_matmul(g, proj, atty, W(B_ATTPROJW), W(B_ATTPROJB), BT, C, C);
+    linear_forward(g, l, 1, proj, atty, W(B_ATTPROJW), W(B_ATTPROJB), BT, C, C, record);
     k_residual(g, a->res2, x, proj, BT * C);
     k_layernorm(g, ln, a->ln2_mean, a->ln2_rstd, a->res2, W(B_LN2W), W(B_LN2B), BT, C);
     if (g->moe_slot[l] >= 0) {
@@ -761,9 +834,9 @@ static zero_status_t block_forward(zero_gpt_t *g, int l, const void *w, const vo
         if (st) return st;
         if (record && !g->eval) moe_record(g, l, &ms, BT);
     } else {
-        k_matmul(g, a->fch, ln, W(B_FCW), W(B_FCB), BT, C, 4 * C);
+        linear_forward(g, l, 2, a->fch, ln, W(B_FCW), W(B_FCB), BT, C, 4 * C, record);
         k_gelu(g, gelu, a->fch, BT * 4 * C);
-        k_matmul(g, proj, gelu, W(B_FCPROJW), W(B_FCPROJB), BT, 4 * C, C);
+        linear_forward(g, l, 3, proj, gelu, W(B_FCPROJW), W(B_FCPROJB), BT, 4 * C, C, record);
     }
     k_residual(g, y, a->res2, proj, BT * C);
 #undef W
@@ -772,7 +845,7 @@ static zero_status_t block_forward(zero_gpt_t *g, int l, const void *w, const vo
 
 /* The dense MLP's backward: on entry g->dres holds dL/d(MLP output); on exit g->dc holds
  * dL/d(ln2 output), and the MLP's weight gradients are accumulated. */
-static void dense_mlp_backward(zero_gpt_t *g, const void *w, void *gw, int unit,
+static void dense_mlp_backward(zero_gpt_t *g, int l, const void *w, void *gw, int unit,
                                const block_acts_t *a, size_t BT) {
     const size_t C = (size_t)g->cfg.dim, es = g->es;
     void *dres = g->dres;
@@ -782,14 +855,14 @@ static void dense_mlp_backward(zero_gpt_t *g, const void *w, void *gw, int unit,
      * weight gradient, then reuse d4b for d(fch). The recompute is a streaming pass, cheaper
      * than keeping (B,T,4C) per layer. */
     k_gelu(g, g->d4b, a->fch, BT * 4 * C);
-    linear_backward_set(g, g->d4a, G(B_FCPROJW), G(B_FCPROJB), dres, g->d4b, W(B_FCPROJW), BT,
-                        4 * C, C); /* d4a = d(fch_gelu) */
+    linear_backward(g, l, 3, g->d4a, G(B_FCPROJW), G(B_FCPROJB), dres, g->d4b, W(B_FCPROJW), BT,
+                    4 * C, C); /* d4a = d(fch_gelu) */
     memset(g->d4b, 0, BT * 4 * C * es);
     k_gelu_backward(g, g->d4b, a->fch, g->d4a, BT * 4 * C); /* d4b = d(fch) */
     /* ln2 again from res2: the kernel rewrites mean/rstd with the values they hold. */
     k_layernorm(g, g->ln, a->ln2_mean, a->ln2_rstd, a->res2, W(B_LN2W), W(B_LN2B), BT, C);
-    linear_backward_set(g, g->dc, G(B_FCW), G(B_FCB), g->d4b, g->ln, W(B_FCW), BT, C,
-                        4 * C); /* dc = d(ln2) */
+    linear_backward(g, l, 2, g->dc, G(B_FCW), G(B_FCB), g->d4b, g->ln, W(B_FCW), BT, C,
+                    4 * C); /* dc = d(ln2) */
 #undef W
 #undef G
 }
@@ -816,20 +889,20 @@ static zero_status_t block_backward(zero_gpt_t *g, int l, const void *w, const v
                                    LP ? zero_engine_loss_scale(g->eng) : 1.0f);
         if (st) return st;
     } else {
-        dense_mlp_backward(g, w, gw, unit, a, BT);
+        dense_mlp_backward(g, l, w, gw, unit, a, BT);
     }
     k_layernorm_backward(g, dres, G(B_LN2W), G(B_LN2B), g->dc, a->res2, W(B_LN2W), a->ln2_mean,
                          a->ln2_rstd, BT, C); /* dres = d(res2) */
     /* Rebuild atty (into d4b, free again) and att from qkv: about 3% of the block's forward
      * FLOPs for (B,T,C) + (B,NH,T,T) per layer. */
     k_attention(g, g->d4b, a->qkv, B, T);
-    linear_backward_set(g, g->dc, G(B_ATTPROJW), G(B_ATTPROJB), dres, g->d4b, W(B_ATTPROJW), BT, C,
-                        C); /* dc = d(atty) */
+    linear_backward(g, l, 1, g->dc, G(B_ATTPROJW), G(B_ATTPROJB), dres, g->d4b, W(B_ATTPROJW), BT,
+                    C, C); /* dc = d(atty) */
     memset(g->d4a, 0, BT * 3 * C * es);
     k_attention_backward(g, g->d4a, g->dc, a->qkv, B, T); /* d4a = d(qkv) */
     k_layernorm(g, g->ln, a->ln1_mean, a->ln1_rstd, x, W(B_LN1W), W(B_LN1B), BT, C);
-    linear_backward_set(g, g->dc, G(B_QKVW), G(B_QKVB), g->d4a, g->ln, W(B_QKVW), BT, C,
-                        3 * C); /* dc = d(ln1) */
+    linear_backward(g, l, 0, g->dc, G(B_QKVW), G(B_QKVB), g->d4a, g->ln, W(B_QKVW), BT, C,
+                    3 * C); /* dc = d(ln1) */
     k_layernorm_backward(g, dres, G(B_LN1W), G(B_LN1B), g->dc, x, W(B_LN1W), a->ln1_mean,
                          a->ln1_rstd, BT, C); /* dres = dx */
 #undef W

@@ -27,6 +27,7 @@
 #ifndef ZERO_MODEL_GPT_H
 #define ZERO_MODEL_GPT_H
 
+#include "model/fp8.h"
 #include "model/moe_mlp.h"
 #include "zero/ckpt.h"
 #include "zero/engine.h"
@@ -40,6 +41,8 @@ typedef struct zero_gpt_config {
     int vocab;             /* V */
     int seq;               /* maxT: the model's context length */
     zero_moe_config_t moe; /* experts 0: every MLP dense */
+    zero_fp8_config_t
+        fp8; /* FP8 GEMM inputs of the blocks' linear layers (fp8.h); off by default */
 } zero_gpt_config_t;
 
 /* The tensors of the dense model's three kinds of unit as zero__gpt_init declares them to the
@@ -54,7 +57,8 @@ void zero__gpt_unit_descs(const zero_gpt_config_t *cfg,
                           zero_tensor_desc_t blk[ZERO_GPT_BLOCK_TENSORS],
                           zero_tensor_desc_t fin[ZERO_GPT_FINAL_TENSORS]);
 
-/* Check a config; ZERO_ERR_CONFIG naming the key ("model.heads"), the value and what is allowed. */
+/* Check a config; ZERO_ERR_CONFIG naming the key ("model.heads"), the value and what is allowed
+ * (fp8 with MoE layers is refused: their expert GEMMs have no FP8 path). */
 zero_status_t zero__gpt_config_check(const zero_gpt_config_t *cfg);
 
 /* Parameter count of a config (tied embedding counted once), every expert included. */
@@ -135,6 +139,12 @@ zero_status_t zero__gpt_memory_estimate(const zero_gpt_config_t *cfg,
                                         const zero_engine_params_t *ep, int world, int batch,
                                         int checkpointing, int threads,
                                         zero_memory_estimate_t *out);
+
+/* FP8 compute (fp8.h), NULL when off: the delayed recipe's step amax and update, which the
+ * caller drives once per optimizer step (reduce zero__fp8_step_amax with MAX over the ranks, then
+ * zero__fp8_update), and its state for checkpoints. Training forwards and backwards record the
+ * amax; eval-mode forwards (zero__gpt_set_eval) do not. */
+zero_fp8_t *zero__gpt_fp8(zero_gpt_t *gpt);
 
 /* Bytes of activation memory allocated at init. */
 size_t zero__gpt_activation_bytes(const zero_gpt_t *gpt);

@@ -97,8 +97,33 @@ static void save_meta_free(save_meta_t *m) {
     free(m->train);
 }
 
+/* The fp8 delayed recipe's state (zero__fp8_save: scales, then histories) as one hex string of
+ * the floats' bits, 8 digits each (exact, and a tenth of the size of decimal JSON numbers). */
+static void add_fp8(cJSON *ls, const zero_train_config_t *cfg, const zero_fp8_t *fp8) {
+    const size_t n = zero__fp8_saved_count(fp8);
+    if (!n) return;
+    float *v = malloc(n * sizeof *v);
+    char *hex = malloc(8 * n + 1);
+    cJSON *o = cJSON_AddObjectToObject(ls, "fp8");
+    if (v && hex && o) {
+        zero__fp8_save(fp8, v);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t b;
+            memcpy(&b, &v[i], sizeof b);
+            snprintf(hex + 8 * i, 9, "%08" PRIx32, b);
+        }
+        cJSON_AddStringToObject(o, "recipe", cfg->fp8_recipe);
+        cJSON_AddNumberToObject(o, "amax_history_len", cfg->model.fp8.history_len);
+        cJSON_AddNumberToObject(o, "count", (double)n);
+        cJSON_AddStringToObject(o, "scales_then_histories", hex);
+    }
+    free(v);
+    free(hex);
+}
+
 static zero_status_t save_meta_build(save_meta_t *m, const zero_train_config_t *cfg,
-                                     zero_engine_t *eng, const zero_train_position_t *pos) {
+                                     zero_engine_t *eng, const zero_fp8_t *fp8,
+                                     const zero_train_position_t *pos) {
     const zero_engine_params_t *ep = zero_engine_params(eng);
     cJSON *model = cJSON_CreateObject(), *data = cJSON_CreateObject(), *rng = cJSON_CreateObject(),
           *lr = cJSON_CreateObject(), *ls = cJSON_CreateObject();
@@ -158,6 +183,7 @@ static zero_status_t save_meta_build(save_meta_t *m, const zero_train_config_t *
         cJSON_AddNumberToObject(ls, "last_overflow_iter", (double)lst.last_overflow_iter);
         cJSON_AddNumberToObject(ls, "hysteresis_left", lst.hysteresis_left);
         cJSON_AddNumberToObject(ls, "skipped_steps", (double)lst.skipped_steps);
+        add_fp8(ls, cfg, fp8);
     }
     m->model = print_json(model);
     m->data = print_json(data);
@@ -188,13 +214,14 @@ static zero_ckpt_meta_t meta_of(const zero_train_config_t *cfg, const save_meta_
 }
 
 zero_status_t zero__train_ckpt_save(const zero_train_config_t *cfg, zero_engine_t *eng,
-                                    zero_comm_t *comm, const zero_train_position_t *pos,
-                                    char *path_out, size_t path_out_size) {
+                                    const zero_fp8_t *fp8, zero_comm_t *comm,
+                                    const zero_train_position_t *pos, char *path_out,
+                                    size_t path_out_size) {
     save_meta_t m = {0};
     zero_ckpt_engine_layout_t L;
     zero_ckpt_engine_save_t *sv = NULL;
     int have_layout = 0;
-    zero_status_t st = save_meta_build(&m, cfg, eng, pos);
+    zero_status_t st = save_meta_build(&m, cfg, eng, fp8, pos);
     if (!st) {
         st = zero_ckpt_engine_layout_init(&L, eng);
         have_layout = !st;
@@ -226,10 +253,11 @@ done:
 }
 
 zero_status_t zero__train_ckpt_save_check(const zero_train_config_t *cfg, zero_engine_t *eng,
-                                          zero_comm_t *comm, const zero_train_position_t *pos) {
+                                          const zero_fp8_t *fp8, zero_comm_t *comm,
+                                          const zero_train_position_t *pos) {
     save_meta_t m = {0};
     zero_ckpt_engine_layout_t L;
-    zero_status_t st = save_meta_build(&m, cfg, eng, pos);
+    zero_status_t st = save_meta_build(&m, cfg, eng, fp8, pos);
     if (!st && !(st = zero_ckpt_engine_layout_init(&L, eng))) {
         zero_ckpt_save_params_t sp = save_params(cfg, comm);
         zero_ckpt_meta_t meta = meta_of(cfg, &m, pos);
@@ -455,9 +483,55 @@ static void check_data(const zero_ckpt_t *c, const zero_train_config_t *cfg) {
     cJSON_Delete(data);
 }
 
-zero_status_t zero__train_ckpt_resume(const zero_train_config_t *cfg, zero_engine_t *eng, int rank,
-                                      zero_train_position_t *pos, char *path_out,
-                                      size_t path_out_size) {
+/* The fp8 delayed recipe's state from the manifest (add_fp8) into fp8. A run with that recipe
+ * resuming a checkpoint without it starts its scales afresh (warned); another history length or
+ * model fails naming both counts (zero__fp8_load). */
+static zero_status_t restore_fp8(const zero_ckpt_t *c, zero_fp8_t *fp8, int rank) {
+    const size_t n = zero__fp8_saved_count(fp8);
+    if (!n) return ZERO_OK;
+    const zero_ckpt_meta_t *meta = zero_ckpt_get_meta(c);
+    cJSON *ls = meta->loss_scaler_json ? cJSON_Parse(meta->loss_scaler_json) : NULL;
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(ls, "fp8");
+    const cJSON *hex = cJSON_GetObjectItemCaseSensitive(o, "scales_then_histories");
+    zero_status_t st = ZERO_OK;
+    if (!o) {
+        if (rank == 0)
+            zero__log(ZERO_LOG_WARN, -1, 0,
+                      "checkpoint %s holds no fp8 delayed-scaling state: the scales start "
+                      "afresh (1, empty amax histories)",
+                      zero_ckpt_path(c));
+    } else if (!cJSON_IsString(hex) || strlen(hex->valuestring) % 8) {
+        st = zero__error(ZERO_ERR_FORMAT,
+                         "checkpoint %s: manifest fp8 state has no hex string "
+                         "\"scales_then_histories\" of 8 digits per value",
+                         zero_ckpt_path(c));
+    } else {
+        const size_t count = strlen(hex->valuestring) / 8;
+        float *v = malloc((count ? count : 1) * sizeof *v);
+        if (!v) st = zero__error(ZERO_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+        for (size_t i = 0; !st && i < count; i++) {
+            char digits[9];
+            memcpy(digits, hex->valuestring + 8 * i, 8);
+            digits[8] = 0;
+            char *end = NULL;
+            uint32_t b = (uint32_t)strtoul(digits, &end, 16);
+            if (*end)
+                st = zero__error(ZERO_ERR_FORMAT,
+                                 "checkpoint %s: fp8 state value %zu is '%s' "
+                                 "(expected 8 hex digits)",
+                                 zero_ckpt_path(c), i, digits);
+            memcpy(&v[i], &b, sizeof b);
+        }
+        if (!st) st = zero__fp8_load(fp8, v, count);
+        free(v);
+    }
+    cJSON_Delete(ls);
+    return st;
+}
+
+zero_status_t zero__train_ckpt_resume(const zero_train_config_t *cfg, zero_engine_t *eng,
+                                      zero_fp8_t *fp8, int rank, zero_train_position_t *pos,
+                                      char *path_out, size_t path_out_size) {
     const int latest = !strcmp(cfg->resume, "latest");
     const char *path = latest ? cfg->save_dir : cfg->resume;
     char newest[ZERO_CONFIG_STR_MAX + 32];
@@ -513,6 +587,7 @@ zero_status_t zero__train_ckpt_resume(const zero_train_config_t *cfg, zero_engin
     }
     if (!st) st = zero_engine_set_step_count(eng, opt_step);
     if (!st) st = restore_scaler(c, eng);
+    if (!st) st = restore_fp8(c, fp8, rank);
     if (!st) {
         *pos = p;
         if (path_out && path_out_size) snprintf(path_out, path_out_size, "%s", zero_ckpt_path(c));

@@ -42,13 +42,17 @@ zero_status_t zero__train_ckpt_check_dir(const zero_train_config_t *cfg);
  * manifest) and check it and the save directory (zero_ckpt_save_check), writing nothing. Not
  * collective: every rank checks its own (the caller agrees on the status). */
 zero_status_t zero__train_ckpt_save_check(const zero_train_config_t *cfg, zero_engine_t *eng,
-                                          zero_comm_t *comm, const zero_train_position_t *pos);
+                                          const zero_fp8_t *fp8, zero_comm_t *comm,
+                                          const zero_train_position_t *pos);
 
 /* Save checkpoint cfg->save_dir/step-<pos->step> (keeping cfg->keep_last). Collective over comm
- * (NULL: one rank); every rank gets the same status. path_out (may be NULL) receives its path. */
+ * (NULL: one rank); every rank gets the same status. path_out (may be NULL) receives its path.
+ * fp8 (the model's, may be NULL): the delayed recipe's scales and amax histories go into the
+ * manifest's loss_scaler section (as "fp8"), the same on every rank after the step's reduction. */
 zero_status_t zero__train_ckpt_save(const zero_train_config_t *cfg, zero_engine_t *eng,
-                                    zero_comm_t *comm, const zero_train_position_t *pos,
-                                    char *path_out, size_t path_out_size);
+                                    const zero_fp8_t *fp8, zero_comm_t *comm,
+                                    const zero_train_position_t *pos, char *path_out,
+                                    size_t path_out_size);
 
 /* Restore cfg->resume ("latest": cfg->save_dir's latest checkpoint; without a `latest` file,
  * its most recently saved complete checkpoint, with a warning) into eng and *pos: weights, Adam
@@ -58,10 +62,12 @@ zero_status_t zero__train_ckpt_save(const zero_train_config_t *cfg, zero_engine_
  * loaded; another data file, validation file or data.order warns, naming both. Not collective:
  * every rank reads what it holds (the caller agrees on the status across ranks); rank 0 alone logs
  * the warnings. path_out receives the checkpoint's path, or "" when "latest" found no checkpoint in
- * cfg->save_dir yet (a fresh start: *pos is unchanged). */
-zero_status_t zero__train_ckpt_resume(const zero_train_config_t *cfg, zero_engine_t *eng, int rank,
-                                      zero_train_position_t *pos, char *path_out,
-                                      size_t path_out_size);
+ * cfg->save_dir yet (a fresh start: *pos is unchanged). fp8 (may be NULL): the delayed recipe's
+ * scales and histories are restored from the manifest (a checkpoint without them: warned, the
+ * scales start afresh). */
+zero_status_t zero__train_ckpt_resume(const zero_train_config_t *cfg, zero_engine_t *eng,
+                                      zero_fp8_t *fp8, int rank, zero_train_position_t *pos,
+                                      char *path_out, size_t path_out_size);
 
 /* Initialise the weights from cfg->init_from (safetensors, Hugging Face GPT-2 names, F32/BF16):
  * ZERO_ERR_MISMATCH naming the first tensor missing or of another shape, nothing written then.

@@ -120,6 +120,22 @@ static const cfg_key_t keys[] = {
      "weights and Adam moments (see --dtype)"},
     {"fp16.enabled", K_BOOL, OFF(fp16), 0, 0, 1, NULL, NULL, NULL,
      "fp16 compute with dynamic loss scaling (the fp16.* keys); not with bf16.enabled"},
+    {"fp8.enabled", K_BOOL, OFF(model.fp8.enabled), 0, 0, 1, NULL, NULL, NULL,
+     "FP8 GEMM inputs in every block's qkv, attention projection, fc and fc projection "
+     "(forward X, W; backward dY), the GEMMs on the dequantized values (no speed-up on CPUs "
+     "without FP8 hardware); embeddings, LM head, LayerNorm, softmax and loss stay in the "
+     "compute dtype; fp32 or bf16, not fp16; docs/mixed-precision.md"},
+    {"fp8.format", K_STR, OFF(fp8_format), 0, 0, 0, "hybrid", "hybrid|e4m3", NULL,
+     "hybrid: X and W in E4M3, dY in E5M2 (Transformer Engine's default); e4m3: all E4M3"},
+    {"fp8.recipe", K_STR, OFF(fp8_recipe), 0, 0, 0, "delayed", "delayed|blockwise", NULL,
+     "delayed: one scale per tensor from the amax history of earlier steps, amax reduced (max) "
+     "over the ranks once per step (Transformer Engine); blockwise: scales from the current "
+     "values per 1 x 128 tile of X and dY and per 128 x 128 block of W (DeepSeek-V3)"},
+    {"fp8.margin", K_INT, OFF(model.fp8.margin), 0, 0, 64, NULL, NULL, NULL,
+     "delayed: scale = (FP8_MAX / amax) / 2^margin"},
+    {"fp8.amax_history_len", K_INT, OFF(model.fp8.history_len), 1024, 1, 1 << 20, NULL, NULL, NULL,
+     "delayed: steps of amax history whose max makes the scale (4 x 12 x len bytes per "
+     "block)"},
     /* fp16.*: stored by zero_loss_scaler_params_set (set_number), which checks the range and
      * names the key and value; the table's range only excludes non-finite numbers. */
     {"fp16.loss_scale", K_DOUBLE, OFF(loss_scaler.loss_scale), 0, -1e300, 1e300, NULL, NULL, NULL,
@@ -622,6 +638,8 @@ static size_t str_cap(const cfg_key_t *k) {
         o == offsetof(zero_train_config_t, backend) ||
         o == offsetof(zero_train_config_t, grad_accum_dtype) ||
         o == offsetof(zero_train_config_t, state_dtype) ||
+        o == offsetof(zero_train_config_t, fp8_format) ||
+        o == offsetof(zero_train_config_t, fp8_recipe) ||
         o == offsetof(zero_train_config_t, data_order) ||
         o == offsetof(zero_train_config_t, tune_metric) ||
         o == offsetof(zero_train_config_t, tune_tuner))
@@ -1303,6 +1321,14 @@ zero_status_t zero__train_config_check(zero_train_config_t *cfg, int world) {
                            "\"%s\" (expected \"int8\" or no state_dtype: AdamW8bit is 8-bit "
                            "states; for fp32 states use optimizer.type \"AdamW\")",
                            cfg->state_dtype);
+    cfg->model.fp8.hybrid = !strcmp(cfg->fp8_format, "hybrid");
+    cfg->model.fp8.recipe =
+        !strcmp(cfg->fp8_recipe, "blockwise") ? ZERO_FP8_BLOCKWISE : ZERO_FP8_DELAYED;
+    if (cfg->model.fp8.enabled && cfg->fp16)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "fp8.enabled = true cannot be combined with fp16.enabled = true (FP8 "
+                           "scaling replaces fp16's loss scaling, as in Transformer Engine's "
+                           "recipes; expected bf16.enabled or fp32 compute with fp8)");
     if (!strcmp(cfg->optimizer, "OneBitAdam")) {
         /* the first key that 1-bit Adam cannot run with, and its value */
         char stage[16];

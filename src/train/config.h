@@ -48,6 +48,10 @@ typedef struct zero_train_config {
     /* mixed precision: bf16.enabled, fp16.enabled (at most one), fp16.* loss scaling (each key
      * set through zero_loss_scaler_params_set), data_types.grad_accum_dtype */
     int bf16, fp16;
+    /* fp8.* (FP8 GEMM inputs): enabled, margin and amax_history_len live in model.fp8;
+     * zero__train_config_check maps these two onto it */
+    char fp8_format[16]; /* "hybrid" | "e4m3" */
+    char fp8_recipe[16]; /* "delayed" | "blockwise" */
     zero_loss_scaler_params_t loss_scaler;
     char grad_accum_dtype[16]; /* "fp32" | "bf16" | "fp16" */
     int steps_per_print;

@@ -97,6 +97,22 @@ static zero_status_t sum_ranks(run_t *r, double *v, size_t n) {
     return zero_comm_all_reduce(v, v, n, ZERO_DTYPE_FP64, ZERO_OP_SUM, r->comm);
 }
 
+/* FP8 delayed scaling, once per optimizer step: the step's amax of every tensor reduced with
+ * MAX over all ranks (each holds the whole model: every rank shares every tensor), in one
+ * all-reduce as Transformer Engine's reduce_amax, then every rank makes the same scales. */
+static zero_status_t fp8_step(run_t *r) {
+    zero_fp8_t *f = zero__gpt_fp8(r->gpt);
+    size_t n = 0;
+    float *amax = zero__fp8_step_amax(f, &n);
+    if (n && r->comm && r->world > 1) {
+        zero_status_t st =
+            zero_comm_all_reduce(amax, amax, n, ZERO_DTYPE_FP32, ZERO_OP_MAX, r->comm);
+        if (st) return st;
+    }
+    zero__fp8_update(f);
+    return ZERO_OK;
+}
+
 /* The values each step sums over ranks in one all-reduce: the loss, and the signal handlers'
  * requests (a count of ranks asking for a checkpoint; per signal number, a count of ranks asking
  * to stop), so that every rank sees the same requests after the same step. */
@@ -648,6 +664,7 @@ static zero_status_t rank_setup(run_t *r, zero_train_report_t *rep) {
     rep->threads = job->threads;
     rep->flops_per_token = zero__gpt_flops_per_token(&cfg->model);
     rep->activation_bytes = zero__gpt_activation_bytes(r->gpt);
+    rep->fp8_state_bytes = zero__fp8_state_bytes(&cfg->model.fp8, cfg->model.layers);
     zero_mem_get_stats(zero_engine_mem(r->eng), &rep->mem);
 
     say(r, "zero train: GPT %d layers, %d heads, dim %d, vocab %d, seq %d: %.3fM parameters\n",
@@ -662,6 +679,18 @@ static zero_status_t rank_setup(run_t *r, zero_train_report_t *rep) {
             moe->shared_experts, moe->capacity_factor, moe->eval_capacity_factor, moe->min_capacity,
             moe->drop_tokens ? "" : ", no dropping", (double)moe->aux_loss_coef,
             (double)moe->z_loss_coef, (double)zero__gpt_active_param_count(&cfg->model) / 1e6);
+    const zero_fp8_config_t *f8 = &cfg->model.fp8;
+    if (f8->enabled) {
+        say(r, "fp8: the blocks' GEMM inputs X, W in e4m3, dY in %s; recipe %s",
+            f8->hybrid ? "e5m2 (hybrid)" : "e4m3", zero__fp8_recipe_name(f8->recipe));
+        if (f8->recipe == ZERO_FP8_DELAYED)
+            say(r, " (margin %d, amax history %d steps, %.1f KiB of scaling state per rank)",
+                f8->margin, f8->history_len, (double)rep->fp8_state_bytes / 1024.0);
+        else
+            say(r, " (1 x 128 tiles of X and dY, 128 x 128 blocks of W)");
+        say(r, "; the GEMMs run on the dequantized %s values\n",
+            zero_dtype_name(zero__train_config_compute_dtype(cfg)));
+    }
     const zero_dataset_t *data = &job->data;
     say(r,
         "data: %s (%s, %d file%s, %s), %zu tokens: %zu train, %zu validation%s%s%s; "
@@ -699,7 +728,8 @@ static zero_status_t rank_setup(run_t *r, zero_train_report_t *rep) {
      * reads for itself; they agree on the outcome before the first collective of training. */
     r->pos = zero__train_position_fresh(cfg);
     if (cfg->resume[0])
-        st = zero__train_ckpt_resume(cfg, r->eng, rank, &r->pos, r->ckpt_path, sizeof r->ckpt_path);
+        st = zero__train_ckpt_resume(cfg, r->eng, zero__gpt_fp8(r->gpt), rank, &r->pos,
+                                     r->ckpt_path, sizeof r->ckpt_path);
     else if (cfg->init_from[0])
         st = zero__train_init_from(cfg, r->eng);
     double bad = st ? 1.0 : 0.0;
@@ -735,7 +765,8 @@ static zero_status_t rank_setup(run_t *r, zero_train_report_t *rep) {
     /* Before step 1: the checkpoint the run will save is built and checked (a layout or
      * manifest error shows now, not after the last step), and the metrics log is opened,
      * keeping a resumed run's records up to its checkpoint. */
-    if (cfg->save_dir[0]) st = zero__train_ckpt_save_check(cfg, r->eng, r->comm, &r->pos);
+    if (cfg->save_dir[0])
+        st = zero__train_ckpt_save_check(cfg, r->eng, zero__gpt_fp8(r->gpt), r->comm, &r->pos);
     if (!st && rank == 0 && job->io->metrics_path)
         st = zero__train_metrics_open(job->io->metrics_path, r->ckpt_path[0] ? r->pos.step : 0,
                                       &r->metrics);
@@ -788,6 +819,8 @@ static zero_status_t rank_loop(run_t *r, zero_train_report_t *rep) {
             loss_sum += l;
         }
         zero__gpt_moe_traffic(r->gpt, &r->moe_a2a, &r->moe_a2a_theory);
+        st = fp8_step(r);
+        if (st) return st;
         zero_step_stats_t ss;
         st = zero_engine_step(r->eng, &ss);
         sums[STEP_LOSS] = loss_sum;
@@ -840,8 +873,8 @@ static zero_status_t rank_loop(run_t *r, zero_train_report_t *rep) {
         if (cfg->save_dir[0] &&
             ((cfg->save_every > 0 && (step + 1) % cfg->save_every == 0) || last || save_asked)) {
             zero_train_position_t now = position_at(r, &r->pos, step + 1, rng, rep->tokens);
-            st = zero__train_ckpt_save(cfg, r->eng, r->comm, &now, r->ckpt_path,
-                                       sizeof r->ckpt_path);
+            st = zero__train_ckpt_save(cfg, r->eng, zero__gpt_fp8(r->gpt), r->comm, &now,
+                                       r->ckpt_path, sizeof r->ckpt_path);
             if (st) return st;
             saved_step = step + 1;
             if (job->io->tty) say(r, "\r\033[K");
@@ -867,7 +900,8 @@ static zero_status_t rank_loop(run_t *r, zero_train_report_t *rep) {
         saved_step != (int64_t)ZERO_MAX(r->start, cfg->steps)) {
         zero_train_position_t now =
             position_at(r, &r->pos, ZERO_MAX(r->start, cfg->steps), rng, rep->tokens);
-        st = zero__train_ckpt_save(cfg, r->eng, r->comm, &now, r->ckpt_path, sizeof r->ckpt_path);
+        st = zero__train_ckpt_save(cfg, r->eng, zero__gpt_fp8(r->gpt), r->comm, &now, r->ckpt_path,
+                                   sizeof r->ckpt_path);
         if (st) return st;
         say(r, "checkpoint saved to %s\n", r->ckpt_path);
     }
@@ -1476,6 +1510,15 @@ zero_status_t zero__train_report_write(const zero_train_report_t *rep,
         cJSON_AddNumberToObject(model, "vocab", cfg->model.vocab);
         cJSON_AddNumberToObject(model, "seq", cfg->model.seq);
         cJSON_AddBoolToObject(model, "activation_checkpointing", cfg->checkpointing);
+    }
+    cJSON *fp8 = cJSON_AddObjectToObject(root, "fp8");
+    if (fp8) {
+        cJSON_AddBoolToObject(fp8, "enabled", cfg->model.fp8.enabled);
+        cJSON_AddStringToObject(fp8, "format", cfg->fp8_format);
+        cJSON_AddStringToObject(fp8, "recipe", cfg->fp8_recipe);
+        cJSON_AddNumberToObject(fp8, "margin", cfg->model.fp8.margin);
+        cJSON_AddNumberToObject(fp8, "amax_history_len", cfg->model.fp8.history_len);
+        cJSON_AddNumberToObject(fp8, "state_bytes", (double)rep->fp8_state_bytes);
     }
     cJSON_AddNumberToObject(root, "train_batch_size", cfg->train_batch_size);
     cJSON_AddNumberToObject(root, "micro_batch", cfg->micro_batch);

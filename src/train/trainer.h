@@ -82,6 +82,10 @@ typedef struct zero_train_report {
     double unigram_entropy; /* nats per token of the validation tail: the no-context baseline */
     double ln_vocab;
     size_t activation_bytes;
+    /* fp8 (model.fp8): the scaling state per rank (ZERO_MEM_OTHER; the delayed recipe's scales,
+     * step amaxes and histories; 0 otherwise); the quantized GEMM inputs' buffers are part of
+     * activation_bytes */
+    size_t fp8_state_bytes;
     zero_mem_stats_t mem;            /* rank 0's accounting domain */
     uint64_t weights_fingerprint;    /* hash of the full fp32 weights, canonical order */
     int64_t skipped_steps;           /* steps skipped for an inf/NaN gradient */

@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
     if (!mkdtemp(root)) return 1;
     zero_log_set_level(ZERO_LOG_WARN);
 
-    zero_gpt_config_t cfg = {2, 4, 32, 64, 16, {0}}; /* layers, heads, dim, vocab, seq */
+    zero_gpt_config_t cfg = {2, 4, 32, 64, 16, {0}, {0}}; /* layers, heads, dim, vocab, seq */
     model_t a;
     if (!make(&a, cfg, 1)) {
         fprintf(stderr, "cannot build the model: %s\n", zero_last_error());

@@ -17,7 +17,7 @@
 #include "check.h"
 #include "thread_ranks.h"
 
-static const zero_gpt_config_t cfg = {2, 4, 32, 96, 16, {0}};
+static const zero_gpt_config_t cfg = {2, 4, 32, 96, 16, {0}, {0}};
 
 typedef struct {
     int stage, save;

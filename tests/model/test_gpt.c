@@ -169,7 +169,7 @@ static zero_engine_t *make_engine(float lr) {
 
 /* vocab: 11, or more than one chunk of the fused head's vocabulary (kernels.h) */
 static void test_forward_and_gradients(int vocab) {
-    zero_gpt_config_t c = {2, 2, 8, vocab, 5, {0}};
+    zero_gpt_config_t c = {2, 2, 8, vocab, 5, {0}, {0}};
     const int B = 2, T = 5;
     int32_t tok[10], tgt[10];
     for (int i = 0; i < B * T; i++) {
@@ -265,7 +265,7 @@ static void test_forward_and_gradients(int vocab) {
  * longer forward left there: a short step after a long forward must give bitwise the gradients
  * of the same short step on a fresh model, with and without checkpointing. */
 static void test_short_after_long(void) {
-    zero_gpt_config_t c = {3, 2, 16, 13, 9, {0}};
+    zero_gpt_config_t c = {3, 2, 16, 13, 9, {0}, {0}};
     int32_t tok[3 * 9], tgt[3 * 9];
     for (int i = 0; i < 3 * 9; i++) {
         tok[i] = (int32_t)(urand() * c.vocab);
@@ -324,7 +324,7 @@ static void test_short_after_long(void) {
 }
 
 static void test_init_loss(void) {
-    zero_gpt_config_t c = {2, 4, 64, 256, 32, {0}};
+    zero_gpt_config_t c = {2, 4, 64, 256, 32, {0}, {0}};
     zero_engine_t *eng = make_engine(1e-3f);
     zero_gpt_t *gpt;
     CHECK(zero__gpt_init(&gpt, &c, eng, 4, 0, 2) == ZERO_OK, "init: %s", zero_last_error());
@@ -345,7 +345,7 @@ static void test_init_loss(void) {
 }
 
 static void test_overfit(void) {
-    zero_gpt_config_t c = {2, 2, 32, 32, 16, {0}};
+    zero_gpt_config_t c = {2, 2, 32, 32, 16, {0}, {0}};
     const int B = 4, T = 16;
     zero_engine_t *eng = make_engine(1e-2f);
     zero_gpt_t *gpt;
@@ -371,7 +371,7 @@ static void test_overfit(void) {
 }
 
 static void test_bad_input(void) {
-    zero_gpt_config_t c = {2, 3, 8, 11, 5, {0}};
+    zero_gpt_config_t c = {2, 3, 8, 11, 5, {0}, {0}};
     zero_status_t st = zero__gpt_config_check(&c);
     CHECK(st == ZERO_ERR_CONFIG && strstr(zero_last_error(), "model.heads = 3") &&
               strstr(zero_last_error(), "model.dim = 8"),

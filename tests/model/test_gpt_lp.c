@@ -83,7 +83,7 @@ static void random_batch(int32_t *tok, int32_t *tgt, int n, int V) {
 /* ------------------------------------------------------------------------------ vs fp32 */
 
 static void test_against_fp32(zero_dtype_t dt, double tol) {
-    const zero_gpt_config_t c = {2, 4, 64, 37, 24, {0}};
+    const zero_gpt_config_t c = {2, 4, 64, 37, 24, {0}, {0}};
     const int B = 3, T = 21; /* T < seq: a prefix of every activation buffer */
     zero_engine_t *e16 = make_engine(dt, 1e-3f, 0, 10, 2),
                   *e32 = make_engine(ZERO_DTYPE_FP32, 1e-3f, 0, 10, 2);
@@ -146,7 +146,7 @@ static void test_against_fp32(zero_dtype_t dt, double tol) {
 /* ------------------------------------------------------------------------------ init, ckpt */
 
 static void test_init_and_checkpointing(zero_dtype_t dt) {
-    const zero_gpt_config_t c = {3, 2, 32, 61, 16, {0}};
+    const zero_gpt_config_t c = {3, 2, 32, 61, 16, {0}, {0}};
     const int B = 2, T = 16;
     /* same seed: the same default init in both engines */
     zero_engine_t *ea = make_engine(dt, 1e-3f, 0, 10, 2), *eb = make_engine(dt, 1e-3f, 0, 10, 2);
@@ -189,7 +189,7 @@ static void test_init_and_checkpointing(zero_dtype_t dt) {
 /* Train `steps` steps in dt on ds, return the validation loss over `vb` batches. */
 static double train_val_loss(zero_dtype_t dt, const zero_dataset_t *ds, int steps, int vb,
                              double *secs) {
-    const zero_gpt_config_t c = {2, 4, 64, 256, 64, {0}};
+    const zero_gpt_config_t c = {2, 4, 64, 256, 64, {0}, {0}};
     const int B = 8, T = 64;
     /* one thread: with a model this small, two threads mostly wait for each other (and for the
      * other jobs of a shared machine) at every kernel's fork and join */

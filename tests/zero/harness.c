@@ -89,8 +89,8 @@ zero_status_t harness_gpt_rank(zero_comm_t *comm, const run_cfg_t *cfg, rank_res
     p.onebit = cfg->onebit;
     p.freeze_step = cfg->freeze_step;
     if (cfg->fp16_scale_power > 0) p.loss_scaler.initial_scale_power = cfg->fp16_scale_power;
-    zero_gpt_config_t gc = {HARNESS_LAYERS, HARNESS_HEADS, HARNESS_DIM,
-                            HARNESS_VOCAB,  HARNESS_SEQ,   {0}};
+    zero_gpt_config_t gc = {HARNESS_LAYERS, HARNESS_HEADS, HARNESS_DIM, HARNESS_VOCAB,
+                            HARNESS_SEQ,    {0},           {0}};
     int32_t tok[HARNESS_BATCH * HARNESS_SEQ], tgt[HARNESS_BATCH * HARNESS_SEQ];
     if ((st = zero_engine_init(&eng, &p))) {
         fail(out, st, "engine init");
