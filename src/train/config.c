@@ -120,6 +120,21 @@ static const cfg_key_t keys[] = {
      "weights and Adam moments (see --dtype)"},
     {"fp16.enabled", K_BOOL, OFF(fp16), 0, 0, 1, NULL, NULL, NULL,
      "fp16 compute with dynamic loss scaling (the fp16.* keys); not with bf16.enabled"},
+    {"fp16.loss_scale", K_DOUBLE, OFF(loss_scaler.loss_scale), 0, -1e300, 1e300, NULL, NULL, NULL,
+     "0: dynamic loss scaling; > 0: this static scale (an overflowed step is still skipped)"},
+    {"fp16.initial_scale_power", K_INT, OFF(loss_scaler.initial_scale_power), 16, -1e300, 1e300,
+     NULL, NULL, NULL,
+     "first dynamic scale 2^power (always 16 by default, never DeepSpeed's 2^32)"},
+    {"fp16.loss_scale_window", K_INT, OFF(loss_scaler.loss_scale_window), 1000, -1e300, 1e300, NULL,
+     NULL, NULL, "clean steps before the scale doubles"},
+    {"fp16.hysteresis", K_INT, OFF(loss_scaler.hysteresis), 2, -1e300, 1e300, NULL, NULL, NULL,
+     "overflows tolerated before the scale halves (always 2 by default)"},
+    {"fp16.consecutive_hysteresis", K_BOOL, OFF(loss_scaler.consecutive_hysteresis), 0, 0, 1, NULL,
+     NULL, NULL, "refill the hysteresis on every clean step"},
+    {"fp16.min_loss_scale", K_DOUBLE, OFF(loss_scaler.min_loss_scale), 1, -1e300, 1e300, NULL, NULL,
+     NULL, "floor of the dynamic scale"},
+    {"fp16.raise_error_at_min_scale", K_BOOL, OFF(loss_scaler.raise_error_at_min_scale), 1, 0, 1,
+     NULL, NULL, NULL, "an overflow at the floor stops training (false: skip and stay)"},
     {"fp8.enabled", K_BOOL, OFF(model.fp8.enabled), 0, 0, 1, NULL, NULL, NULL,
      "FP8 GEMM inputs in every block's qkv, attention projection, fc and fc projection "
      "(forward X, W; backward dY), the GEMMs on the dequantized values (no speed-up on CPUs "
@@ -138,21 +153,6 @@ static const cfg_key_t keys[] = {
      "block)"},
     /* fp16.*: stored by zero_loss_scaler_params_set (set_number), which checks the range and
      * names the key and value; the table's range only excludes non-finite numbers. */
-    {"fp16.loss_scale", K_DOUBLE, OFF(loss_scaler.loss_scale), 0, -1e300, 1e300, NULL, NULL, NULL,
-     "0: dynamic loss scaling; > 0: this static scale (an overflowed step is still skipped)"},
-    {"fp16.initial_scale_power", K_INT, OFF(loss_scaler.initial_scale_power), 16, -1e300, 1e300,
-     NULL, NULL, NULL,
-     "first dynamic scale 2^power (always 16 by default, never DeepSpeed's 2^32)"},
-    {"fp16.loss_scale_window", K_INT, OFF(loss_scaler.loss_scale_window), 1000, -1e300, 1e300, NULL,
-     NULL, NULL, "clean steps before the scale doubles"},
-    {"fp16.hysteresis", K_INT, OFF(loss_scaler.hysteresis), 2, -1e300, 1e300, NULL, NULL, NULL,
-     "overflows tolerated before the scale halves (always 2 by default)"},
-    {"fp16.consecutive_hysteresis", K_BOOL, OFF(loss_scaler.consecutive_hysteresis), 0, 0, 1, NULL,
-     NULL, NULL, "refill the hysteresis on every clean step"},
-    {"fp16.min_loss_scale", K_DOUBLE, OFF(loss_scaler.min_loss_scale), 1, -1e300, 1e300, NULL, NULL,
-     NULL, "floor of the dynamic scale"},
-    {"fp16.raise_error_at_min_scale", K_BOOL, OFF(loss_scaler.raise_error_at_min_scale), 1, 0, 1,
-     NULL, NULL, NULL, "an overflow at the floor stops training (false: skip and stay)"},
     {"data_types.grad_accum_dtype", K_STR, OFF(grad_accum_dtype), 0, 0, 0, "fp32", "fp32|bf16|fp16",
      NULL, "dtype of the reduced gradient accumulator: fp32, or the compute dtype"},
     {"steps_per_print", K_INT, OFF(steps_per_print), 10, 1, INT_MAX, NULL, NULL, NULL,
@@ -648,6 +648,13 @@ static size_t str_cap(const cfg_key_t *k) {
 }
 static void mark_set(zero_train_config_t *cfg, const cfg_key_t *k) { cfg->key_set[k - keys] = 1; }
 
+/* fp8.format and fp8.recipe (strings) into the model's config, whenever either changes. */
+static void fp8_sync(zero_train_config_t *cfg) {
+    cfg->model.fp8.hybrid = !strcmp(cfg->fp8_format, "hybrid");
+    cfg->model.fp8.recipe =
+        !strcmp(cfg->fp8_recipe, "blockwise") ? ZERO_FP8_BLOCKWISE : ZERO_FP8_DELAYED;
+}
+
 void zero__train_config_default(zero_train_config_t *cfg) {
     memset(cfg, 0, sizeof *cfg);
     for (size_t i = 0; i < ZERO_ARRAY_LEN(keys); i++) {
@@ -666,6 +673,7 @@ void zero__train_config_default(zero_train_config_t *cfg) {
     }
     cfg->beta[0] = 0.9f;
     cfg->beta[1] = 0.999f;
+    fp8_sync(cfg);
     /* cfg->loss_scaler holds the table's fp16.* defaults, which are the scaler's own
      * (zero_loss_scaler_params_default; test_config compares them). Not assigned from it: a
      * struct copy may leave padding bytes that the config's byte comparisons would see. */
@@ -786,6 +794,7 @@ static zero_status_t set_string(zero_train_config_t *cfg, const cfg_key_t *k, co
                 /* store the canonical spelling */
                 snprintf((char *)field(cfg, k), cap, "%s", tok);
                 mark_set(cfg, k);
+                fp8_sync(cfg);
                 return ZERO_OK;
             }
         return zero__error(ZERO_ERR_CONFIG,
@@ -1321,9 +1330,6 @@ zero_status_t zero__train_config_check(zero_train_config_t *cfg, int world) {
                            "\"%s\" (expected \"int8\" or no state_dtype: AdamW8bit is 8-bit "
                            "states; for fp32 states use optimizer.type \"AdamW\")",
                            cfg->state_dtype);
-    cfg->model.fp8.hybrid = !strcmp(cfg->fp8_format, "hybrid");
-    cfg->model.fp8.recipe =
-        !strcmp(cfg->fp8_recipe, "blockwise") ? ZERO_FP8_BLOCKWISE : ZERO_FP8_DELAYED;
     if (cfg->model.fp8.enabled && cfg->fp16)
         return zero__error(ZERO_ERR_CONFIG,
                            "fp8.enabled = true cannot be combined with fp16.enabled = true (FP8 "

@@ -113,6 +113,17 @@ static zero_status_t fp8_step(run_t *r) {
     return ZERO_OK;
 }
 
+/* A hash of the fp8 delayed recipe's scales and histories (0 without them). */
+static uint64_t fp8_state_hash(const zero_fp8_t *f) {
+    const size_t n = zero__fp8_saved_count(f);
+    float *v = n ? malloc(n * sizeof *v) : NULL;
+    if (!v) return 0;
+    zero__fp8_save(f, v);
+    uint64_t h = zero__hash_bytes(0, v, n * sizeof *v);
+    free(v);
+    return h;
+}
+
 /* The values each step sums over ranks in one all-reduce: the loss, and the signal handlers'
  * requests (a count of ranks asking for a checkpoint; per signal number, a count of ranks asking
  * to stop), so that every rank sees the same requests after the same step. */
@@ -994,6 +1005,7 @@ static zero_status_t rank_finish(run_t *r, zero_train_report_t *rep) {
     zero_train_rank_report_t mine;
     rank_report(r, &mine);
     mine.peak_flops_per_s = r->my_peak;
+    mine.fp8_state_hash = fp8_state_hash(zero__gpt_fp8(r->gpt));
     st = gather_reports(r, &mine, &all);
     if (st) goto done;
     rep->elapsed_s = zero_time_now() - job->t_start;
@@ -1458,6 +1470,9 @@ zero_status_t zero__train_report_write(const zero_train_report_t *rep,
             cJSON_AddNumberToObject(tk, name, (double)rr->comm_theory_bytes_per_step_by_kind[x]);
         }
         cJSON_AddNumberToObject(o, "padded_params", (double)rr->padded_params);
+        char f8hex[17];
+        snprintf(f8hex, sizeof f8hex, "%016llx", (unsigned long long)rr->fp8_state_hash);
+        cJSON_AddStringToObject(o, "fp8_state_hash", f8hex);
         cJSON_AddNumberToObject(o, "swap_disk_bytes", (double)rr->swap_disk_bytes);
         cJSON_AddNumberToObject(o, "swap_read_bytes_per_step",
                                 (double)rr->swap_read_bytes_per_step);

@@ -45,6 +45,9 @@ typedef struct zero_train_rank_report {
      * from the routed counts (zero__gpt_moe_traffic); 0 otherwise. */
     uint64_t moe_a2a_bytes_per_step, moe_a2a_theory_bytes_per_step;
     double peak_flops_per_s; /* matmul peak this rank measured at start-up (0: not measured) */
+    /* fp8 delayed recipe: a hash of this rank's scales and amax histories at the end (equal on
+     * every rank: the amax is reduced over all ranks before any scale is made); 0 otherwise */
+    uint64_t fp8_state_hash;
 } zero_train_rank_report_t;
 
 typedef struct zero_train_report {

@@ -1,8 +1,10 @@
-/* harness.h — helpers the trainer tests share: run `zero train` in-process, read a file whole. */
+/* harness.h — helpers the trainer tests share: run `zero train` in-process (through the CLI or
+ * the trainer), read a file whole. */
 #ifndef ZERO_TESTS_TRAIN_HARNESS_H
 #define ZERO_TESTS_TRAIN_HARNESS_H
 
 #include "cli/cli.h"
+#include "train/trainer.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -18,6 +20,22 @@ static inline int train_cli(const char *const *args) {
     argv[argc] = NULL;
     fflush(stdout);
     return zero__cli_train(argc, argv);
+}
+
+/* The trainer in this process on the default config, then the key/value pairs of base and then
+ * of sets (each NULL-terminated; either may be NULL), with the given io. Returns the status; rep
+ * is filled on success (free it with zero__train_report_free). */
+static inline zero_status_t train_pairs(const char *const *base, const char *const *sets,
+                                        const zero_train_io_t *io, zero_train_report_t *rep) {
+    zero_train_config_t c;
+    zero__train_config_default(&c);
+    zero_status_t st = ZERO_OK;
+    for (int i = 0; !st && base && base[i]; i += 2)
+        st = zero__train_config_set(&c, base[i], base[i + 1]);
+    for (int i = 0; !st && sets && sets[i]; i += 2)
+        st = zero__train_config_set(&c, sets[i], sets[i + 1]);
+    if (st) return st;
+    return zero__train_run(&c, io, rep);
 }
 
 /* train_cli arguments after "train" for one step of a tiny model (1 layer, dim 32, 2 heads,

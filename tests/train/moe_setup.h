@@ -5,7 +5,7 @@
 #ifndef ZERO_TESTS_TRAIN_MOE_SETUP_H
 #define ZERO_TESTS_TRAIN_MOE_SETUP_H
 
-#include "train/trainer.h"
+#include "harness.h"
 #include "zero/zero.h"
 
 #include <stdio.h>
@@ -57,14 +57,7 @@ static const char *const base[] = {"model.layers",
  * Returns the status; rep is filled on success (free it). */
 static inline zero_status_t train_io(const char *const *sets, const zero_train_io_t *io,
                                      zero_train_report_t *rep) {
-    zero_train_config_t c;
-    zero__train_config_default(&c);
-    zero_status_t st = ZERO_OK;
-    for (int i = 0; !st && base[i]; i += 2) st = zero__train_config_set(&c, base[i], base[i + 1]);
-    for (int i = 0; !st && sets && sets[i]; i += 2)
-        st = zero__train_config_set(&c, sets[i], sets[i + 1]);
-    if (st) return st;
-    return zero__train_run(&c, io, rep);
+    return train_pairs(base, sets, io, rep);
 }
 
 /* The same with output to out (may be NULL). */

@@ -578,6 +578,50 @@ static void test_state_dtype(void) {
           "AdamW8bit with offload_optimizer cpu: %s", zero_last_error());
 }
 
+/* fp8: the block's keys into the model's config (off by default), and every bad value or
+ * combination refused naming the key(s) and the value. */
+static void test_fp8(void) {
+    zero_train_config_t c;
+    CHECK(parse_check(&c, "{}", 1) == ZERO_OK && !c.model.fp8.enabled, "fp8 is off by default: %s",
+          zero_last_error());
+    CHECK(parse_check(&c,
+                      "{\"bf16\": {\"enabled\": true}, \"fp8\": {\"enabled\": true, "
+                      "\"format\": \"e4m3\", \"recipe\": \"blockwise\", \"margin\": 2, "
+                      "\"amax_history_len\": 16}}",
+                      2) == ZERO_OK &&
+              c.model.fp8.enabled && !c.model.fp8.hybrid &&
+              c.model.fp8.recipe == ZERO_FP8_BLOCKWISE && c.model.fp8.margin == 2 &&
+              c.model.fp8.history_len == 16,
+          "fp8 e4m3 blockwise: %s", zero_last_error());
+    CHECK(parse_check(&c, "{\"fp8\": {\"enabled\": true}}", 1) == ZERO_OK && c.model.fp8.hybrid &&
+              c.model.fp8.recipe == ZERO_FP8_DELAYED && c.model.fp8.margin == 0 &&
+              c.model.fp8.history_len == 1024,
+          "fp8 defaults (Transformer Engine's: hybrid, delayed, margin 0, history 1024): %s",
+          zero_last_error());
+    static const struct {
+        const char *json, *want[3];
+    } bad[] = {
+        {"{\"fp8\": {\"enabled\": true, \"format\": \"e5m2\"}}",
+         {"fp8.format", "e5m2", "hybrid|e4m3"}},
+        {"{\"fp8\": {\"enabled\": true, \"recipe\": \"current\"}}",
+         {"fp8.recipe", "current", "delayed|blockwise"}},
+        {"{\"fp8\": {\"enabled\": true, \"margin\": -1}}", {"fp8.margin", "-1", NULL}},
+        {"{\"fp8\": {\"enabled\": true, \"amax_history_len\": 0}}",
+         {"fp8.amax_history_len", "0", NULL}},
+        {"{\"fp16\": {\"enabled\": true}, \"fp8\": {\"enabled\": true}}",
+         {"fp8.enabled", "fp16.enabled", NULL}},
+        {"{\"model\": {\"moe\": {\"experts\": 4}}, \"fp8\": {\"enabled\": true}}",
+         {"fp8.enabled", "model.moe.experts = 4", NULL}},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        zero_status_t st = parse_check(&c, bad[i].json, 1);
+        int named = st == ZERO_ERR_CONFIG;
+        for (int k = 0; k < 3 && bad[i].want[k]; k++)
+            named = named && strstr(zero_last_error(), bad[i].want[k]);
+        CHECK(named, "%s: status %d, '%s'", bad[i].json, st, zero_last_error());
+    }
+}
+
 /* 1-bit Adam: optimizer.type OneBitAdam and freeze_step into the engine's parameters, DeepSpeed's
  * ignored keys accepted, the combinations it cannot run with refused naming key and value. */
 static void test_onebit(void) {
@@ -973,6 +1017,7 @@ int main(int argc, char **argv) {
     test_mixed_precision();
     test_state_dtype();
     test_onebit();
+    test_fp8();
     test_machine_threads();
     test_absent_keys();
     test_public_load();

@@ -6,7 +6,8 @@
  * with ZeRO++ qwZ (int8 parameter gathers) in fp32 and bf16, and with hpZ 2 (equal to plain stage
  * 3), and with qgZ (int4 gradient all-to-alls) with LoCo in fp32 and with qwZ in bf16; and, on 4
  * ranks, an MoE-GPT with expert parallelism (ep_size 1, 2 at stage 3, 4), whose three
- * fingerprints must also be one.
+ * fingerprints must also be one; and FP8 compute (delayed in bf16 at stage 3 on 2 ranks,
+ * blockwise in fp32 at stage 1 on 4 ranks).
  *
  * Arguments: the `zero` program and the MPI launcher (CTest passes both). Runs them as child
  * processes; when the engine does not run 2 ranks yet the case prints SKIP.
@@ -287,6 +288,24 @@ int main(int argc, char **argv) {
           "MoE at ep 1 %s, ep 2 %s, ep 4 %s", moe[0] ? moe[0] : "-", moe[1] ? moe[1] : "-",
           moe[2] ? moe[2] : "-");
     for (int i = 0; i < 3; i++) free(moe[i]);
+    /* FP8 compute: the delayed recipe's amax all-reduce (MAX) and scales, and blockwise tiles,
+     * give the thread ranks' weights under MPI too */
+    static const char *const fp8[2] = {
+        "\"bf16\": {\"enabled\": true}, \"fp8\": {\"enabled\": true, \"amax_history_len\": 2}",
+        "\"fp8\": {\"enabled\": true, \"recipe\": \"blockwise\", \"format\": \"e4m3\"}"};
+    for (int i = 0; i < 2; i++) {
+        f = fopen(nvme, "w");
+        if (!f) return 1;
+        fprintf(f,
+                "{\"model\": {\"layers\": 2, \"heads\": 2, \"dim\": 64, \"seq\": 16}, %s,\n"
+                " \"data\": {\"builtin_bytes\": 65536}, \"train_micro_batch_size_per_gpu\": 2,\n"
+                " \"gradient_accumulation_steps\": 2,\n"
+                " \"train\": {\"steps\": 3, \"eval_interval\": 0, \"eval_batches\": 1, "
+                "\"samples\": 0}}\n",
+                fp8[i]);
+        fclose(f);
+        free(compare_np(argv[1], argv[2], nvme, i ? 1 : 3, i ? 4 : 2));
+    }
     unlink(nvme);
     unlink(cfg);
     rmdir(dir);
