@@ -344,6 +344,13 @@ static void rank_report(run_t *r, zero_train_rank_report_t *rr) {
 static const zero_mem_category_t table_cats[] = {ZERO_MEM_PARAMS, ZERO_MEM_GRADS, ZERO_MEM_OPTIM,
                                                  ZERO_MEM_ACTIVATIONS, ZERO_MEM_COMM};
 
+/* Every rank ends with the fp8 scales and histories of rank 0 (their hashes agree). */
+static int fp8_ranks_agree(const zero_train_rank_report_t *all, int world) {
+    for (int k = 1; k < world; k++)
+        if (all[k].fp8_state_hash != all[0].fp8_state_hash) return 0;
+    return 1;
+}
+
 static void print_tables(const run_t *r, const zero_train_rank_report_t *all) {
     const double MiB = 1048576.0;
     say(r, "report: memory per rank in MiB, measured / theory (theory 0: not modelled)\n");
@@ -369,6 +376,15 @@ static void print_tables(const run_t *r, const zero_train_rank_report_t *all) {
     if (cdt != ZERO_DTYPE_FP32) /* which hardware ran the 16-bit GEMMs: AMX, AVX512-BF16, ... */
         say(r, "report: %s matmuls: %s (%s)\n", zero_dtype_name(cdt), zero__matmul_lp_path(cdt),
             zero__matmul_lp_impl(cdt));
+    const zero_fp8_config_t *f8 = &r->cfg->model.fp8;
+    if (f8->enabled) /* the buffers of the quantized inputs are in the activations above */
+        say(r,
+            "report: fp8 GEMM inputs (%s, recipe %s): scaling state %zu bytes per rank (other "
+            "memory)%s\n",
+            r->cfg->fp8_format, r->cfg->fp8_recipe, zero__fp8_state_bytes(f8, r->cfg->model.layers),
+            f8->recipe != ZERO_FP8_DELAYED   ? ""
+            : fp8_ranks_agree(all, r->world) ? ", the same scales on every rank"
+                                             : ", DIFFERENT scales on some ranks");
     say(r,
         "report: model states per rank in MiB (%s compute, %s gradient accumulation, %s Adam "
         "states), measured / theory\n",
