@@ -5,7 +5,8 @@
 # the memory-bandwidth bound. A step reads every weight once and the cached keys and values of
 # the positions before it, so tokens/s <= read bandwidth / (weight bytes + KV bytes read per
 # step). The bandwidth is bench_membw's (read-only sum over 512 MiB, median of 7 passes, on the
-# same threads), measured before each round. Each round runs every dtype (--dtype fp32, bf16:
+# same threads), measured just before and just after each run and averaged (the host's memory
+# bandwidth moved from 33 to 78 GB/s within minutes here). Each round runs every dtype (--dtype fp32, bf16:
 # half the weight bytes, so twice the bound; int8 and int4 are --weights int8 / int4 with fp32
 # activations, groups of 64: about 1.06 and 0.56 bytes per weight). Checks nothing (issue 19
 # asks for >= 0.7 of the bound); prints a Markdown table with the load average before each
@@ -55,16 +56,18 @@ fi
 
 for r in $(seq "$runs"); do
     load >"$out/load.$r"
-    "$membw" --threads "$threads" | tail -1 >"$out/bw.$r.json"
     for d in $dtypes; do
         case $d in
         int8 | int4) how="--weights $d" ;;
         *) how="--dtype $d" ;;
         esac
+        # the bandwidth just before and just after each run: the host's moves within a minute
+        "$membw" --threads "$threads" | tail -1 >"$out/bw.$d.$r.a.json"
         # shellcheck disable=SC2086 # $how is two words
         "$zero" generate --model "$model" --prompt "Hello, world." --max-new-tokens "$new" \
             --greedy $how --json --threads "$threads" >"$out/gen.$d.$r.json" \
             2>"$out/gen.$d.$r.log" || { cat "$out/gen.$d.$r.log" >&2; exit 1; }
+        "$membw" --threads "$threads" | tail -1 >"$out/bw.$d.$r.b.json"
     done
 done
 
@@ -77,7 +80,8 @@ print("|---|---|---|---|---|---|---|---|---|---|")
 for d in dtypes:
     rows = []
     for r in range(1, runs + 1):
-        bw = json.load(open(f"{out}/bw.{r}.json"))["median_gb_s"]
+        bw = statistics.mean(json.load(open(f"{out}/bw.{d}.{r}.{w}.json"))["median_gb_s"]
+                             for w in "ab")
         g = json.load(open(f"{out}/gen.{d}.{r}.json"))
         # KV bytes a step reads, averaged over the decode steps: 2 L C x element bytes per
         # position held
