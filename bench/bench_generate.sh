@@ -75,8 +75,8 @@ python3 - "$out" "$runs" "$threads" $dtypes <<'PY'
 import json, statistics, sys
 out, runs, threads, dtypes = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 print("| dtype | round | load avg | read GB/s | weights MB | bound tokens/s | decode tokens/s | "
-      "of bound | TTFT ms | peak RSS MiB |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+      "of bound | TTFT ms | peak RSS MiB | threads wait |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for d in dtypes:
     rows = []
     for r in range(1, runs + 1):
@@ -92,10 +92,10 @@ for d in dtypes:
         rows.append((g["decode_tokens_per_s"], bound, bw, g, load))
         print(f"| {d} | {r} | {load} | {bw:.1f} | {g['weight_bytes'] / 1e6:.0f} | {bound:.1f} | "
               f"{rows[-1][0]:.1f} | {rows[-1][0] / bound:.2f} | {g['ttft_s'] * 1e3:.0f} | "
-              f"{g['peak_rss_bytes'] / 2**20:.0f} |")
+              f"{g['peak_rss_bytes'] / 2**20:.0f} | {g.get('openmp_wait', '?')} |")
     med = lambda k: statistics.median(x[k] for x in rows)
     print(f"| {d} | median | | {med(2):.1f} | | {med(1):.1f} | {med(0):.1f} | "
-          f"{statistics.median(x[0] / x[1] for x in rows):.2f} | | |")
+          f"{statistics.median(x[0] / x[1] for x in rows):.2f} | | | |")
 g = json.load(open(f"{out}/gen.{dtypes[0]}.1.json"))
 print(f"\nGPT-2 124M shape, {g['params']} parameters, batch 1, {threads} threads, prompt "
       f"{g['prompt_tokens']} tokens, {g['new_tokens']} new (greedy)")

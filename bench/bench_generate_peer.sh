@@ -7,9 +7,10 @@
 # alternate zero and the peer (zero first in odd rounds, the peer in even ones) so that drift
 # of a shared machine falls on both; prints each run and the medians with their ratio (issue 19
 # asks for >= 1.5x at batch 1 and 16), and how many of sequence 0's greedy tokens agree.
-# Both run with OMP_WAIT_POLICY=passive unless it is set: `zero generate` sets it for itself,
-# and the peer's OpenMP threads spinning beside OpenBLAS's made it 2-5x slower on a shared
-# machine (2.5 against 13.2 tokens/s at batch 1 under a load of 5).
+# Both run with OMP_WAIT_POLICY=passive and GOMP_SPINCOUNT=3000 unless they are set: what `zero
+# generate` chooses for itself on idle cores (a short spin, then sleep), given to both; the
+# peer's OpenMP threads spinning without bound beside OpenBLAS's made it 2-5x slower on a
+# shared machine (2.5 against 13.2 tokens/s at batch 1 under a load of 5).
 #
 # Usage: bench/bench_generate_peer.sh [-b BUILD_DIR] [-r RUNS] [-t THREADS] [-n NEW_TOKENS]
 #                                     [-m MODEL_DIR] [-B "1 16"]
@@ -54,12 +55,13 @@ prompt="The quick brown." # 16 bytes: zero's tokens are the prompt's bytes witho
 ids=$(printf '%s' "$prompt" | od -An -tu1 | tr -s ' \n' ',' | sed 's/^,//; s/,$//')
 
 run_zero() { # batch round
-    "$zero" generate --model "$model" --prompt "$prompt" --max-new-tokens "$new" --greedy \
+    OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-3000} \
+            "$zero" generate --model "$model" --prompt "$prompt" --max-new-tokens "$new" --greedy \
         --json --threads "$threads" --batch "$1" >"$out/zero.$1.$2.json" 2>"$out/zero.log" ||
         { cat "$out/zero.log" >&2; exit 1; }
 }
 run_peer() {
-    OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} \
+    OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-3000} \
         "$py" "$here/bench/generate_peer.py" --model "$out/hf" --prompt-ids "$ids" --batch "$1" \
         --new "$new" --threads "$threads" >"$out/peer.$1.$2.json" 2>"$out/peer.log" ||
         { cat "$out/peer.log" >&2; exit 1; }

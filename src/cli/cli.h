@@ -35,6 +35,11 @@ int zero__cli_number(const char *prog, const char *flag, const char *v, double l
  * the restart fails. Call before any OpenMP region. */
 void zero__cli_openmp_wait(const char *policy);
 
+/* Cores busy over the next `ms` milliseconds (non-idle time of all CPUs in /proc/stat, in
+ * cores), measured while this process sleeps: what other processes use. -1 where /proc/stat
+ * cannot be read. */
+double zero__cli_busy_cores(int ms);
+
 int zero__cli_bench(int argc, char **argv);
 int zero__cli_generate(int argc, char **argv);
 int zero__cli_convert(int argc, char **argv);

@@ -70,8 +70,10 @@ static void usage(FILE *out) {
         "  --tokenizer       GPT-2 BPE tokenizer for the prompt and the output: a vocab.json\n"
         "                    (merges.txt beside it), a tokenizer.json, a directory, or llm.c's\n"
         "                    gpt2_tokenizer.bin (decoding only: an empty prompt)\n\n"
-        "The KV cache is in RAM. Unless OMP_WAIT_POLICY is set, threads sleep\n"
-        "between parallel regions (passive; the program restarts itself to set it).\n"
+        "The KV cache is in RAM. Unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set,\n"
+        "threads sleep between parallel regions (passive; the program restarts itself\n"
+        "to set it), after a short spin (GOMP_SPINCOUNT 3000) when the cores the run\n"
+        "uses were idle at start.\n"
         "docs/inference.md has the details.\n");
 }
 
@@ -412,6 +414,13 @@ static int generate_on(const opts_t *o, const unsigned char *text, size_t text_l
         cJSON_AddStringToObject(j, "dtype", zero_dtype_name(in->dtype));
         cJSON_AddStringToObject(j, "weights", weights_name(in));
         cJSON_AddStringToObject(j, "offload", in->offload);
+        /* how threads waited between parallel regions (the policy chosen at start, or the user's)
+         */
+        const char *wp = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT");
+        char wait[96];
+        snprintf(wait, sizeof wait, "%s%s%s", wp ? wp : "default", spin ? ", GOMP_SPINCOUNT " : "",
+                 spin ? spin : "");
+        cJSON_AddStringToObject(j, "openmp_wait", wait);
         if (in->io_engine) cJSON_AddStringToObject(j, "io_engine", in->io_engine);
         const struct {
             const char *k;
@@ -586,9 +595,19 @@ int zero__cli_generate(int argc, char **argv) {
     opts_t o;
     int rc = parse(argc, argv, &o);
     if (rc >= 0) return rc;
-    /* threads sleep between parallel regions: a step is ~100 short regions, and on a machine
-     * whose cores other processes use, spinning threads made decoding 5x slower
-     * (docs/inference.md); OMP_WAIT_POLICY=active, set by the user, wins */
+    /* How threads wait between parallel regions (a decode step is ~60 short ones): asleep
+     * (passive), each region pays a wake-up, 45% of an int8 step on an idle machine; spinning
+     * without bound made decoding 5x slower where other processes used the cores. So threads
+     * spin a short while (GOMP_SPINCOUNT 3000) and then sleep when the cores this run uses were
+     * idle at start (others' load over 0.1 s of /proc/stat), and sleep at once otherwise. The
+     * user's OMP_WAIT_POLICY or GOMP_SPINCOUNT wins. */
+    if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT")) {
+        const double cores = (double)sysconf(_SC_NPROCESSORS_ONLN);
+        const double used = o.threads_given ? (double)o.threads * (o.ranks ? o.ranks : 1) : cores;
+        const double busy = zero__cli_busy_cores(100);
+        if (busy >= 0 && busy + (used < cores ? used : cores) <= cores + 0.25)
+            setenv("GOMP_SPINCOUNT", "3000", 1);
+    }
     zero__cli_openmp_wait("passive");
     size_t text_len = 0, plen = 0;
     unsigned char *text = read_prompt(&o, &text_len);

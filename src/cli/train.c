@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 static void usage(FILE *out) {
@@ -219,6 +220,30 @@ static int build_config(const arg_t *args, int n, const char *config_path, int l
             return loud ? fail("cannot use the config") : 1;
     }
     return 0;
+}
+
+/* The "cpu" line of /proc/stat: busy and total jiffies of all CPUs; 0 on failure. */
+static int cpu_jiffies(double *busy, double *total) {
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return 0;
+    unsigned long long v[8] = {0};
+    const int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+                         &v[3], &v[4], &v[5], &v[6], &v[7]);
+    fclose(f);
+    if (n < 5) return 0;
+    *total = 0;
+    for (int i = 0; i < 8; i++) *total += (double)v[i];
+    *busy = *total - (double)v[3] - (double)v[4]; /* idle, iowait */
+    return 1;
+}
+
+double zero__cli_busy_cores(int ms) {
+    double b0, t0, b1, t1;
+    if (!cpu_jiffies(&b0, &t0)) return -1;
+    const struct timespec nap = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&nap, NULL);
+    if (!cpu_jiffies(&b1, &t1) || t1 <= t0) return -1;
+    return (b1 - b0) / (t1 - t0) * (double)sysconf(_SC_NPROCESSORS_ONLN);
 }
 
 /* How OpenMP threads wait between parallel regions (cli.h: zero train's and zero generate's; each

@@ -2,7 +2,8 @@
 """`zero generate` end to end: usage: test_generate_cli.py ZERO_BINARY WORK_DIR
 
 - a tiny model trained for 40 steps on 2 ranks and saved, then exported by `zero convert`;
-- --json parses, holds the model's shape, the sampling settings, positive timings and memory
+- --json parses, holds how threads waited (passive, with a short spin where the cores were idle
+  at start; the caller's OMP_WAIT_POLICY or GOMP_SPINCOUNT kept), the model's shape, the sampling settings, positive timings and memory
   figures, and the KV-cache bytes in closed form (2 x layers x batch x positions x dim x 4);
   --dtype bf16 halves the weight and KV bytes and decodes the checkpoint and its export alike;
   --weights int8 / int4 store fewer bytes (int4 < int8 < half of fp32) and decode the checkpoint
@@ -70,6 +71,21 @@ check(d["kv_cache_bytes"] == 2 * 2 * 1 * 26 * 32 * 4, f"KV bytes {d['kv_cache_by
 # weights: at least 4 bytes per parameter, padding at most 16 floats per tensor (2 + 12 L + 2)
 check(4 * d["params"] <= d["weight_bytes"] <= 4 * d["params"] + 64 * (4 + 12 * 2),
       f"weight bytes {d['weight_bytes']} for {d['params']} parameters")
+# how threads waited between parallel regions: chosen at start unless the environment says
+# (passive, after a short spin where the cores were idle), and the caller's variables win
+def wait_with(**env):
+    e = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    p = subprocess.run([ZERO, "generate", "--json", "--threads", "1", "--model", SAVE, "--prompt",
+                        "The", "--max-new-tokens", "2"], capture_output=True, timeout=120,
+                       env={**e, **env})
+    check(p.returncode == 0, f"{env}: exit {p.returncode}")
+    return json.loads(p.stdout)["openmp_wait"] if p.returncode == 0 else None
+
+
+chosen = wait_with()
+check(chosen in ("passive", "passive, GOMP_SPINCOUNT 3000"), f"openmp_wait {chosen!r}")
+check(wait_with(GOMP_SPINCOUNT="7") == "passive, GOMP_SPINCOUNT 7", "the user's GOMP_SPINCOUNT")
+check(wait_with(OMP_WAIT_POLICY="active") == "active", "the user's OMP_WAIT_POLICY")
 greedy = d["tokens"][0]
 check(len(greedy) == 20 and all(0 <= t < 256 for t in greedy), greedy)
 check(d["outputs"][0] == "".join(chr(t) for t in greedy), "outputs: the tokens as text")
