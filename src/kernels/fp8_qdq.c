@@ -133,6 +133,38 @@ void zero__fp8_qdq_tiles(void *out, const void *x, zero_dtype_t dt, size_t rows,
     }
 }
 
+float zero__fp8_pow2_scale(float amax) {
+    if (!(amax > 0.0f) || !isfinite(amax)) return 1.0f;
+    /* amax = f 2^e with f in [0.5, 1) and 448 = 0.875 2^9: exact, no division */
+    int e;
+    const float f = frexpf(amax, &e);
+    const int k = f <= 0.875f ? e - 9 : e - 8;
+    return ldexpf(1.0f, k < -126 ? -126 : k);
+}
+
+float zero__fp8_block_encode(uint8_t *codes, const float *x, size_t n) {
+    ZERO_ASSERT(n <= SPAN);
+    const float s = zero__fp8_pow2_scale(span_amax(x, n));
+    zero__fp8_encode(codes, x, n, 1.0f / s, ZERO__FP8_E4M3);
+    return s;
+}
+
+void zero__fp8_block_decode(float *x, const uint8_t *codes, size_t n, float s) {
+    zero__fp8_decode(x, codes, n, s, ZERO__FP8_E4M3);
+}
+
+void zero__fp8_round_blocks(void *x, zero_dtype_t dt, size_t n) {
+    float buf[SPAN];
+    uint8_t q[SPAN];
+    for (size_t i = 0; i < n; i += SPAN) {
+        const size_t k = ZERO_MIN((size_t)SPAN, n - i);
+        widen(buf, x, dt, i, k);
+        const float s = zero__fp8_block_encode(q, buf, k);
+        zero__fp8_block_decode(buf, q, k, s);
+        narrow(x, buf, dt, i, k);
+    }
+}
+
 void zero__fp8_delayed_update(float *scale, float *history, size_t len, float amax, float fp8_max,
                               int margin) {
     ZERO_ASSERT(len >= 1);

@@ -40,6 +40,22 @@ void zero__fp8_qdq(void *out, const void *x, zero_dtype_t dt, size_t n, float sc
 void zero__fp8_qdq_tiles(void *out, const void *x, zero_dtype_t dt, size_t rows, size_t cols,
                          size_t tile_rows, float floor, zero__fp8_format_t f, int threads);
 
+/* Weights on the E4M3 grid (fp8.weight_gather): blocks of at most ZERO__FP8_TILE values with a
+ * power-of-two scale s = 2^k, the least k >= -126 with amax <= 448 x 2^k (amax 0 or not finite:
+ * s = 1); codes enc(x / s) in E4M3, values dec(c) x s. Division and product by 2^k are exact,
+ * so the values are E4M3 values times s (exact in bf16 unless below its normal range), and the
+ * rounding of rounded values gives them back bit for bit: a rank can send the codes of values
+ * it holds rounded already and the receiver gets exactly those values. */
+float zero__fp8_pow2_scale(float amax);
+/* codes[i] = enc_e4m3(x[i] / s) for the n <= ZERO__FP8_TILE values x; returns s (from their
+ * amax, NaN counting as +Inf). */
+float zero__fp8_block_encode(uint8_t *codes, const float *x, size_t n);
+/* x[i] = dec_e4m3(codes[i]) x s. */
+void zero__fp8_block_decode(float *x, const uint8_t *codes, size_t n, float s);
+/* n values of dt rounded in place block by block (ZERO__FP8_TILE from x[0], the last one
+ * ragged): x = dec(enc(x / s)) x s rounded to dt. */
+void zero__fp8_round_blocks(void *x, zero_dtype_t dt, size_t n);
+
 /* Transformer Engine's delayed-scaling update of one tensor (recipe/delayed_scaling.cu):
  * history (len >= 1 slots) gets this step's amax in slot 0; a = max over the len slots; if a is
  * finite and > 0, *scale = (fp8_max / a) / 2^margin (an infinite result becomes FLT_MAX), else

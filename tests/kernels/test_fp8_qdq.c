@@ -13,6 +13,10 @@
  * new[i] = a_i for i > 0, new[0] = 0; scale from amax unless it is 0 or not finite; infinite ->
  * FLT_MAX), over amax sequences with zeros, NaN-as-Inf, +Inf and a value small enough to make the
  * scale overflow, history lengths 1, 2, 5 and margins 0 and 3.
+ * Weights on the E4M3 grid (power-of-two block scales): each block's scale found by counting
+ * k up from -126 until amax <= 448 x 2^k in double, values dec(enc(x / s)) x s element by element;
+ * a second rounding gives the first one's bits back (idempotence), and codes sent and decoded give
+ * the rounded values.
  */
 #include "check.h"
 #include "kernels/fp8_qdq.h"
@@ -182,6 +186,58 @@ static void check_delayed(void) {
     CHECK(s == FLT_MAX, "448 / 1e-38 overflows to FLT_MAX: %g", (double)s);
 }
 
+/* The naive power-of-two block rounding of v (n) in place, blocks of 128 from v[0]. */
+static void pow2_reference(float *v, size_t n) {
+    for (size_t b = 0; b < n; b += 128) {
+        const size_t k = MIN_((size_t)128, n - b);
+        double amax = 0.0;
+        for (size_t i = b; i < b + k; i++) amax = fabs(v[i]) > amax ? fabs(v[i]) : amax;
+        int e = -126;
+        while (amax > 448.0 * ldexp(1.0, e)) e++;
+        const float s = ldexpf(1.0f, e);
+        for (size_t i = b; i < b + k; i++)
+            v[i] = zero__fp8_decode1(zero__fp8_encode1(v[i] / s, ZERO__FP8_E4M3), ZERO__FP8_E4M3) *
+                   s;
+    }
+}
+
+static void check_pow2_blocks(zero_dtype_t dt, size_t n) {
+    float *v = xmalloc(n * sizeof *v);
+    fill(v, n);
+    for (size_t i = 0; i < n; i++) v[i] = round_to(dt, v[i]);
+    v[n / 2] = 448.0f * 3.0f; /* a block whose amax is a power of two times 448 */
+    for (size_t i = 256; i < 384 && i < n; i++) v[i] = 0.0f; /* a zero block */
+    void *x = make(dt, v, n);
+    pow2_reference(v, n);
+    zero__fp8_round_blocks(x, dt, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += !same_bits(get(dt, x, i), round_to(dt, v[i]));
+    CHECK(!bad, "%s pow2 blocks n %zu: %zu of %zu differ from the reference",
+          zero_dtype_name(dt), n, bad, n);
+    /* idempotent: rounding the rounded values changes no bit */
+    void *y = xmalloc(n * zero_dtype_size(dt));
+    memcpy(y, x, n * zero_dtype_size(dt));
+    zero__fp8_round_blocks(y, dt, n);
+    CHECK(!memcmp(x, y, n * zero_dtype_size(dt)), "%s pow2 blocks n %zu: rounding twice differs",
+          zero_dtype_name(dt), n);
+    /* codes and scale of the rounded values decode to them */
+    size_t lost = 0;
+    for (size_t b = 0; b < n; b += 128) {
+        const size_t k = MIN_((size_t)128, n - b);
+        float in[128], out[128];
+        uint8_t c[128];
+        for (size_t i = 0; i < k; i++) in[i] = get(dt, x, b + i);
+        const float s = zero__fp8_block_encode(c, in, k);
+        zero__fp8_block_decode(out, c, k, s);
+        for (size_t i = 0; i < k; i++) lost += !same_bits(in[i], out[i]);
+    }
+    CHECK(!lost, "%s pow2 blocks n %zu: %zu rounded values not carried by their codes",
+          zero_dtype_name(dt), n, lost);
+    free(v);
+    free(x);
+    free(y);
+}
+
 int main(void) {
     const zero_dtype_t dts[] = {ZERO_DTYPE_FP32, ZERO_DTYPE_BF16};
     for (int d = 0; d < 2; d++)
@@ -197,5 +253,13 @@ int main(void) {
         }
     check_amax();
     check_delayed();
+    for (int d = 0; d < 2; d++) {
+        check_pow2_blocks(dts[d], 1000); /* ragged last block */
+        check_pow2_blocks(dts[d], 4096);
+    }
+    CHECK(zero__fp8_pow2_scale(448.0f) == 1.0f && zero__fp8_pow2_scale(449.0f) == 2.0f &&
+              zero__fp8_pow2_scale(0.0f) == 1.0f && zero__fp8_pow2_scale(INFINITY) == 1.0f &&
+              zero__fp8_pow2_scale(1e-45f) == ldexpf(1.0f, -126),
+          "pow2 scales of 448, 449, 0, Inf, 1e-45");
     return check_report();
 }
