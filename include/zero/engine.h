@@ -67,6 +67,8 @@ typedef enum {
                                        gains; its 2-D weights decay, embeddings included) */
     ZERO_TENSOR_TIED = 1u << 1,     /* used in two places (GPT's token embedding and head); the
                                        model accumulates both gradients into the one tensor */
+    ZERO_TENSOR_FP8 = 1u << 2,      /* with params.fp8_weights: held on the E4M3 grid and
+                                       all-gathered at stage 3 in 1 byte per element */
 } zero_tensor_flag_t;
 
 /* How the engine fills a tensor at declaration. Initialisation depends only on the engine seed,
@@ -240,6 +242,20 @@ typedef struct zero_engine_params {
      * parameter block holding inf or NaN arrives as NaN. Below stage 3 it changes nothing
      * (logged once). */
     int quantized_weights;
+    /* fp8.weight_gather (default 0): the tensors flagged ZERO_TENSOR_FP8 live on the E4M3 grid.
+     * Their 16-bit parameters are rounded, after every optimizer step, at declaration and at
+     * every write, to E4M3 values times a power-of-two scale per block (kernels/fp8_qdq.h,
+     * zero__fp8_round_blocks); the fp32 master, the optimizer and the gradients are untouched.
+     * Blocks: each flagged tensor's part in each rank's partition [r S, (r + 1) S), cut into
+     * 128 elements from that part's start (the last one ragged), so no block straddles two
+     * ranks and every stage rounds the same blocks (for a given group size). Stage 3: a
+     * fetch's all-gather of a non-persistent unit over more than one rank carries each rank's
+     * flagged blocks as E4M3 codes and one fp32 scale per block, the rest of its shard in the
+     * compute dtype, every rank's part padded to the largest (zero__xfer_param_wire_bytes);
+     * decoding gives back exactly the rounded values (the rounding is idempotent), so stages
+     * 0-3 stay bitwise equal. bf16 compute only; not with quantized_weights, hpZ, 8-bit or
+     * 1-bit Adam, offload of the optimizer or the parameters (ZERO_ERR_CONFIG). */
+    int fp8_weights;
     /* zero_optimization.zero_hpz_partition_size (ZeRO++ hpZ; default 1 = off). Stage 3 only
      * (another stage with h > 1 is ZERO_ERR_CONFIG); h must divide the world size. Groups of h
      * consecutive ranks (typically a node). The first fetch window of a unit after an optimizer

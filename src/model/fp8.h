@@ -34,6 +34,9 @@ typedef struct zero_fp8_config {
     int recipe;      /* zero_fp8_recipe_t */
     int margin;      /* delayed: scale = (FP8_MAX / amax) / 2^margin, >= 0 */
     int history_len; /* delayed: amax history length, >= 1 */
+    /* fp8.weight_gather: the four linear weights of every block are flagged ZERO_TENSOR_FP8, so
+     * the engine (params.fp8_weights) keeps them on the E4M3 grid and gathers them in 1 byte */
+    int weight_gather;
 } zero_fp8_config_t;
 
 /* "delayed" / "blockwise" */

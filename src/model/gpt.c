@@ -207,6 +207,8 @@ void zero__gpt_unit_descs(const zero_gpt_config_t *c, zero_tensor_desc_t emb[E_C
     /* Weight decay as in nanoGPT and Hugging Face's GPT-2 recipes: every 2-D weight decays (wte,
      * tied to the output head, and wpe included); biases and layernorm gains (1-D) do not. */
     const unsigned nd = ZERO_TENSOR_NO_DECAY;
+    /* the weights whose GEMMs take FP8 inputs, held on the E4M3 grid (fp8.weight_gather) */
+    const unsigned w8 = c->fp8.enabled && c->fp8.weight_gather ? ZERO_TENSOR_FP8 : 0;
     const zero_tensor_desc_t e[E_COUNT] = {
         {"wte", 2, {V, C}, ZERO_TENSOR_TIED, ZERO_INIT_NORMAL, std},
         {"wpe", 2, {T, C}, 0, ZERO_INIT_NORMAL, std},
@@ -214,15 +216,15 @@ void zero__gpt_unit_descs(const zero_gpt_config_t *c, zero_tensor_desc_t emb[E_C
     const zero_tensor_desc_t b[B_COUNT] = {
         {"ln1.weight", 1, {C}, nd, ZERO_INIT_ONES, 0},
         {"ln1.bias", 1, {C}, nd, ZERO_INIT_ZEROS, 0},
-        {"attn.qkv.weight", 2, {3 * C, C}, 0, ZERO_INIT_NORMAL, std},
+        {"attn.qkv.weight", 2, {3 * C, C}, w8, ZERO_INIT_NORMAL, std},
         {"attn.qkv.bias", 1, {3 * C}, nd, ZERO_INIT_ZEROS, 0},
-        {"attn.proj.weight", 2, {C, C}, 0, ZERO_INIT_NORMAL, proj_std},
+        {"attn.proj.weight", 2, {C, C}, w8, ZERO_INIT_NORMAL, proj_std},
         {"attn.proj.bias", 1, {C}, nd, ZERO_INIT_ZEROS, 0},
         {"ln2.weight", 1, {C}, nd, ZERO_INIT_ONES, 0},
         {"ln2.bias", 1, {C}, nd, ZERO_INIT_ZEROS, 0},
-        {"mlp.fc.weight", 2, {4 * C, C}, 0, ZERO_INIT_NORMAL, std},
+        {"mlp.fc.weight", 2, {4 * C, C}, w8, ZERO_INIT_NORMAL, std},
         {"mlp.fc.bias", 1, {4 * C}, nd, ZERO_INIT_ZEROS, 0},
-        {"mlp.proj.weight", 2, {C, 4 * C}, 0, ZERO_INIT_NORMAL, proj_std},
+        {"mlp.proj.weight", 2, {C, 4 * C}, w8, ZERO_INIT_NORMAL, proj_std},
         {"mlp.proj.bias", 1, {C}, nd, ZERO_INIT_ZEROS, 0},
     };
     const zero_tensor_desc_t fn[F_COUNT] = {

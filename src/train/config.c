@@ -151,6 +151,11 @@ static const cfg_key_t keys[] = {
     {"fp8.amax_history_len", K_INT, OFF(model.fp8.history_len), 1024, 1, 1 << 20, NULL, NULL, NULL,
      "delayed: steps of amax history whose max makes the scale (4 x 12 x len bytes per "
      "block)"},
+    {"fp8.weight_gather", K_BOOL, OFF(model.fp8.weight_gather), 0, 0, 1, NULL, NULL, NULL,
+     "the blocks' four linear weights live on the E4M3 grid (one power-of-two scale per 128 "
+     "elements of each rank's partition, rounded after every step) and stage 3 all-gathers them "
+     "in 1 + 4/128 bytes per element; needs fp8.enabled and bf16; not with qwZ, hpZ, "
+     "AdamW8bit, OneBitAdam or NVMe offload"},
     /* fp16.*: stored by zero_loss_scaler_params_set (set_number), which checks the range and
      * names the key and value; the table's range only excludes non-finite numbers. */
     {"data_types.grad_accum_dtype", K_STR, OFF(grad_accum_dtype), 0, 0, 0, "fp32", "fp32|bf16|fp16",
@@ -1335,6 +1340,10 @@ zero_status_t zero__train_config_check(zero_train_config_t *cfg, int world) {
                            "fp8.enabled = true cannot be combined with fp16.enabled = true (FP8 "
                            "scaling replaces fp16's loss scaling, as in Transformer Engine's "
                            "recipes; expected bf16.enabled or fp32 compute with fp8)");
+    if (cfg->model.fp8.weight_gather && !cfg->model.fp8.enabled)
+        return zero__error(ZERO_ERR_CONFIG,
+                           "fp8.weight_gather = true needs fp8.enabled = true (the weights go on "
+                           "the E4M3 grid of FP8 compute)");
     if (!strcmp(cfg->optimizer, "OneBitAdam")) {
         /* the first key that 1-bit Adam cannot run with, and its value */
         char stage[16];
@@ -1477,6 +1486,7 @@ zero_status_t zero__train_config_engine_params(const zero_train_config_t *cfg,
     ep->persistence_threshold_elems = cfg->persistence_threshold_elems;
     ep->max_live_elems = cfg->max_live_elems;
     ep->quantized_weights = cfg->quantized_weights;
+    ep->fp8_weights = cfg->model.fp8.enabled && cfg->model.fp8.weight_gather;
     ep->hpz_partition_size = cfg->hpz_partition_size;
     ep->quantized_gradients = cfg->quantized_gradients;
     ep->loco = zero__train_config_is_set(cfg, "zero_optimization.zeropp_loco_param.err_beta") ||

@@ -95,7 +95,8 @@ typedef struct zero__unit {
     int refs;                    /* stage 3: open fetches */
     int prefetched;              /* stage 3: gathered ahead of its fetch, not fetched yet */
     zero_comm_request_t *gather; /* stage 3: all-gather in flight into full */
-    void *qsend;     /* qwZ: the quantized shard being sent (from eng->qpool) while gather flies */
+    void *qsend; /* qwZ: the quantized shard being sent (from eng->qpool) while gather flies;
+                  * fp8 weights: the packed shard and then every rank's part */
     int send_mapped; /* offload_param: the shard is mapped as the gather's source */
     /* ZeRO++ hpZ (zero__hpz_unit): sec, the secondary shard, P_u / h elements (ZERO_MEM_PARAMS,
      * allocated with the unit); sec_valid: it holds this step's values (set by the first
@@ -412,6 +413,26 @@ void zero__acc_add(zero_engine_t *eng, void *acc, zero_dtype_t acc_dt, void *src
                    zero_dtype_t src_dt, size_t n, int overwrite, int zero_src);
 /* Sum of squares (float64) of n elements of dtype dt (fp32: zero__sumsq itself). */
 double zero__sumsq_dt(zero_engine_t *eng, const void *x, size_t n, zero_dtype_t dt);
+
+/* fp8w.c: weights on the E4M3 grid (params.fp8_weights). A unit with a ZERO_TENSOR_FP8 tensor
+ * while the option is on. */
+int zero__fp8w_unit(const zero_engine_t *eng, const zero__unit_t *un);
+/* Round the flagged blocks inside [lo, lo + n), a run of whole partitions, of parameters whose
+ * element plo is params[0]. */
+void zero__fp8w_round(const zero_engine_t *eng, const zero__unit_t *un, void *params, size_t plo,
+                      size_t lo, size_t n);
+/* After a write of [offset, offset + count): every flagged piece it touches in the parameters
+ * this rank holds, taken again from the fp32 master where the master covers the piece (so that
+ * a block written in pieces is rounded from its exact values), and rounded. */
+zero_status_t zero__fp8w_refresh(zero_engine_t *eng, zero__unit_t *un, size_t offset,
+                                 size_t count);
+/* Bytes of each rank's part of a stage-3 gather of un (the largest, a multiple of 4). */
+size_t zero__fp8w_wire_bytes(const zero_engine_t *eng, const zero__unit_t *un);
+/* Partition r of un (element r S at shard[0]) to its wire part, and back. */
+void zero__fp8w_pack(const zero_engine_t *eng, const zero__unit_t *un, int r, const void *shard,
+                     unsigned char *wire);
+void zero__fp8w_unpack(const zero_engine_t *eng, const zero__unit_t *un, int r,
+                       const unsigned char *wire, void *shard);
 
 /* state.c. [*lo, *lo + *n): the range of `state` of unit un this rank holds (whatever the
  * residency): the fp32 master with 16-bit compute: stage 0 the whole unit, else the owned shard;

@@ -215,6 +215,9 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
         if (!u->full && !zero__unit_sharded(u)) goto fail;
         zero_status_t st = init_lowp(eng, u, index);
         if (st) return st;
+        if (zero__fp8w_unit(eng, u)) /* the initial values on the E4M3 grid (fp8w.c) */
+            zero__fp8w_round(eng, u, u->shard ? u->shard : u->full, u->shard ? zero__shard_lo(u) : 0,
+                             u->shard ? zero__shard_lo(u) : 0, u->shard ? S : P);
     } else if (!pol.shard_params || u->persistent) {
         u->full = zero_mem_calloc(mem, ZERO_MEM_PARAMS, P * f, 64);
         if (!u->full) goto fail;
@@ -551,6 +554,8 @@ zero_status_t zero_engine_params_write(zero_engine_t *eng, int u, size_t offset,
         st = zero__master_io(eng, &eng->units[u], offset, count, NULL, in);
     else
         zero__narrow(p, in, count, eng->params.compute_dtype); /* fp32: a copy */
+    if (!st && zero__fp8w_unit(eng, &eng->units[u]))
+        st = zero__fp8w_refresh(eng, &eng->units[u], offset, count);
     if (mapped) zero__shard_unmap(eng, &eng->units[u], 1);
     zero__hpz_invalidate(eng);
     return st;

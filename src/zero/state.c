@@ -158,7 +158,12 @@ zero_status_t zero_engine_state_write(zero_engine_t *eng, int u, zero_engine_sta
     if (st || !count) return st;
     zero__hpz_invalidate(eng); /* a master written: the parameters follow it */
     eng->loco_reset = 1;       /* and LoCo's error feedback starts again (as at resume) */
-    if (split) return zero__master_io(eng, &eng->units[u], offset, count, NULL, in);
+    if (split) {
+        st = zero__master_io(eng, &eng->units[u], offset, count, NULL, in);
+        if (!st && zero__fp8w_unit(eng, &eng->units[u])) /* the parameters follow, on the grid */
+            st = zero__fp8w_refresh(eng, &eng->units[u], offset, count);
+        return st;
+    }
     if (eng->q8 && state != ZERO_ENGINE_STATE_MASTER) /* 8-bit m, v: quantized at the step */
         return zero__q8_io(eng, &eng->units[u], state, offset, count, NULL, in);
     return state_copy(eng, u, state, offset, count, NULL, in);

@@ -297,6 +297,8 @@ static zero_status_t update_unit(zero_engine_t *eng, int unit, double scale, flo
         done = b;
     }
     if (!st) st = pass_gap(eng, unit, base, g, gsize, zero_g, lp, done - base, span);
+    /* fp8 weights: the flagged tensors' new parameters back on the E4M3 grid */
+    if (!st && lp && zero__fp8w_unit(eng, u)) zero__fp8w_round(eng, u, lp, base, base, span);
     if (!u->pending && u->goff) {
         /* zeroed by the pass, never read again this step: not written back */
         zero_status_t s2 = zero__acc_unmap(eng, u, ZERO__ACC_SPENT);

@@ -180,6 +180,7 @@ zero_status_t zero__xfer_gather(zero_engine_t *eng, const zero__group_t *g, zero
 /* ------------------------------------------------------------------------------ qwZ */
 
 uint64_t zero__xfer_param_wire_bytes(const zero_engine_t *eng, const zero__unit_t *un) {
+    if (zero__fp8w_unit(eng, un)) return zero__fp8w_wire_bytes(eng, un);
     return eng->pol.quantize_weights ? zero__q8_bytes(un->shard_count)
                                      : (uint64_t)un->shard_count * eng->ce;
 }
@@ -196,8 +197,30 @@ static unsigned char *qwz_recv(const zero_engine_t *eng, const zero__unit_t *un)
     return (unsigned char *)un->full + un->padded_count * eng->ce - (size_t)un->grp->size * Q;
 }
 
+/* With fp8 weights each rank's part is its packed shard (fp8w.c), W bytes: qsend holds this
+ * rank's part and then the n parts received, unpacked into un->full at the wait. */
+static zero_status_t gather_fp8w(zero_engine_t *eng, zero__unit_t *un, const void *shard) {
+    const size_t W = zero__fp8w_wire_bytes(eng, un), n = (size_t)un->grp->size;
+    ZERO_ASSERT(!un->qsend);
+    un->qsend = zero__pool_take(eng, &eng->qpool, ZERO_MEM_COMM, (n + 1) * W);
+    if (!un->qsend)
+        return zero__error(ZERO_ERR_OUT_OF_MEMORY,
+                           "no memory for the fp8 gather of unit '%s' (%zu bytes)", un->name,
+                           (n + 1) * W);
+    unsigned char *q = un->qsend;
+    zero__fp8w_pack(eng, un, un->grp->rank, shard, q);
+    zero_status_t st =
+        zero__xfer_gather(eng, un->grp, ZERO_XFER_PARAMS, q, q + W, W, ZERO_DTYPE_UINT8, &un->gather);
+    if (st) {
+        zero__pool_give(&eng->qpool, un->qsend);
+        un->qsend = NULL;
+    }
+    return st;
+}
+
 zero_status_t zero__xfer_gather_params(zero_engine_t *eng, zero__unit_t *un, const void *shard) {
     const zero_dtype_t dt = eng->params.compute_dtype;
+    if (zero__fp8w_unit(eng, un) && un->grp->size > 1) return gather_fp8w(eng, un, shard);
     if (!eng->pol.quantize_weights || un->grp->size == 1)
         return zero__xfer_gather(eng, un->grp, ZERO_XFER_PARAMS, shard, un->full, un->shard_count,
                                  dt, &un->gather);
@@ -222,7 +245,12 @@ zero_status_t zero__xfer_gather_params_wait(zero_engine_t *eng, zero__unit_t *un
     zero_status_t st = zero_comm_wait(un->gather);
     un->gather = NULL;
     if (!un->qsend) return st;
-    if (!st) {
+    if (!st && zero__fp8w_unit(eng, un)) {
+        const size_t W = zero__fp8w_wire_bytes(eng, un);
+        for (int r = 0; r < un->grp->size; r++)
+            zero__fp8w_unpack(eng, un, r, (unsigned char *)un->qsend + (size_t)(r + 1) * W,
+                              zero__elem(un->full, (size_t)r * un->shard_count, eng->ce));
+    } else if (!st) {
         const size_t S = un->shard_count, Q = zero__q8_bytes(S);
         const unsigned char *recv = qwz_recv(eng, un);
         for (int r = 0; r < un->grp->size; r++) {

@@ -92,7 +92,7 @@ static void run(zero_fp8_recipe_t recipe, int hybrid) {
     const char *name = recipe == ZERO_FP8_DELAYED
                            ? (hybrid ? "delayed hybrid" : "delayed e4m3")
                            : (hybrid ? "blockwise hybrid" : "blockwise e4m3");
-    zero_fp8_config_t cfg = {1, hybrid, recipe, 0, 4};
+    zero_fp8_config_t cfg = {1, hybrid, recipe, 0, 4, 0};
     zero_fp8_t *s = NULL;
     CHECK(zero__fp8_init(&s, &cfg, 1, NULL) == ZERO_OK && s, "%s: init: %s", name,
           zero_last_error());

@@ -93,13 +93,24 @@ static uint64_t check_stages(const char *name, const char *const *sets) {
     return first;
 }
 
-static void check_resume(void) {
+/* sets followed by extra (both NULL-terminated; extra may be NULL) into out (room for 32). */
+static const char **join(const char **out, const char *const *sets, const char *const *extra) {
+    int n = 0;
+    for (int i = 0; sets[i]; i++) out[n++] = sets[i];
+    for (int i = 0; extra && extra[i]; i++) out[n++] = extra[i];
+    out[n] = NULL;
+    return out;
+}
+
+/* Resume at step 2 of 4, stage 3 on 2 ranks, with the extra settings. */
+static void check_resume(const char *name, const char *const *extra) {
     char dir[] = "/tmp/zero_test_fp8_XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     const char *run[] = {"bf16.enabled",     "true", "train.steps", "4", "train.save_dir", dir,
                          "train.save_every", "2",    NULL};
     float ref_loss = 0, loss = 1;
-    uint64_t ref = fingerprint(run, 2, 3, &ref_loss);
+    const char *j1[32], *j2[32];
+    uint64_t ref = fingerprint(join(j1, run, extra), 2, 3, &ref_loss);
     char ck[128];
     snprintf(ck, sizeof ck, "%s/step-00000002", dir);
     const char *resume[] = {"bf16.enabled",
@@ -113,11 +124,11 @@ static void check_resume(void) {
                             "train.resume",
                             ck,
                             NULL};
-    uint64_t fp = fingerprint(resume, 2, 3, &loss);
+    uint64_t fp = fingerprint(join(j2, resume, extra), 2, 3, &loss);
     CHECK(fp == ref && loss == ref_loss && ref,
-          "resumed at 2: %016llx loss %.9g, uninterrupted %016llx loss %.9g",
+          "%s: resumed at 2: %016llx loss %.9g, uninterrupted %016llx loss %.9g", name,
           (unsigned long long)fp, (double)loss, (unsigned long long)ref, (double)ref_loss);
-    printf("delayed, stage 3, 2 ranks: resumed at step 2 %016llx = uninterrupted %016llx\n",
+    printf("%s, stage 3, 2 ranks: resumed at step 2 %016llx = uninterrupted %016llx\n", name,
            (unsigned long long)fp, (unsigned long long)ref);
     const char *other[] = {"bf16.enabled",
                            "true",
@@ -167,6 +178,102 @@ static void check_accounting(const char *const *sets, size_t state_bytes) {
     zero__train_report_free(&on);
 }
 
+/* fp8.weight_gather: the bytes of one rank's part of a block's stage-3 gather over n ranks, from
+ * the block's tensor shapes (all multiples of 16 at C = 64, so laid end to end): per partition r
+ * of S elements, a 4-byte scale per 128 elements (or fewer, at a piece's end) of each linear
+ * weight's part in it, a byte per such element, 2 per other element; the largest over r, to a
+ * multiple of 4. */
+static double block_wire_bytes(size_t n) {
+    const size_t c = C, sz[12] = {c, c, 3 * c * c, 3 * c, c * c, c, c, c, 4 * c * c, 4 * c,
+                                  4 * c * c, c};
+    const int w8[12] = {0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0};
+    size_t off[12], P = 0, most = 0;
+    for (int i = 0; i < 12; i++) off[i] = P, P += sz[i];
+    const size_t S = (P + 16 * n - 1) / (16 * n) * 16;
+    for (size_t r = 0; r < n; r++) {
+        size_t blocks = 0, f = 0;
+        for (int i = 0; i < 12; i++) {
+            const size_t a = off[i] > r * S ? off[i] : r * S;
+            const size_t b = off[i] + sz[i] < (r + 1) * S ? off[i] + sz[i] : (r + 1) * S;
+            if (!w8[i] || a >= b) continue;
+            blocks += (b - a + 127) / 128;
+            f += b - a;
+        }
+        const size_t w = 4 * blocks + f + 2 * (S - f);
+        most = w > most ? w : most;
+    }
+    return (double)((most + 3) / 4 * 4);
+}
+
+/* fp8.weight_gather at stage 3 on 2 ranks: the parameter bytes per step are the closed form (the
+ * embeddings and the final norm in bf16, the blocks packed) and the report's theory; a resume
+ * at step 2 gives the uninterrupted fingerprint. */
+static void check_weight_gather(void) {
+    const char *wg[] = {"bf16.enabled",
+                        "true",
+                        "fp8.weight_gather",
+                        "true",
+                        "zero_optimization.stage3_param_persistence_threshold",
+                        "0",
+                        "model.vocab",
+                        "256",
+                        "train.ranks",
+                        "2",
+                        "zero_optimization.stage",
+                        "3",
+                        NULL};
+    zero_train_io_t io = {0};
+    zero_train_report_t rep;
+    zero_status_t st = train_pairs(base, wg, &io, &rep);
+    CHECK(st == ZERO_OK, "weight gather, stage 3: %s", zero_last_error());
+    if (st) return;
+    const double emb = (256.0 * C + SEQ * C) / 2, lnf = 2.0 * C / 2; /* shards, elements */
+    const double want = 3 * 2 * emb + L * 2 * block_wire_bytes(2) + 2 * 2 * lnf;
+    double bf16 = 3 * 2 * emb + 2 * 2 * lnf; /* the same gathers all in bf16 */
+    for (int i = 0; i < 12; i++) {
+        const double sz[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C,
+                               4 * C * C, C};
+        bf16 += L * 2 * 2 * sz[i] / 2;
+    }
+    for (int k = 0; k < rep.world; k++) {
+        const double sent = (double)rep.ranks[k].comm_sent_bytes_per_step_by_kind[ZERO_XFER_PARAMS];
+        const double theory =
+            (double)rep.ranks[k].comm_theory_bytes_per_step_by_kind[ZERO_XFER_PARAMS];
+        CHECK(sent == want && theory == want,
+              "weight gather rank %d: parameter bytes per step %.0f, theory %.0f, closed form %.0f",
+              k, sent, theory, want);
+    }
+    printf("weight gather, stage 3, 2 ranks: parameter bytes per step %.0f (closed form %.0f; "
+           "all in bf16 %.0f)\n",
+           (double)rep.ranks[0].comm_sent_bytes_per_step_by_kind[ZERO_XFER_PARAMS], want, bf16);
+    zero__train_report_free(&rep);
+}
+
+/* Combinations fp8.weight_gather refuses, each naming the key in its way. */
+static void check_weight_gather_errors(void) {
+    const struct {
+        const char *sets[9], *key;
+    } bad[] = {
+        {{"fp8.weight_gather", "true", "fp8.enabled", "false", NULL}, "fp8.enabled"},
+        {{"fp8.weight_gather", "true", NULL}, "bf16.enabled"},
+        {{"fp8.weight_gather", "true", "bf16.enabled", "true", "zero_optimization.stage", "3",
+          "zero_optimization.zero_quantized_weights", "true", NULL},
+         "zero_quantized_weights"},
+        {{"fp8.weight_gather", "true", "bf16.enabled", "true", "optimizer.type", "AdamW8bit",
+          NULL},
+         "state_dtype"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        zero_train_io_t io = {0};
+        zero_train_report_t rep;
+        zero_status_t st = train_pairs(base, bad[i].sets, &io, &rep);
+        CHECK(st != ZERO_OK && strstr(zero_last_error(), "fp8.weight_gather") &&
+                  strstr(zero_last_error(), bad[i].key),
+              "weight gather with %s: status %d, '%s'", bad[i].key, st, zero_last_error());
+        if (!st) zero__train_report_free(&rep);
+    }
+}
+
 int main(void) {
     const char *delayed[] = {"bf16.enabled", "true", "gradient_accumulation_steps", "2", NULL};
     const char *blockwise[] = {"fp8.recipe", "blockwise", "fp8.format", "e4m3", NULL};
@@ -183,7 +290,34 @@ int main(void) {
     CHECK(none && a && b && c && none != a && a != c,
           "fp8 off %016llx, delayed %016llx, blockwise %016llx: expected all different",
           (unsigned long long)none, (unsigned long long)a, (unsigned long long)c);
-    check_resume();
+    check_resume("delayed", NULL);
+    const char *wg[] = {"bf16.enabled",
+                        "true",
+                        "gradient_accumulation_steps",
+                        "2",
+                        "fp8.weight_gather",
+                        "true",
+                        "zero_optimization.stage3_param_persistence_threshold",
+                        "0",
+                        NULL};
+    const uint64_t w = check_stages("delayed hybrid bf16, accumulation 2, weight gather", wg);
+    const char *wg_bw[] = {"bf16.enabled",
+                           "true",
+                           "fp8.recipe",
+                           "blockwise",
+                           "fp8.weight_gather",
+                           "true",
+                           "zero_optimization.stage3_param_persistence_threshold",
+                           "0",
+                           NULL};
+    check_stages("blockwise hybrid bf16, weight gather", wg_bw);
+    CHECK(w && w != a, "weight gather %016llx, without %016llx: expected different",
+          (unsigned long long)w, (unsigned long long)a);
+    check_weight_gather();
+    check_weight_gather_errors();
+    const char *wg_resume[] = {"fp8.weight_gather", "true",
+                               "zero_optimization.stage3_param_persistence_threshold", "0", NULL};
+    check_resume("delayed, weight gather", wg_resume);
     const char *fp32[] = {NULL};
     check_accounting(fp32, (size_t)L * 4 * 3 * (2 + 2) * sizeof(float));
     check_accounting(blockwise, 0);
