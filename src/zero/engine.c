@@ -254,18 +254,18 @@ static zero_status_t check_params(const zero_engine_params_t *p) {
     }
     if (p->fp8_weights) {
         /* the first key that weights on the E4M3 grid cannot run with, and its value */
-        const char *why = p->compute_dtype != ZERO_DTYPE_BF16 ? "bf16.enabled is not true"
-                          : p->quantized_weights ? "zero_optimization.zero_quantized_weights is true"
-                          : p->hpz_partition_size > 1
-                              ? "zero_optimization.zero_hpz_partition_size is > 1"
-                          : p->optim_state_dtype != ZERO_DTYPE_FP32
-                              ? "optimizer.params.state_dtype is not fp32 (AdamW8bit)"
-                          : p->onebit ? "optimizer.type is OneBitAdam"
-                          : p->offload_optimizer.device == ZERO_OFFLOAD_NVME
-                              ? "zero_optimization.offload_optimizer.device is nvme"
-                          : p->offload_param.device == ZERO_OFFLOAD_NVME
-                              ? "zero_optimization.offload_param.device is nvme"
-                              : NULL;
+        const char *why =
+            p->compute_dtype != ZERO_DTYPE_BF16 ? "bf16.enabled is not true"
+            : p->quantized_weights              ? "zero_optimization.zero_quantized_weights is true"
+            : p->hpz_partition_size > 1         ? "zero_optimization.zero_hpz_partition_size is > 1"
+            : p->optim_state_dtype != ZERO_DTYPE_FP32
+                ? "optimizer.params.state_dtype is not fp32 (AdamW8bit)"
+            : p->onebit ? "optimizer.type is OneBitAdam"
+            : p->offload_optimizer.device == ZERO_OFFLOAD_NVME
+                ? "zero_optimization.offload_optimizer.device is nvme"
+            : p->offload_param.device == ZERO_OFFLOAD_NVME
+                ? "zero_optimization.offload_param.device is nvme"
+                : NULL;
         if (why)
             return zero__error(ZERO_ERR_CONFIG,
                                "fp8.weight_gather = true cannot run: %s (expected bf16 compute, "

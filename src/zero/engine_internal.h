@@ -95,8 +95,8 @@ typedef struct zero__unit {
     int refs;                    /* stage 3: open fetches */
     int prefetched;              /* stage 3: gathered ahead of its fetch, not fetched yet */
     zero_comm_request_t *gather; /* stage 3: all-gather in flight into full */
-    void *qsend; /* qwZ: the quantized shard being sent (from eng->qpool) while gather flies;
-                  * fp8 weights: the packed shard and then every rank's part */
+    void *qsend;     /* qwZ: the quantized shard being sent (from eng->qpool) while gather flies;
+                      * fp8 weights: the packed shard and then every rank's part */
     int send_mapped; /* offload_param: the shard is mapped as the gather's source */
     /* ZeRO++ hpZ (zero__hpz_unit): sec, the secondary shard, P_u / h elements (ZERO_MEM_PARAMS,
      * allocated with the unit); sec_valid: it holds this step's values (set by the first
@@ -424,8 +424,7 @@ void zero__fp8w_round(const zero_engine_t *eng, const zero__unit_t *un, void *pa
 /* After a write of [offset, offset + count): every flagged piece it touches in the parameters
  * this rank holds, taken again from the fp32 master where the master covers the piece (so that
  * a block written in pieces is rounded from its exact values), and rounded. */
-zero_status_t zero__fp8w_refresh(zero_engine_t *eng, zero__unit_t *un, size_t offset,
-                                 size_t count);
+zero_status_t zero__fp8w_refresh(zero_engine_t *eng, zero__unit_t *un, size_t offset, size_t count);
 /* Bytes of each rank's part of a stage-3 gather of un (the largest, a multiple of 4). */
 size_t zero__fp8w_wire_bytes(const zero_engine_t *eng, const zero__unit_t *un);
 /* Partition r of un (element r S at shard[0]) to its wire part, and back. */

@@ -277,6 +277,12 @@ zero_status_t zero_engine_estimate_memory(const zero_engine_params_t *p, int wor
         /* qwZ: the quantized shard of each gather in flight (S + 4 ceil(S / 256) bytes, at
          * most S + 4 S / 256 + 4 for each of the n_np units) */
         if (pol.quantize_weights) comm += gathered / N + 4 * (gathered / N / 256 + (uint64_t)n_np);
+        /* fp8 weights (fp8w.c): each gather in flight holds its packed part and the N parts
+         * received, (N + 1) W bytes with W <= ce S + 4 (S / 128 + a scale per ragged block, at
+         * most one per tensor: 16 per unit counted) whatever share of the unit is flagged */
+        if (p->fp8_weights && N > 1)
+            comm +=
+                (N + 1) * (ce * (gathered / N) + 4 * (gathered / N / 128 + 16 * (uint64_t)n_np));
     }
     /* zero_engine_fingerprint at the end of a run gathers each unit in fp32 when the fp32
      * weights are sharded (16-bit compute at stages 1-3 over N > 1 ranks), one at a time. */

@@ -216,8 +216,9 @@ static zero_status_t alloc_unit(zero_engine_t *eng, zero__unit_t *u, int index) 
         zero_status_t st = init_lowp(eng, u, index);
         if (st) return st;
         if (zero__fp8w_unit(eng, u)) /* the initial values on the E4M3 grid (fp8w.c) */
-            zero__fp8w_round(eng, u, u->shard ? u->shard : u->full, u->shard ? zero__shard_lo(u) : 0,
-                             u->shard ? zero__shard_lo(u) : 0, u->shard ? S : P);
+            zero__fp8w_round(eng, u, u->shard ? u->shard : u->full,
+                             u->shard ? zero__shard_lo(u) : 0, u->shard ? zero__shard_lo(u) : 0,
+                             u->shard ? S : P);
     } else if (!pol.shard_params || u->persistent) {
         u->full = zero_mem_calloc(mem, ZERO_MEM_PARAMS, P * f, 64);
         if (!u->full) goto fail;

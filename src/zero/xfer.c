@@ -209,8 +209,8 @@ static zero_status_t gather_fp8w(zero_engine_t *eng, zero__unit_t *un, const voi
                            (n + 1) * W);
     unsigned char *q = un->qsend;
     zero__fp8w_pack(eng, un, un->grp->rank, shard, q);
-    zero_status_t st =
-        zero__xfer_gather(eng, un->grp, ZERO_XFER_PARAMS, q, q + W, W, ZERO_DTYPE_UINT8, &un->gather);
+    zero_status_t st = zero__xfer_gather(eng, un->grp, ZERO_XFER_PARAMS, q, q + W, W,
+                                         ZERO_DTYPE_UINT8, &un->gather);
     if (st) {
         zero__pool_give(&eng->qpool, un->qsend);
         un->qsend = NULL;

@@ -196,8 +196,8 @@ static void pow2_reference(float *v, size_t n) {
         while (amax > 448.0 * ldexp(1.0, e)) e++;
         const float s = ldexpf(1.0f, e);
         for (size_t i = b; i < b + k; i++)
-            v[i] = zero__fp8_decode1(zero__fp8_encode1(v[i] / s, ZERO__FP8_E4M3), ZERO__FP8_E4M3) *
-                   s;
+            v[i] =
+                zero__fp8_decode1(zero__fp8_encode1(v[i] / s, ZERO__FP8_E4M3), ZERO__FP8_E4M3) * s;
     }
 }
 
@@ -212,8 +212,8 @@ static void check_pow2_blocks(zero_dtype_t dt, size_t n) {
     zero__fp8_round_blocks(x, dt, n);
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) bad += !same_bits(get(dt, x, i), round_to(dt, v[i]));
-    CHECK(!bad, "%s pow2 blocks n %zu: %zu of %zu differ from the reference",
-          zero_dtype_name(dt), n, bad, n);
+    CHECK(!bad, "%s pow2 blocks n %zu: %zu of %zu differ from the reference", zero_dtype_name(dt),
+          n, bad, n);
     /* idempotent: rounding the rounded values changes no bit */
     void *y = xmalloc(n * zero_dtype_size(dt));
     memcpy(y, x, n * zero_dtype_size(dt));

@@ -184,8 +184,8 @@ static void check_accounting(const char *const *sets, size_t state_bytes) {
  * weight's part in it, a byte per such element, 2 per other element; the largest over r, to a
  * multiple of 4. */
 static double block_wire_bytes(size_t n) {
-    const size_t c = C, sz[12] = {c, c, 3 * c * c, 3 * c, c * c, c, c, c, 4 * c * c, 4 * c,
-                                  4 * c * c, c};
+    const size_t c = C,
+                 sz[12] = {c, c, 3 * c * c, 3 * c, c * c, c, c, c, 4 * c * c, 4 * c, 4 * c * c, c};
     const int w8[12] = {0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0};
     size_t off[12], P = 0, most = 0;
     for (int i = 0; i < 12; i++) off[i] = P, P += sz[i];
@@ -231,8 +231,8 @@ static void check_weight_gather(void) {
     const double want = 3 * 2 * emb + L * 2 * block_wire_bytes(2) + 2 * 2 * lnf;
     double bf16 = 3 * 2 * emb + 2 * 2 * lnf; /* the same gathers all in bf16 */
     for (int i = 0; i < 12; i++) {
-        const double sz[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C,
-                               4 * C * C, C};
+        const double sz[12] = {C, C, 3 * C * C, 3 * C, C * C,     C,
+                               C, C, 4 * C * C, 4 * C, 4 * C * C, C};
         bf16 += L * 2 * 2 * sz[i] / 2;
     }
     for (int k = 0; k < rep.world; k++) {
@@ -259,8 +259,7 @@ static void check_weight_gather_errors(void) {
         {{"fp8.weight_gather", "true", "bf16.enabled", "true", "zero_optimization.stage", "3",
           "zero_optimization.zero_quantized_weights", "true", NULL},
          "zero_quantized_weights"},
-        {{"fp8.weight_gather", "true", "bf16.enabled", "true", "optimizer.type", "AdamW8bit",
-          NULL},
+        {{"fp8.weight_gather", "true", "bf16.enabled", "true", "optimizer.type", "AdamW8bit", NULL},
          "state_dtype"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {

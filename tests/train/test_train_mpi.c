@@ -7,7 +7,8 @@
  * 3), and with qgZ (int4 gradient all-to-alls) with LoCo in fp32 and with qwZ in bf16; and, on 4
  * ranks, an MoE-GPT with expert parallelism (ep_size 1, 2 at stage 3, 4), whose three
  * fingerprints must also be one; and FP8 compute (delayed in bf16 at stage 3 on 2 ranks,
- * blockwise in fp32 at stage 1 on 4 ranks).
+ * blockwise in fp32 at stage 1 on 4 ranks, and with fp8.weight_gather at stage 3 on 2 ranks:
+ * the 1-byte parameter gathers).
  *
  * Arguments: the `zero` program and the MPI launcher (CTest passes both). Runs them as child
  * processes; when the engine does not run 2 ranks yet the case prints SKIP.
@@ -290,10 +291,12 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3; i++) free(moe[i]);
     /* FP8 compute: the delayed recipe's amax all-reduce (MAX) and scales, and blockwise tiles,
      * give the thread ranks' weights under MPI too */
-    static const char *const fp8[2] = {
+    static const char *const fp8[3] = {
         "\"bf16\": {\"enabled\": true}, \"fp8\": {\"enabled\": true, \"amax_history_len\": 2}",
-        "\"fp8\": {\"enabled\": true, \"recipe\": \"blockwise\", \"format\": \"e4m3\"}"};
-    for (int i = 0; i < 2; i++) {
+        "\"fp8\": {\"enabled\": true, \"recipe\": \"blockwise\", \"format\": \"e4m3\"}",
+        "\"bf16\": {\"enabled\": true}, \"fp8\": {\"enabled\": true, \"weight_gather\": true}, "
+        "\"zero_optimization\": {\"stage3_param_persistence_threshold\": 0}"};
+    for (int i = 0; i < 3; i++) {
         f = fopen(nvme, "w");
         if (!f) return 1;
         fprintf(f,
@@ -304,7 +307,7 @@ int main(int argc, char **argv) {
                 "\"samples\": 0}}\n",
                 fp8[i]);
         fclose(f);
-        free(compare_np(argv[1], argv[2], nvme, i ? 1 : 3, i ? 4 : 2));
+        free(compare_np(argv[1], argv[2], nvme, i == 1 ? 1 : 3, i == 1 ? 4 : 2));
     }
     unlink(nvme);
     unlink(cfg);
