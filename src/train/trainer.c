@@ -717,6 +717,10 @@ static zero_status_t rank_setup(run_t *r, zero_train_report_t *rep) {
             say(r, " (1 x 128 tiles of X and dY, 128 x 128 blocks of W)");
         say(r, "; the GEMMs run on the dequantized %s values\n",
             zero_dtype_name(zero__train_config_compute_dtype(cfg)));
+        if (f8->weight_gather)
+            say(r,
+                "fp8: weight gather: the blocks' linear weights on the E4M3 grid (a power-of-two "
+                "scale per 128 elements), all-gathered at stage 3 as codes and scales\n");
     }
     const zero_dataset_t *data = &job->data;
     say(r,
@@ -1549,6 +1553,7 @@ zero_status_t zero__train_report_write(const zero_train_report_t *rep,
         cJSON_AddStringToObject(fp8, "recipe", cfg->fp8_recipe);
         cJSON_AddNumberToObject(fp8, "margin", cfg->model.fp8.margin);
         cJSON_AddNumberToObject(fp8, "amax_history_len", cfg->model.fp8.history_len);
+        cJSON_AddBoolToObject(fp8, "weight_gather", cfg->model.fp8.weight_gather);
         cJSON_AddNumberToObject(fp8, "state_bytes", (double)rep->fp8_state_bytes);
     }
     cJSON_AddNumberToObject(root, "train_batch_size", cfg->train_batch_size);
