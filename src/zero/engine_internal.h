@@ -16,6 +16,8 @@
  *              (offload_param nvme) and, with both offloads at nvme, the gradient accumulators
  *
  * lowp.c       16-bit helpers: widen/round ranges, accumulate, the master -> params rounding
+ * fp8w.c       fp8 weights (params.fp8_weights): flagged tensors rounded to the E4M3 grid, stage
+ *              3's packed gather format
  *
  * Invariants: every unit is sharded over its partition group (the world unless declared
  * otherwise) and padded by the rule of zero__padded_count (core) to a multiple of group size x
@@ -81,6 +83,9 @@ typedef struct zero__unit {
     size_t shard_count;       /* S_u = P_u / group size */
     const zero__group_t *grp; /* the ranks it is sharded over: an entry of eng->groups */
     int persistent;           /* stage 3: kept full (param_count <= persistence threshold) */
+    /* fp8 weights: flagged parameters outside the master's range were written and are not on
+     * the grid yet (fp8w.c: rounded at the next fetch, once every piece has been written) */
+    int fp8_stale;
 
     /* Parameters (compute dtype). full: P_u elements (stages 0-2 and persistent stage-3 units:
      * always; other stage-3 units: only while gathered). shard: S_u elements (non-persistent
@@ -422,9 +427,14 @@ int zero__fp8w_unit(const zero_engine_t *eng, const zero__unit_t *un);
 void zero__fp8w_round(const zero_engine_t *eng, const zero__unit_t *un, void *params, size_t plo,
                       size_t lo, size_t n);
 /* After a write of [offset, offset + count): every flagged piece it touches in the parameters
- * this rank holds, taken again from the fp32 master where the master covers the piece (so that
- * a block written in pieces is rounded from its exact values), and rounded. */
+ * this rank holds, taken again from the fp32 master and rounded where the master covers the
+ * piece (so that a block written in pieces is rounded from its exact values); elsewhere the
+ * unit is marked fp8_stale, to be rounded at its next fetch (zero__fp8w_settle), when a
+ * checkpoint's pieces have all been written. */
 zero_status_t zero__fp8w_refresh(zero_engine_t *eng, zero__unit_t *un, size_t offset, size_t count);
+/* Round the flagged pieces of the full parameters outside the master's range (the other ranks'
+ * partitions at stages 1-2 and of persistent units); clears fp8_stale. */
+void zero__fp8w_settle(const zero_engine_t *eng, zero__unit_t *un);
 /* Bytes of each rank's part of a stage-3 gather of un (the largest, a multiple of 4). */
 size_t zero__fp8w_wire_bytes(const zero_engine_t *eng, const zero__unit_t *un);
 /* Partition r of un (element r S at shard[0]) to its wire part, and back. */

@@ -288,7 +288,10 @@ const void *zero_unit_fetch(zero_engine_t *eng, int u) {
         (eng->fetch_index >= eng->ref_fetch_count || eng->ref_fetches[eng->fetch_index] != u))
         eng->off_schedule = 1;
     eng->fetch_index++;
-    if (!eng->pol.shard_params || un->persistent) return un->full;
+    if (!eng->pol.shard_params || un->persistent) {
+        if (un->fp8_stale) zero__fp8w_settle(eng, un); /* written where no master is held */
+        return un->full;
+    }
     if (un->refs == 0) {
         /* a new fetch window: one gather */
         /* with qwZ the gather carries the quantized shard: its bytes, as uint8 (an all-gather's

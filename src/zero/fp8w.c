@@ -61,18 +61,31 @@ zero_status_t zero__fp8w_refresh(zero_engine_t *eng, zero__unit_t *un, size_t of
     for (size_t r = plo / S; r < (plo + pn) / S; r++)
         for (int t = 0; t < un->tensor_count; t++) {
             if (!piece(un, t, r, &a, &b) || b <= offset || a >= offset + count) continue;
-            void *lp = zero__elem(params, a - plo, eng->ce);
-            if (a >= mlo && b <= mlo + mn) { /* the exact values, whatever was written before */
-                void *m = NULL;
-                zero_status_t st = res->map(res->ctx, u, ZERO_ENGINE_STATE_MASTER, a, b - a, &m);
-                if (st) return st;
-                zero__narrow(lp, m, b - a, eng->params.compute_dtype);
-                st = res->unmap(res->ctx, u, ZERO_ENGINE_STATE_MASTER, m, a, b - a, 0);
-                if (st) return st;
+            if (a < mlo || b > mlo + mn) { /* no exact values here: at the next fetch */
+                un->fp8_stale = 1;
+                continue;
             }
+            void *lp = zero__elem(params, a - plo, eng->ce), *m = NULL;
+            zero_status_t st = res->map(res->ctx, u, ZERO_ENGINE_STATE_MASTER, a, b - a, &m);
+            if (st) return st;
+            zero__narrow(lp, m, b - a, eng->params.compute_dtype);
+            st = res->unmap(res->ctx, u, ZERO_ENGINE_STATE_MASTER, m, a, b - a, 0);
+            if (st) return st;
             zero__fp8_round_blocks(lp, eng->params.compute_dtype, b - a);
         }
     return ZERO_OK;
+}
+
+void zero__fp8w_settle(const zero_engine_t *eng, zero__unit_t *un) {
+    const size_t S = un->shard_count;
+    size_t mlo, mn, a, b;
+    zero__optim_held_range(eng, un, ZERO_ENGINE_STATE_MASTER, &mlo, &mn);
+    for (size_t r = 0; r < un->padded_count / S; r++)
+        for (int t = 0; t < un->tensor_count; t++)
+            if ((r * S < mlo || r * S >= mlo + mn) && piece(un, t, r, &a, &b))
+                zero__fp8_round_blocks(zero__elem(un->full, a, eng->ce), eng->params.compute_dtype,
+                                       b - a);
+    un->fp8_stale = 0;
 }
 
 /* Blocks and flagged elements of partition r. */
