@@ -16,7 +16,10 @@
 # 2, fp32 master, m and v 12); with 8-bit m and v, 2 + 2 + 4 + 2 + 2 x 4 / 256 = 10.03 Psi / N,
 # plus 8 - 2.03 bytes per element of the blocks that keep fp32 states (tensors under 4096
 # elements: biases and layernorm gains, about 2% of this model). FP8 compute changes neither
-# (the GEMM inputs are quantized on the fly; the weights stay bf16 between steps).
+# (the GEMM inputs are quantized on the fly; the weights stay bf16 between steps). fp8_wgather
+# (fp8 delayed with fp8.weight_gather: the blocks' linear weights on the E4M3 grid) sends the
+# blocks' stage-3 parameter gathers as codes and block scales, 1 + 4/128 bytes per element of
+# those weights instead of 2; not in the default runs (RUNS="fp8_wgather" adds it).
 #
 # Usage: bench/bench_lowbit.sh [BUILD_DIR]     (default: build)
 # Environment: STEPS (2000), RANKS (2), STAGE (3), SEED (1337), CONFIG, OUT (directory for the
@@ -49,6 +52,7 @@ settings() {
     AdamW | AdamW8bit) echo "--set optimizer.type=$1" ;;
     fp8_delayed) echo "--set fp8.enabled=true --set fp8.recipe=delayed --set fp8.format=hybrid --set fp8.amax_history_len=16" ;;
     fp8_blockwise) echo "--set fp8.enabled=true --set fp8.recipe=blockwise --set fp8.format=hybrid" ;;
+    fp8_wgather) echo "--set fp8.enabled=true --set fp8.recipe=delayed --set fp8.format=hybrid --set fp8.amax_history_len=16 --set fp8.weight_gather=true" ;;
     *) echo "bench_lowbit: unknown run '$1'" >&2; return 1 ;;
     esac
 }
