@@ -17,24 +17,14 @@
 
 enum { SPAN = ZERO__FP8_TILE };
 
-/* buf[0..n) = x[i0..i0+n) widened to fp32. */
+/* buf[0..n) = x[i0..i0+n) widened to fp32 (core's zero__widen at an offset). */
 static void widen(float *buf, const void *x, zero_dtype_t dt, size_t i0, size_t n) {
-    if (dt == ZERO_DTYPE_BF16)
-        zero_bf16_to_fp32_array(buf, (const uint16_t *)x + i0, n);
-    else if (dt == ZERO_DTYPE_FP16)
-        zero_fp16_to_fp32_array(buf, (const uint16_t *)x + i0, n);
-    else
-        memcpy(buf, (const float *)x + i0, n * sizeof *buf);
+    zero__widen(buf, (const char *)x + i0 * zero_dtype_size(dt), n, dt);
 }
 
-/* out[i0..i0+n) = buf[0..n) rounded to dt. */
+/* out[i0..i0+n) = buf[0..n) rounded to dt (core's zero__narrow at an offset). */
 static void narrow(void *out, const float *buf, zero_dtype_t dt, size_t i0, size_t n) {
-    if (dt == ZERO_DTYPE_BF16)
-        zero_fp32_to_bf16_array((uint16_t *)out + i0, buf, n);
-    else if (dt == ZERO_DTYPE_FP16)
-        zero_fp32_to_fp16_array((uint16_t *)out + i0, buf, n);
-    else
-        memcpy((float *)out + i0, buf, n * sizeof *buf);
+    zero__narrow((char *)out + i0 * zero_dtype_size(dt), buf, n, dt);
 }
 
 static float span_amax(const float *buf, size_t n) {
