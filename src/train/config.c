@@ -120,6 +120,8 @@ static const cfg_key_t keys[] = {
      "weights and Adam moments (see --dtype)"},
     {"fp16.enabled", K_BOOL, OFF(fp16), 0, 0, 1, NULL, NULL, NULL,
      "fp16 compute with dynamic loss scaling (the fp16.* keys); not with bf16.enabled"},
+    /* fp16.*: stored by zero_loss_scaler_params_set (set_number), which checks the range and
+     * names the key and value; the table's range only excludes non-finite numbers. */
     {"fp16.loss_scale", K_DOUBLE, OFF(loss_scaler.loss_scale), 0, -1e300, 1e300, NULL, NULL, NULL,
      "0: dynamic loss scaling; > 0: this static scale (an overflowed step is still skipped)"},
     {"fp16.initial_scale_power", K_INT, OFF(loss_scaler.initial_scale_power), 16, -1e300, 1e300,
@@ -156,8 +158,6 @@ static const cfg_key_t keys[] = {
      "elements of each rank's partition, rounded after every step) and stage 3 all-gathers them "
      "in 1 + 4/128 bytes per element; needs fp8.enabled and bf16; not with qwZ, hpZ, "
      "AdamW8bit, OneBitAdam or NVMe offload"},
-    /* fp16.*: stored by zero_loss_scaler_params_set (set_number), which checks the range and
-     * names the key and value; the table's range only excludes non-finite numbers. */
     {"data_types.grad_accum_dtype", K_STR, OFF(grad_accum_dtype), 0, 0, 0, "fp32", "fp32|bf16|fp16",
      NULL, "dtype of the reduced gradient accumulator: fp32, or the compute dtype"},
     {"steps_per_print", K_INT, OFF(steps_per_print), 10, 1, INT_MAX, NULL, NULL, NULL,
