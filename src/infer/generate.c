@@ -642,16 +642,23 @@ static void k_layernorm(zero_generator_t *g, void *out, const void *inp, const v
         zero__layernorm_forward(out, g->mean, g->rstd, inp, w, b, rows, C, g->threads);
 }
 
-static void k_matmul(const zero_generator_t *g, void *out, const void *inp, const void *w,
-                     const void *bias, size_t rows, size_t C, size_t OC) {
+/* out (rows, OC) of out_dt: the dt of the activations, or fp32 for the logits (a 16-bit GEMM
+ * accumulates in fp32; quantized and fp32 runs are fp32 throughout). */
+static void k_matmul_to(const zero_generator_t *g, void *out, zero_dtype_t out_dt, const void *inp,
+                        const void *w, const void *bias, size_t rows, size_t C, size_t OC) {
     if (g->wbits)
         zero__matmul_forward_q(out, inp, w, g->wbits, g->group, bias, rows, C, OC, g->wrow,
                                g->threads);
     else if (!LP) {
         if (!zero__gemv_fp32(out, inp, w, bias, rows, C, OC, g->threads))
             zero__matmul_forward(out, inp, w, bias, rows, C, OC, g->threads);
-    } else if (!zero__gemv_bf16(out, g->dt, inp, w, bias, rows, C, OC, g->threads))
-        zero__matmul_forward_lp(out, g->dt, inp, w, bias, g->dt, rows, C, OC, g->threads);
+    } else if (!zero__gemv_bf16(out, out_dt, inp, w, bias, rows, C, OC, g->threads))
+        zero__matmul_forward_lp(out, out_dt, inp, w, bias, g->dt, rows, C, OC, g->threads);
+}
+
+static void k_matmul(const zero_generator_t *g, void *out, const void *inp, const void *w,
+                     const void *bias, size_t rows, size_t C, size_t OC) {
+    k_matmul_to(g, out, g->dt, inp, w, bias, rows, C, OC);
 }
 
 static void k_residual(const zero_generator_t *g, void *out, const void *a, const void *b,
@@ -732,15 +739,8 @@ static zero_status_t forward(zero_generator_t *g, const int32_t *tokens, size_t 
     for (size_t b = 0; b < B; b++)
         memcpy(at(g, g->last, b * C), at(g, g->x, (b * T + T - 1) * C), C * es);
     k_layernorm(g, g->ln, g->last, g->lnfw, g->lnfb, B);
-    /* the tied head; logits fp32 in every dtype (the GEMM accumulates in fp32) */
-    if (g->wbits)
-        k_matmul(g, g->logits, g->ln, g->wte, NULL, B, C, V);
-    else if (LP) {
-        if (!zero__gemv_bf16(g->logits, ZERO_DTYPE_FP32, g->ln, g->wte, NULL, B, C, V, th))
-            zero__matmul_forward_lp(g->logits, ZERO_DTYPE_FP32, g->ln, g->wte, NULL, g->dt, B, C, V,
-                                    th);
-    } else if (!zero__gemv_fp32(g->logits, g->ln, g->wte, NULL, B, C, V, th))
-        zero__matmul_forward(g->logits, g->ln, g->wte, NULL, B, C, V, th);
+    /* the tied head; logits fp32 in every dtype */
+    k_matmul_to(g, g->logits, ZERO_DTYPE_FP32, g->ln, g->wte, NULL, B, C, V);
     g->pos += (int)T;
     if (g->comm)
         zero__wstream_stats(g->stream, &g->info.gather_bytes, &g->info.gather_wait_s);
