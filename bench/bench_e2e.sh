@@ -11,11 +11,11 @@
 #   124m-ckpt the same with model.activation_checkpointing=true
 # and prints each run's tokens/s (the report's, over all steps; and the peer's statistic,
 # tokens per step / median step time after 2 warm-up steps, from --metrics: the peer ratio
-# uses it), MFU (ours: the report's mfu, against the 2048^3 matmul peak measured at start-up)
-# and the load average before it, then the medians and the targets:
+# uses it), MFU (ours: the report's mfu, against the 2048^3 peak of the GEMMs' dtype measured
+# at start-up: bf16's for 85m-bf16) and the load average before it, then the medians and the
+# targets:
 # 85m mfu >= 0.80 and >= 1.1x the peer; 124m mfu >= 0.75; ckpt >= 0.70x of off; 85m-bf16 >=
 # 1.6x our 85m and >= 1.8x the peer's fp32 (tokens per step / median step time, both sides).
-# MFU stays against the fp32 matmul peak in every case (bf16 MFU above 1 means past fp32's peak).
 # With -g, the MFU budget of 85m and 124m too: after each of their runs,
 # `bench_matmul_kernels --gemms M` times every GEMM of one step at the model's shapes with warm
 # operands (the fastest they run, so the ceilings are upper bounds), and a table splits the

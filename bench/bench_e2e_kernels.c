@@ -247,6 +247,6 @@ int main(int argc, char **argv) {
            "src/zero (one thread), %.1f ms with vector.c's kernels\n",
            P, eng_serial, eng_kernels);
     printf("matmul peak (2048^3): %.0f GFLOP/s on %d threads\n",
-           zero__matmul_peak_flops(thr) * 1e-9, thr);
+           zero__matmul_peak_flops(ZERO_DTYPE_FP32, thr) * 1e-9, thr);
     return 0;
 }

@@ -24,6 +24,8 @@
 #ifndef ZERO_KERNELS_H
 #define ZERO_KERNELS_H
 
+#include "zero/core.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -68,11 +70,12 @@ void zero__matmul_backward(float *dinp, float *dweight, float *dbias, const floa
  * parallel region or without OpenMP, else threads. Shared by matmul.c and matmul_lp.c. */
 int zero__matmul_set_threads(int threads);
 
-/* Best measured fp32 throughput (FLOP/s) of a 2048^3 GEMM on `threads` threads of the calling
- * thread, over at least 5 repetitions (~0.5-0.6 s; allocates 48 MiB for the call). The MFU
- * denominator when neither --peak nor a calibration file gives one. Returns 0 if the buffers cannot
- * be allocated. */
-double zero__matmul_peak_flops(int threads);
+/* Best measured throughput (FLOP/s) of a 2048^3 GEMM of dtype dt on `threads` threads of the
+ * calling thread, over at least 5 repetitions (~0.5-0.6 s; allocates up to 48 MiB for the call):
+ * FP32 on zero__sgemm, BF16 (bf16 operands, fp32 result) on zero__gemm_lp, the calls the model's
+ * GEMMs make. The MFU denominator when neither --peak nor a calibration file gives one. Returns
+ * 0 if the buffers cannot be allocated. */
+double zero__matmul_peak_flops(zero_dtype_t dt, int threads);
 
 /* Best measured copy rate (bytes copied per second; each byte is read and written, so the
  * memory traffic is twice this) of `bytes`-byte copies (zero__copy on `threads` threads of the

@@ -15,6 +15,7 @@
  */
 #include "dnnl_matmul.h"
 #include "kernels.h"
+#include "kernels_lp.h"
 #include "kmath.h"
 
 #include "core/core_internal.h"
@@ -208,18 +209,32 @@ void zero__matmul_backward(float *dinp, float *dweight, float *dbias, const floa
     }
 }
 
-double zero__matmul_peak_flops(int threads) {
-    const size_t n = 2048;
-    float *a = zero_mem_alloc(NULL, ZERO_MEM_OTHER, n * n * sizeof(float), 64);
-    float *b = zero_mem_alloc(NULL, ZERO_MEM_OTHER, n * n * sizeof(float), 64);
+/* One 2048^3 GEMM of the peak's dtype: fp32 on zero__sgemm, bf16 (fp32 out) on zero__gemm_lp. */
+static void peak_call(zero_dtype_t dt, const void *a, const void *b, float *c, size_t n,
+                      int threads) {
+    if (dt == ZERO_DTYPE_FP32)
+        zero__sgemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, threads);
+    else
+        zero__gemm_lp(0, 0, n, n, n, a, n, b, n, dt, 0, c, n, ZERO_DTYPE_FP32, threads);
+}
+
+double zero__matmul_peak_flops(zero_dtype_t dt, int threads) {
+    ZERO_ASSERT(dt == ZERO_DTYPE_FP32 || dt == ZERO_DTYPE_BF16);
+    const size_t n = 2048, es = zero_dtype_size(dt);
+    void *a = zero_mem_alloc(NULL, ZERO_MEM_OTHER, n * n * es, 64);
+    void *b = zero_mem_alloc(NULL, ZERO_MEM_OTHER, n * n * es, 64);
     float *c = zero_mem_alloc(NULL, ZERO_MEM_OTHER, n * n * sizeof(float), 64);
     double best = 0.0;
     if (a && b && c) {
-        for (size_t i = 0; i < n * n; i++) {
-            a[i] = (float)(i % 7) * 0.125f;
-            b[i] = (float)(i % 5) * 0.25f;
+        for (size_t i = 0; i < n; i++) { /* c's first rows as fp32 staging; exact in bf16 */
+            for (size_t j = 0; j < n; j++) {
+                c[j] = (float)((i * n + j) % 7) * 0.125f;
+                c[n + j] = (float)((i * n + j) % 5) * 0.25f;
+            }
+            zero__narrow((char *)a + i * n * es, c, n, dt);
+            zero__narrow((char *)b + i * n * es, c + n, n, dt);
         }
-        zero__sgemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, threads); /* warm-up */
+        peak_call(dt, a, b, c, n, threads); /* warm-up (and a bf16 primitive's creation) */
         /* Best of several calls: the peak is what the library can do, noise only slows it. At
          * least 5 and up to 0.5 s: on a shared machine one call in several runs undisturbed,
          * and two runs' figures agree the more calls each takes the best of. `zero plan
@@ -227,7 +242,7 @@ double zero__matmul_peak_flops(int threads) {
         double t_start = zero_time_now();
         for (int r = 0; r < 16; r++) {
             double t0 = zero_time_now();
-            zero__sgemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n, threads);
+            peak_call(dt, a, b, c, n, threads);
             double t1 = zero_time_now();
             double f = 2.0 * (double)n * (double)n * (double)n / (t1 - t0);
             if (f > best) best = f;

@@ -190,7 +190,7 @@ zero_status_t zero__plan_calibrate(int threads, const char *dir, size_t disk_byt
                                    zero_plan_calibration_t *cal) {
     zero__plan_calibration_default(cal);
     cal->threads = threads < 1 ? 1 : threads;
-    cal->gemm_fp32_flops = zero__matmul_peak_flops(cal->threads);
+    cal->gemm_fp32_flops = zero__matmul_peak_flops(ZERO_DTYPE_FP32, cal->threads);
     cal->gemm_bf16_flops = bf16_gemm_flops(cal->threads);
     cal->memory_bytes_per_s = zero__memcpy_rate((size_t)256 << 20, 4, 1);
     if (!(cal->gemm_fp32_flops > 0) || !(cal->memory_bytes_per_s > 0))

@@ -17,6 +17,9 @@
  *                         probabilities out) and 2V backward (probabilities in, dlogits out)
  *                                                                             = 13C + 4V
  *
+ * Each is an element of the compute dtype (2 bytes in bf16 and fp16) except the loss's 4V, whose
+ * logits are fp32 in every dtype.
+ *
  * Left out as small beside these: the bias adds and bias gradients, the layernorm statistics,
  * the attention's per-head copies (their GEMMs read them), the loss's gather of one logit per row.
  */
@@ -30,15 +33,20 @@ double zero__train_roofline_activation_elems(const zero_gpt_config_t *m) {
     return L * (fwd + bwd) + 13.0 * C + 4.0 * V;
 }
 
+double zero__train_roofline_activation_bytes(const zero_gpt_config_t *m, size_t act_bytes) {
+    const double loss = 4.0 * m->vocab;
+    return (double)act_bytes * (zero__train_roofline_activation_elems(m) - loss) + 4.0 * loss;
+}
+
 double zero__train_roofline_parameter_elems(size_t params, size_t shard_params, int world) {
     return 8.0 * (double)shard_params + (double)params + (world > 1 ? 2.0 * (double)params : 0.0);
 }
 
 void zero__train_roofline(const zero_gpt_config_t *m, double tokens, size_t params,
-                          size_t shard_params, int world, double peak_flops_per_s,
+                          size_t shard_params, int world, size_t act_bytes, double peak_flops_per_s,
                           double memory_bytes_per_s, zero_train_roofline_t *out) {
     out->gemm_flops = zero__gpt_flops_per_token(m) * tokens;
-    out->activation_bytes = 4.0 * zero__train_roofline_activation_elems(m) * tokens;
+    out->activation_bytes = zero__train_roofline_activation_bytes(m, act_bytes) * tokens;
     out->parameter_bytes = 4.0 * zero__train_roofline_parameter_elems(params, shard_params, world);
     out->gemm_s = peak_flops_per_s > 0 ? out->gemm_flops / peak_flops_per_s : 0.0;
     out->memory_s = memory_bytes_per_s > 0

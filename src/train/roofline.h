@@ -27,8 +27,11 @@ typedef struct zero_train_roofline {
 } zero_train_roofline_t;
 
 /* Activation elements per token the memory-bound passes read and write (forward + backward), for
- * model m: per layer 42 C + 5 NH T, plus 13 C + 4 V (roofline.c itemises the terms). */
+ * model m: per layer 42 C + 5 NH T, plus 13 C + 4 V (roofline.c itemises the terms), of which the
+ * loss's 4 V are fp32 in every compute dtype. */
 double zero__train_roofline_activation_elems(const zero_gpt_config_t *m);
+/* Their bytes per token when the activations are act_bytes (the compute dtype's size) each. */
+double zero__train_roofline_activation_bytes(const zero_gpt_config_t *m, size_t act_bytes);
 
 /* Parameter elements per step read and written outside the GEMMs: 8 per element of the rank's
  * shard (AdamW reads p, g, m, v and writes p, m, v; the gradient norm reads g), 1 per parameter
@@ -38,10 +41,11 @@ double zero__train_roofline_parameter_elems(size_t params, size_t shard_params, 
 
 /* The roofline of one rank's step: tokens tokens (micro-batch x seq x accumulation), params the
  * model's parameter count, shard_params this rank's shard of the optimizer state, world the rank
- * count; peak_flops_per_s this rank's matmul rate and memory_bytes_per_s the memory traffic rate
- * (bytes read + written per second). Rates <= 0 leave the times 0. */
+ * count, act_bytes the compute dtype's size; peak_flops_per_s this rank's matmul rate (of the
+ * GEMMs' dtype) and memory_bytes_per_s the memory traffic rate (bytes read + written per second).
+ * Rates <= 0 leave the times 0. */
 void zero__train_roofline(const zero_gpt_config_t *m, double tokens, size_t params,
-                          size_t shard_params, int world, double peak_flops_per_s,
+                          size_t shard_params, int world, size_t act_bytes, double peak_flops_per_s,
                           double memory_bytes_per_s, zero_train_roofline_t *out);
 
 /* The median of v[0, n) (sorts v in place); 0 for n == 0. */

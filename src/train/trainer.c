@@ -604,42 +604,64 @@ static zero_status_t check_save_dir_shared(run_t *r) {
     return agreed;
 }
 
-/* The machine's figures for the MFU and the roofline: the run's matmul peak (train.peak_gflops;
- * else the calibration file's GEMM rate when it was measured with this run's threads and the run
- * has one rank; else measured now, all ranks at once, so that the sum is what the machine gives
- * this run's layout) and the memory traffic rate (twice the rate of a 64 MiB copy on the
- * rank's threads, measured now, ~0.05 s: the calibration file's memcpy is one thread's). Leaves
- * r->my_peak, r->memory_bytes_per_s and the report's peak and sources. */
+/* The dtype of the run's GEMMs, whose peak is the MFU's denominator: bf16 when its 16-bit GEMMs
+ * run on bf16 operands (AMX, AVX512-BF16, oneDNN), fp32 otherwise (fp32 runs, fp16 and bf16
+ * widening to the fp32 GEMM). */
+static zero_dtype_t gemm_dtype(const zero_train_config_t *cfg) {
+    const zero_dtype_t cdt = zero__train_config_compute_dtype(cfg);
+    return cdt == ZERO_DTYPE_BF16 && strcmp(zero__matmul_lp_path(cdt), "widening")
+               ? ZERO_DTYPE_BF16
+               : ZERO_DTYPE_FP32;
+}
+
+/* The machine's figures for the MFU and the roofline: the run's matmul peak, of its GEMMs' dtype
+ * (train.peak_gflops; else the calibration file's fp32 GEMM rate when the GEMMs are fp32, it was
+ * measured with this run's threads and the run has one rank; else measured now, all ranks at
+ * once, so that the sum is what the machine gives this run's layout; a bf16 run measures the
+ * fp32 peak too, for the hardware's ratio) and the memory traffic rate (twice the rate of a 64
+ * MiB copy on the rank's threads, measured now, ~0.05 s: the calibration file's memcpy is one
+ * thread's). Leaves r->my_peak, r->memory_bytes_per_s and the report's peaks and sources. */
 static zero_status_t machine_figures(run_t *r, zero_train_report_t *rep) {
     const job_t *job = r->job;
     const zero_train_io_t *io = job->io;
     const int W = job->world;
+    const zero_dtype_t gdt = gemm_dtype(r->cfg);
+    rep->peak_dtype = zero_dtype_name(gdt);
     if (r->cfg->peak_gflops > 0) {
         rep->peak_flops_per_s = r->cfg->peak_gflops * 1e9;
         r->my_peak = rep->peak_flops_per_s / W;
         rep->peak_source = "--peak";
     } else if (io->calibration_path && W == 1 && io->calibration_threads == job->threads &&
-               io->calibration_gemm_flops > 0) {
+               io->calibration_gemm_flops > 0 && gdt == ZERO_DTYPE_FP32) {
         r->my_peak = rep->peak_flops_per_s = io->calibration_gemm_flops;
         rep->peak_source = "calibration";
     } else {
-        r->my_peak = zero__matmul_peak_flops(job->threads);
-        rep->peak_flops_per_s = r->my_peak;
-        zero_status_t st = sum_ranks(r, &rep->peak_flops_per_s, 1);
+        double peaks[2] = {zero__matmul_peak_flops(gdt, job->threads), 0.0};
+        if (gdt != ZERO_DTYPE_FP32)
+            peaks[1] = zero__matmul_peak_flops(ZERO_DTYPE_FP32, job->threads);
+        r->my_peak = peaks[0];
+        zero_status_t st = sum_ranks(r, peaks, 2);
         if (st) return st;
+        rep->peak_flops_per_s = peaks[0];
+        rep->peak_fp32_flops_per_s = gdt == ZERO_DTYPE_FP32 ? peaks[0] : peaks[1];
         rep->peak_source = "measured";
     }
     r->memory_bytes_per_s = 2.0 * zero__memcpy_rate((size_t)64 << 20, 4, job->threads);
     rep->memory_bytes_per_s = r->memory_bytes_per_s;
-    char from[1100];
+    char from[1100], ratio[128] = "";
     if (!strcmp(rep->peak_source, "calibration"))
         snprintf(from, sizeof from, "from %s", io->calibration_path);
     else
         snprintf(from, sizeof from, "%s",
                  r->cfg->peak_gflops > 0 ? "given by --peak" : "measured at start-up");
-    say(r, "matmul peak: %.1f GFLOP/s over %d rank%s x %d thread%s (%s; %s)\n",
-        rep->peak_flops_per_s / 1e9, W, W == 1 ? "" : "s", job->threads,
-        job->threads == 1 ? "" : "s", zero__matmul_library(), from);
+    if (gdt != ZERO_DTYPE_FP32 && rep->peak_fp32_flops_per_s > 0)
+        snprintf(ratio, sizeof ratio, "; fp32 %.1f GFLOP/s, so %s runs %.2fx fp32",
+                 rep->peak_fp32_flops_per_s / 1e9, rep->peak_dtype,
+                 rep->peak_flops_per_s / rep->peak_fp32_flops_per_s);
+    say(r, "matmul peak: %.1f GFLOP/s %s over %d rank%s x %d thread%s (%s; %s)%s\n",
+        rep->peak_flops_per_s / 1e9, rep->peak_dtype, W, W == 1 ? "" : "s", job->threads,
+        job->threads == 1 ? "" : "s",
+        gdt == ZERO_DTYPE_FP32 ? zero__matmul_library() : zero__matmul_lp_impl(gdt), from, ratio);
     say(r,
         "memory: %.1f GB/s read + written (a 64 MiB copy on %d thread%s, measured at start-up)\n",
         r->memory_bytes_per_s / 1e9, job->threads, job->threads == 1 ? "" : "s");
@@ -1008,9 +1030,10 @@ static zero_status_t rank_finish(run_t *r, zero_train_report_t *rep) {
         rep->median_step_s = zero__train_median(r->step_s + warm, (size_t)(r->step_count - warm));
         const size_t params = zero_engine_param_count(r->eng);
         const size_t shard = cfg->stage == 0 ? params : (params + job->world - 1) / job->world;
-        zero__train_roofline(&cfg->model,
-                             (double)cfg->micro_batch * cfg->model.seq * cfg->grad_accum, params,
-                             shard, job->world, r->my_peak, r->memory_bytes_per_s, &rep->roofline);
+        zero__train_roofline(
+            &cfg->model, (double)cfg->micro_batch * cfg->model.seq * cfg->grad_accum, params, shard,
+            job->world, zero_dtype_size(zero__train_config_compute_dtype(cfg)), r->my_peak,
+            r->memory_bytes_per_s, &rep->roofline);
         rep->roofline_ratio =
             rep->roofline.total_s > 0 ? rep->median_step_s / rep->roofline.total_s : 0.0;
     }
@@ -1036,8 +1059,8 @@ static zero_status_t rank_finish(run_t *r, zero_train_report_t *rep) {
     say(r, "report: %.0f tokens in %.1f s: %.1fk tok/s, %.2f GFLOP/s", rep->tokens, rep->train_s,
         rep->tokens_per_s / 1e3, rep->flops_per_s / 1e9);
     if (rep->peak_flops_per_s > 0)
-        say(r, " = %.1f%% of the %.1f GFLOP/s matmul peak (MFU)%s", 100.0 * rep->mfu,
-            rep->peak_flops_per_s / 1e9,
+        say(r, " = %.1f%% of the %.1f GFLOP/s %s matmul peak (MFU)%s", 100.0 * rep->mfu,
+            rep->peak_flops_per_s / 1e9, rep->peak_dtype,
             rep->mfu <= 1.0                       ? ""
             : !strcmp(rep->peak_source, "--peak") ? "; above 100%: --peak is below this machine's"
                                                   : "; above 100%: the peak was measured while "
@@ -1045,10 +1068,10 @@ static zero_status_t rank_finish(run_t *r, zero_train_report_t *rep) {
     say(r, "\n");
     if (rep->roofline.total_s > 0)
         say(r,
-            "report: roofline %.1f ms/step (GEMMs %.1f ms at %.1f GFLOP/s + memory passes %.1f ms, "
-            "%.1f MiB at %.1f GB/s); median step %.1f ms = %.2fx the roofline\n",
+            "report: roofline %.1f ms/step (GEMMs %.1f ms at %.1f GFLOP/s %s + memory passes %.1f "
+            "ms, %.1f MiB at %.1f GB/s); median step %.1f ms = %.2fx the roofline\n",
             1e3 * rep->roofline.total_s, 1e3 * rep->roofline.gemm_s, r->my_peak / 1e9,
-            1e3 * rep->roofline.memory_s,
+            rep->peak_dtype, 1e3 * rep->roofline.memory_s,
             (rep->roofline.activation_bytes + rep->roofline.parameter_bytes) / 1048576.0,
             r->memory_bytes_per_s / 1e9, 1e3 * rep->median_step_s, rep->roofline_ratio);
     if (rank == 0) print_tables(r, all);
@@ -1415,6 +1438,8 @@ zero_status_t zero__train_report_write(const zero_train_report_t *rep,
     cJSON_AddNumberToObject(root, "mfu", rep->mfu);
     cJSON_AddStringToObject(root, "matmul_peak_source",
                             rep->peak_source ? rep->peak_source : "none");
+    cJSON_AddStringToObject(root, "matmul_peak_dtype", rep->peak_dtype ? rep->peak_dtype : "none");
+    cJSON_AddNumberToObject(root, "matmul_peak_fp32_flops_per_s", rep->peak_fp32_flops_per_s);
     cJSON_AddNumberToObject(root, "memory_bytes_per_s", rep->memory_bytes_per_s);
     cJSON_AddNumberToObject(root, "median_step_s", rep->median_step_s);
     cJSON_AddNumberToObject(root, "roofline_step_s", rep->roofline.total_s);

@@ -69,6 +69,12 @@ typedef struct zero_train_report {
     /* where peak_flops_per_s came from (static): "--peak" (train.peak_gflops), "calibration"
      * (`zero plan --calibrate`'s file), "measured" (at start-up); NULL without a peak */
     const char *peak_source;
+    /* the dtype of the GEMMs the peak is of (static): "bf16" when the model's GEMMs run bf16
+     * operands on a bf16 path (not widening to fp32), else "fp32"; NULL without a peak */
+    const char *peak_dtype;
+    /* a bf16 run's measured peak: the fp32 one too, the same way (the bf16 / fp32 ratio of the
+     * hardware); an fp32 run's, peak_flops_per_s; 0 when not measured (--peak, calibration) */
+    double peak_fp32_flops_per_s;
     /* The roofline (roofline.h) of rank 0's step at its share of the peak and at
      * memory_bytes_per_s (bytes read + written per second: twice the rate of a 64 MiB copy on the
      * rank's threads, measured at start-up), and rank 0's median step time over it

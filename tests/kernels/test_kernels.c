@@ -814,10 +814,17 @@ int main(int argc, char **argv) {
          * measurement took is printed, not asserted (timings are benchmarks, and a loaded machine
          * stretches it; CTest's timeout catches a hang) */
         double t0 = omp_get_wtime();
-        double peak = zero__matmul_peak_flops(1);
+        double peak = zero__matmul_peak_flops(ZERO_DTYPE_FP32, 1);
         double dt = omp_get_wtime() - t0;
         CHECK(peak > 1e8 && peak < 1e14, "matmul_peak_flops(1) = %g FLOP/s in %.2f s", peak, dt);
         printf("matmul peak (1 thread): %.1f GFLOP/s, measured in %.2f s\n", peak * 1e-9, dt);
+        /* bf16's, on the GEMM the bf16 model calls (zero__gemm_lp): as sane */
+        t0 = omp_get_wtime();
+        peak = zero__matmul_peak_flops(ZERO_DTYPE_BF16, 1);
+        dt = omp_get_wtime() - t0;
+        CHECK(peak > 1e8 && peak < 1e14, "matmul_peak_flops(bf16, 1) = %g FLOP/s in %.2f s", peak,
+              dt);
+        printf("bf16 matmul peak (1 thread): %.1f GFLOP/s, measured in %.2f s\n", peak * 1e-9, dt);
     }
     printf("matmul library: %s\n", zero__matmul_library());
     return check_report();

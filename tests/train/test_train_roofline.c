@@ -6,9 +6,12 @@
  * FLOP per token / the given peak, the roofline's terms consistent with the report's figures),
  * bad --peak values are refused naming the flag, and a calibration file
  * ($ZERO_CALIBRATION) gives the peak when it was measured with the run's threads (and not
- * otherwise). No timing is asserted.
+ * otherwise). A bf16 run's peak is of the GEMMs it runs: bf16 on a bf16 path (measured, the
+ * fp32 one beside it; a calibration file's fp32 figure not taken), fp32 when bf16 widens; its
+ * activations move in 2-byte elements. No timing is asserted.
  */
 #include "check.h"
+#include "kernels/kernels_lp.h"
 #include "train/roofline.h"
 #include "zero/zero.h"
 
@@ -44,15 +47,25 @@ static void closed_form(void) {
     /* a step of 8 tokens at 1 GFLOP/s and 0.1 GB/s: FLOP per token 6 x 1920 + 12 x 2 x 4 x 8 =
      * 12288, so 98304 FLOP = 98.304 us; bytes 4 x (920 x 8 + 17280) = 98560 = 985.6 us */
     zero_train_roofline_t rl;
-    zero__train_roofline(&m, 8, 1920, 1920, 1, 1e9, 1e8, &rl);
+    zero__train_roofline(&m, 8, 1920, 1920, 1, 4, 1e9, 1e8, &rl);
     CHECK(rl.gemm_flops == 98304, "gemm flops %g", rl.gemm_flops);
     CHECK(rl.activation_bytes == 29440 && rl.parameter_bytes == 69120, "bytes %g %g",
           rl.activation_bytes, rl.parameter_bytes);
     CHECK(close_rel(rl.gemm_s, 98.304e-6) && close_rel(rl.memory_s, 985.6e-6) &&
               close_rel(rl.total_s, 1083.904e-6),
           "times %g %g %g", rl.gemm_s, rl.memory_s, rl.total_s);
-    zero__train_roofline(&m, 8, 1920, 1920, 1, 0, 0, &rl);
+    zero__train_roofline(&m, 8, 1920, 1920, 1, 4, 0, 0, &rl);
     CHECK(rl.total_s == 0, "no rates, no times");
+    /* 2-byte activations: the 920 - 64 elements outside the loss at 2 bytes, the loss's 4 x 16
+     * logits at 4: 1712 + 256 = 1968 bytes per token */
+    CHECK(zero__train_roofline_activation_bytes(&m, 4) == 3680 &&
+              zero__train_roofline_activation_bytes(&m, 2) == 1968,
+          "activation bytes per token %g (fp32) %g (bf16)",
+          zero__train_roofline_activation_bytes(&m, 4),
+          zero__train_roofline_activation_bytes(&m, 2));
+    zero__train_roofline(&m, 8, 1920, 1920, 1, 2, 1e9, 1e8, &rl);
+    CHECK(rl.activation_bytes == 15744 && rl.parameter_bytes == 69120, "bf16 bytes %g %g",
+          rl.activation_bytes, rl.parameter_bytes);
 
     double v[] = {5, 1, 4, 2}, w[] = {3, 9, 1};
     CHECK(zero__train_median(v, 4) == 3 && zero__train_median(w, 3) == 3, "medians");
@@ -83,8 +96,10 @@ static const char *str(const cJSON *o, const char *key) {
     return cJSON_IsString(it) ? it->valuestring : "";
 }
 
-/* mfu = tokens/s x FLOP per token / peak, and the roofline's figures consistent */
-static void check_run(const cJSON *r, double peak, const char *source) {
+/* mfu = tokens/s x FLOP per token / peak (of the GEMMs' dtype), the roofline's figures
+ * consistent, its activations in act_bytes elements */
+static void check_run(const cJSON *r, double peak, const char *source, const char *dtype,
+                      size_t act_bytes) {
     const double C = 32, T = 16, V = 256, L = 1;
     const double params = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
     const double fpt = 6 * params + 12 * L * T * C;
@@ -92,6 +107,12 @@ static void check_run(const cJSON *r, double peak, const char *source) {
           json_num(r, "matmul_peak_flops_per_s"), peak);
     CHECK(!strcmp(str(r, "matmul_peak_source"), source), "source '%s', expected '%s'",
           str(r, "matmul_peak_source"), source);
+    CHECK(!strcmp(str(r, "matmul_peak_dtype"), dtype), "peak dtype '%s', expected '%s'",
+          str(r, "matmul_peak_dtype"), dtype);
+    const zero_gpt_config_t m = {.layers = 1, .heads = 2, .dim = 32, .vocab = 256, .seq = 16};
+    CHECK(json_num(r, "roofline_activation_bytes") ==
+              zero__train_roofline_activation_bytes(&m, act_bytes) * 4 * T,
+          "activation bytes %g", json_num(r, "roofline_activation_bytes"));
     double tps = json_num(r, "tokens_per_s");
     CHECK(tps > 0 && close_rel(json_num(r, "mfu"), tps * fpt / peak), "mfu %g != %g x %g / %g",
           json_num(r, "mfu"), tps, fpt, peak);
@@ -124,11 +145,11 @@ int main(void) {
 
     cJSON *r = tiny_run(report, "--peak", "50", NULL);
     CHECK(r != NULL, "run with --peak 50");
-    if (r) check_run(r, 50e9, "--peak");
+    if (r) check_run(r, 50e9, "--peak", "fp32", 4);
     cJSON_Delete(r);
     r = tiny_run(report, "--set", "train.peak_gflops=20", NULL);
     CHECK(r != NULL, "run with train.peak_gflops=20");
-    if (r) check_run(r, 20e9, "--peak");
+    if (r) check_run(r, 20e9, "--peak", "fp32", 4);
     cJSON_Delete(r);
 
     const char *bad[] = {"-1", "abc", "nan", "1e10"};
@@ -146,7 +167,7 @@ int main(void) {
     fclose(f);
     r = tiny_run(report, "--threads", "1", NULL);
     CHECK(r != NULL, "run with a calibration file");
-    if (r) check_run(r, 123e9, "calibration");
+    if (r) check_run(r, 123e9, "calibration", "fp32", 4);
     cJSON_Delete(r);
     r = tiny_run(report, "--threads", "2", NULL);
     CHECK(r != NULL, "2-thread run with a 1-thread calibration file");
@@ -154,6 +175,25 @@ int main(void) {
         CHECK(!strcmp(str(r, "matmul_peak_source"), "measured") &&
                   json_num(r, "matmul_peak_flops_per_s") > 0,
               "source '%s'", str(r, "matmul_peak_source"));
+    cJSON_Delete(r);
+
+    /* bf16: the peak of the GEMMs it runs; the 1-thread calibration file is fp32's only */
+    const int native = strcmp(zero__matmul_lp_path(ZERO_DTYPE_BF16), "widening") != 0;
+    const char *bdt = native ? "bf16" : "fp32";
+    r = tiny_run(report, "--set", "bf16.enabled=true", "--peak=40");
+    CHECK(r != NULL, "bf16 run with --peak 40");
+    if (r) check_run(r, 40e9, "--peak", bdt, 2);
+    cJSON_Delete(r);
+    r = tiny_run(report, "--set", "bf16.enabled=true", "--threads=1");
+    CHECK(r != NULL, "1-thread bf16 run with a 1-thread calibration file");
+    if (r && native) {
+        const double p = json_num(r, "matmul_peak_flops_per_s");
+        check_run(r, p, "measured", "bf16", 2);
+        CHECK(p > 0 && json_num(r, "matmul_peak_fp32_flops_per_s") > 0,
+              "bf16 %g and fp32 %g peaks measured", p, json_num(r, "matmul_peak_fp32_flops_per_s"));
+    } else if (r) {
+        check_run(r, 123e9, "calibration", "fp32", 2);
+    }
     cJSON_Delete(r);
     r = tiny_run(report, "--no-peak", NULL, NULL);
     CHECK(r != NULL && json_num(r, "roofline_step_s") == 0 && json_num(r, "mfu") == 0 &&
