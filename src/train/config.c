@@ -348,8 +348,9 @@ static const cfg_key_t keys[] = {
     {"train.backend", K_STR, OFF(backend), 0, 0, 0, "auto", "auto|threads|mpi", "--backend",
      "auto: MPI when started by mpirun, else threads"},
     {"train.peak_gflops", K_DOUBLE, OFF(peak_gflops), 0, 0, 1e9, NULL, NULL, "--peak",
-     "the run's matmul peak in GFLOP/s (all ranks), the MFU's and the roofline's denominator; 0: "
-     "`zero plan --calibrate`'s file when it fits the run, else measured at start-up"},
+     "the run's matmul peak in GFLOP/s (all ranks), of the dtype its GEMMs run in (bf16 for bf16 "
+     "on a bf16 path, else fp32), the MFU's and the roofline's denominator; 0: `zero plan "
+     "--calibrate`'s file when it fits the run, else measured at start-up"},
     {"train.timeout_s", K_DOUBLE, OFF(timeout_s), 300, 0.001, 1e9, NULL, NULL, "--timeout",
      "seconds a collective waits for the other ranks before the run fails naming the missing "
      "ones (under MPI the job is then aborted); not set: $ZERO_TIMEOUT, else 300"},
