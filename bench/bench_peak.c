@@ -27,7 +27,14 @@
 
 #define CHAINS 24
 
-/* One pass of `iters` x CHAINS FMAs on registers; returns a value that depends on every chain. */
+/* The chains' sum: a value that depends on every one of them. */
+__attribute__((target("avx512f"))) static float sum_chains_avx512(const __m512 *a) {
+    __m512 s = a[0];
+    for (int i = 1; i < CHAINS; i++) s = _mm512_add_ps(s, a[i]);
+    return _mm512_reduce_add_ps(s);
+}
+
+/* One pass of `iters` x CHAINS FMAs on registers; returns their sum. */
 __attribute__((target("avx512f"))) static float fma_loop_avx512(long iters) {
     __m512 a[CHAINS];
     for (int i = 0; i < CHAINS; i++) a[i] = _mm512_set1_ps((float)i * 1e-3f);
@@ -35,9 +42,7 @@ __attribute__((target("avx512f"))) static float fma_loop_avx512(long iters) {
     for (long k = 0; k < iters; k++)
 #pragma GCC unroll 24
         for (int i = 0; i < CHAINS; i++) a[i] = _mm512_fmadd_ps(a[i], b, c);
-    __m512 s = a[0];
-    for (int i = 1; i < CHAINS; i++) s = _mm512_add_ps(s, a[i]);
-    return _mm512_reduce_add_ps(s);
+    return sum_chains_avx512(a);
 }
 
 __attribute__((target("avx512f,avx512bf16"))) static float dot_loop_avx512bf16(long iters) {
@@ -47,9 +52,7 @@ __attribute__((target("avx512f,avx512bf16"))) static float dot_loop_avx512bf16(l
     for (long k = 0; k < iters; k++)
 #pragma GCC unroll 24
         for (int i = 0; i < CHAINS; i++) a[i] = _mm512_dpbf16_ps(a[i], x, y);
-    __m512 s = a[0];
-    for (int i = 1; i < CHAINS; i++) s = _mm512_add_ps(s, a[i]);
-    return _mm512_reduce_add_ps(s);
+    return sum_chains_avx512(a);
 }
 
 static volatile float sink;

@@ -15,7 +15,6 @@
 #include "core/core_internal.h"
 #include "core/fileio.h"
 #include "kernels/kernels.h"
-#include "kernels/kernels_lp.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -123,29 +122,6 @@ zero_status_t zero__plan_calibration_save(const char *path, const zero_plan_cali
     return st;
 }
 
-static double bf16_gemm_flops(int threads) {
-    const size_t BT = 1024, C = 1024, OC = 3072;
-    uint16_t *x = zero_mem_alloc(NULL, ZERO_MEM_OTHER, BT * C * 2, 64);
-    uint16_t *w = zero_mem_alloc(NULL, ZERO_MEM_OTHER, OC * C * 2, 64);
-    float *y = zero_mem_alloc(NULL, ZERO_MEM_OTHER, BT * OC * sizeof(float), 64);
-    double best = 0;
-    if (x && w && y) {
-        for (size_t i = 0; i < BT * C; i++) x[i] = 0x3f80; /* 1.0 */
-        for (size_t i = 0; i < OC * C; i++) w[i] = 0x3c00; /* 1/128 */
-        for (int r = 0; r < 6; r++) {
-            double t0 = zero_time_now();
-            zero__matmul_forward_lp(y, ZERO_DTYPE_FP32, x, w, NULL, ZERO_DTYPE_BF16, BT, C, OC,
-                                    threads);
-            double f = 2.0 * (double)BT * (double)C * (double)OC / (zero_time_now() - t0);
-            if (r > 0 && f > best) best = f; /* the first call builds the primitive */
-        }
-    }
-    zero_mem_free(x);
-    zero_mem_free(w);
-    zero_mem_free(y);
-    return best;
-}
-
 /* One sequential write (+ fdatasync) and read of `bytes` in 4 MiB blocks under dir. */
 static zero_status_t disk_rates(const char *dir, size_t bytes, double *rd, double *wr) {
     const size_t block = (size_t)4 << 20;
@@ -191,7 +167,7 @@ zero_status_t zero__plan_calibrate(int threads, const char *dir, size_t disk_byt
     zero__plan_calibration_default(cal);
     cal->threads = threads < 1 ? 1 : threads;
     cal->gemm_fp32_flops = zero__matmul_peak_flops(ZERO_DTYPE_FP32, cal->threads);
-    cal->gemm_bf16_flops = bf16_gemm_flops(cal->threads);
+    cal->gemm_bf16_flops = zero__matmul_peak_flops(ZERO_DTYPE_BF16, cal->threads);
     cal->memory_bytes_per_s = zero__memcpy_rate((size_t)256 << 20, 4, 1);
     if (!(cal->gemm_fp32_flops > 0) || !(cal->memory_bytes_per_s > 0))
         return zero__error(ZERO_ERR_OUT_OF_MEMORY,
