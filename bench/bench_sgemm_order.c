@@ -36,23 +36,36 @@ tile_avx512(size_t kc, const float *A, size_t lda, const float *Bp, float *C, si
 #define DECL(r)                                                                                    \
     __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps(),                           \
            c##r##2 = _mm512_setzero_ps();                                                          \
-    const float *a##r = A + (r)*lda;
-    DECL(0)
-    DECL(1) DECL(2) DECL(3) DECL(4) DECL(5) DECL(6)
-        DECL(7) for (size_t k = 0; k < kc; k++, Bp += NR) {
+    const float *a##r = A + (r)*lda
+    DECL(0);
+    DECL(1);
+    DECL(2);
+    DECL(3);
+    DECL(4);
+    DECL(5);
+    DECL(6);
+    DECL(7);
+    for (size_t k = 0; k < kc; k++, Bp += NR) {
         const __m512 b0 = _mm512_load_ps(Bp), b1 = _mm512_load_ps(Bp + 16),
                      b2 = _mm512_load_ps(Bp + 32);
 #define ROW(r)                                                                                     \
-    {                                                                                              \
+    do {                                                                                           \
         const __m512 a = _mm512_set1_ps(a##r[k]);                                                  \
         c##r##0 = _mm512_fmadd_ps(a, b0, c##r##0);                                                 \
         c##r##1 = _mm512_fmadd_ps(a, b1, c##r##1);                                                 \
         c##r##2 = _mm512_fmadd_ps(a, b2, c##r##2);                                                 \
-    }
-        ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7)
+    } while (0)
+        ROW(0);
+        ROW(1);
+        ROW(2);
+        ROW(3);
+        ROW(4);
+        ROW(5);
+        ROW(6);
+        ROW(7);
     }
 #define STORE(r)                                                                                   \
-    {                                                                                              \
+    do {                                                                                           \
         float *c = C + (r)*ldc;                                                                    \
         if (add) {                                                                                 \
             c##r##0 = _mm512_add_ps(_mm512_loadu_ps(c), c##r##0);                                  \
@@ -62,8 +75,15 @@ tile_avx512(size_t kc, const float *A, size_t lda, const float *Bp, float *C, si
         _mm512_storeu_ps(c, c##r##0);                                                              \
         _mm512_storeu_ps(c + 16, c##r##1);                                                         \
         _mm512_storeu_ps(c + 32, c##r##2);                                                         \
-    }
-    STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5) STORE(6) STORE(7)
+    } while (0)
+    STORE(0);
+    STORE(1);
+    STORE(2);
+    STORE(3);
+    STORE(4);
+    STORE(5);
+    STORE(6);
+    STORE(7);
 #undef DECL
 #undef ROW
 #undef STORE
