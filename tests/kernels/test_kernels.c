@@ -810,21 +810,21 @@ int main(int argc, char **argv) {
         CHECK(ok, "NaN/Inf propagation: gelu %g %g %g, ce loss %g", o[0], o[1], o[2], loss);
     }
     {
-        /* the MFU denominator: a sane positive rate (0.1 GFLOP/s .. 100 TFLOP/s); how long the
-         * measurement took is printed, not asserted (timings are benchmarks, and a loaded machine
-         * stretches it; CTest's timeout catches a hang) */
-        double t0 = omp_get_wtime();
-        double peak = zero__matmul_peak_flops(ZERO_DTYPE_FP32, 1);
-        double dt = omp_get_wtime() - t0;
-        CHECK(peak > 1e8 && peak < 1e14, "matmul_peak_flops(1) = %g FLOP/s in %.2f s", peak, dt);
-        printf("matmul peak (1 thread): %.1f GFLOP/s, measured in %.2f s\n", peak * 1e-9, dt);
-        /* bf16's, on the GEMM the bf16 model calls (zero__gemm_lp): as sane */
-        t0 = omp_get_wtime();
-        peak = zero__matmul_peak_flops(ZERO_DTYPE_BF16, 1);
-        dt = omp_get_wtime() - t0;
-        CHECK(peak > 1e8 && peak < 1e14, "matmul_peak_flops(bf16, 1) = %g FLOP/s in %.2f s", peak,
-              dt);
-        printf("bf16 matmul peak (1 thread): %.1f GFLOP/s, measured in %.2f s\n", peak * 1e-9, dt);
+        /* the MFU denominators, fp32's and bf16's (zero__gemm_lp, the GEMM the bf16 model
+         * calls): sane positive rates (0.1 GFLOP/s .. 100 TFLOP/s); how long each measurement
+         * took is printed, not asserted (timings are benchmarks, and a loaded machine stretches
+         * it; CTest's timeout catches a hang) */
+        const zero_dtype_t dts[] = {ZERO_DTYPE_FP32, ZERO_DTYPE_BF16};
+        for (size_t i = 0; i < sizeof dts / sizeof *dts; i++) {
+            const double t0 = omp_get_wtime();
+            const double peak = zero__matmul_peak_flops(dts[i], 1);
+            const double dt = omp_get_wtime() - t0;
+            const char *name = zero_dtype_name(dts[i]);
+            CHECK(peak > 1e8 && peak < 1e14, "matmul_peak_flops(%s, 1) = %g FLOP/s in %.2f s", name,
+                  peak, dt);
+            printf("%s matmul peak (1 thread): %.1f GFLOP/s, measured in %.2f s\n", name,
+                   peak * 1e-9, dt);
+        }
     }
     printf("matmul library: %s\n", zero__matmul_library());
     return check_report();

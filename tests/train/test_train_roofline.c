@@ -109,7 +109,8 @@ static void check_run(const cJSON *r, double peak, const char *source, const cha
           str(r, "matmul_peak_source"), source);
     CHECK(!strcmp(str(r, "matmul_peak_dtype"), dtype), "peak dtype '%s', expected '%s'",
           str(r, "matmul_peak_dtype"), dtype);
-    const zero_gpt_config_t m = {.layers = 1, .heads = 2, .dim = 32, .vocab = 256, .seq = 16};
+    const zero_gpt_config_t m = {
+        .layers = (int)L, .heads = 2, .dim = (int)C, .vocab = (int)V, .seq = (int)T};
     CHECK(json_num(r, "roofline_activation_bytes") ==
               zero__train_roofline_activation_bytes(&m, act_bytes) * 4 * T,
           "activation bytes %g", json_num(r, "roofline_activation_bytes"));
